@@ -1,0 +1,60 @@
+"""Start the worker processes of one node, with the environment they expect.
+
+phalanx wraps ``torch.distributed.run`` (torchrun) rather than rewriting it.
+For each node of a job the runner starts one launcher::
+
+    python -m torch.distributed.run --nnodes N --nproc-per-node P --node-rank K
+        --master-addr A --master-port M --max-restarts 0 --shutdown-timeout S
+        --module phalanx.launch.worker -- '<command>'
+
+``--max-restarts 0`` because the platform, not torchrun, owns retries: a
+failure of any rank ends the attempt everywhere, and the job's retry policy
+decides what follows. Rendezvous is torchrun's *static* one: node K's ranks are
+``K*P … K*P+P-1``, the same numbering Azure ML, Kubeflow and Ray use.
+
+Each rank runs :mod:`phalanx.launch.worker`, which starts the user's command
+(a shell string, as in Azure ML) with ``bash -c`` and stays as its parent to
+record how it ended.
+
+Environment of every worker process
+-----------------------------------
+===========================  =====================================================
+``MASTER_ADDR``              address of node 0, where the rendezvous store runs
+``MASTER_PORT``              a free port on node 0, chosen by the runner per attempt
+``WORLD_SIZE``               total number of processes: nodes × processes per node
+``RANK``                     this process's global rank, ``0 … WORLD_SIZE-1``
+``LOCAL_RANK``               rank within the node, ``0 … LOCAL_WORLD_SIZE-1``
+``LOCAL_WORLD_SIZE``         processes on this node (``process_count_per_instance``)
+``NODE_RANK``                this node's index, ``0 … instance_count-1``
+``GROUP_RANK``, ``ROLE_*``,  set by torchrun; ``TORCHELASTIC_ERROR_FILE`` points to
+``TORCHELASTIC_*``           a per-rank file (below)
+``PHALANX_JOB_NAME``         the job's name
+``PHALANX_ATTEMPT``          attempt number, from 1; a retry resumes from checkpoints
+``PHALANX_CHECKPOINT_DIR``   the job's checkpoint folder, the same in every attempt
+``PHALANX_OUTPUTS_DIR``      the job's outputs folder
+``PHALANX_INPUT_<NAME>``     each input's value or local path (name upper-cased)
+``PHALANX_OUTPUT_<NAME>``    each output's folder
+``PHALANX_JOB_DIR``          the job's folder in the workspace
+``PYTHONUNBUFFERED=1``       so log lines reach the log files as they are printed
+===========================  =====================================================
+
+plus the spec's ``environment_variables``. The working directory is the job's
+code snapshot.
+
+Logs and failures
+-----------------
+* Rank ``r``'s stdout and stderr, merged, go to
+  ``user_logs/std_log_process_<r>.txt`` (Azure ML's name); the launcher's own
+  output goes to ``system_logs/node_<k>.txt``.
+* An uncaught Python exception in a worker is written, with its traceback, to
+  the rank's error file, in torchelastic's format. Scripts need nothing for
+  this; those that use torchelastic's ``@record`` write the same file.
+* When the command ends, the worker records ``system_logs/attempt_<n>/rank_<r>.json``
+  (exit code or signal, times, the error). The runner picks the root cause:
+  the failed rank whose error came first, not the ranks that failed because a
+  peer went away.
+* When any rank fails, torchrun stops the node's other ranks, and the runner
+  stops every other node: SIGTERM to each launcher, which passes it to its
+  workers' process groups, then SIGKILL to whatever of the job still runs after
+  the grace period (a few seconds).
+"""

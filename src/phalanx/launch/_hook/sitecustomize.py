@@ -1,0 +1,65 @@
+"""Record a worker's uncaught exception for phalanx (see phalanx.launch).
+
+Python imports ``sitecustomize`` at start-up; phalanx puts this folder first on
+``PYTHONPATH`` of every worker it starts. The hook writes torchelastic's error
+file format, so torchrun and phalanx read the same thing, and then chains to
+any ``sitecustomize`` the environment already had.
+"""
+
+import os
+import sys
+
+
+def _install() -> None:
+    path = os.environ.get("PHALANX_ERROR_FILE")
+    if not path:
+        return
+    previous = sys.excepthook
+
+    def hook(exc_type, exc, tb):  # type: ignore[no-untyped-def]
+        # The first failure wins: @record, or an earlier process of the same
+        # rank, may already have written a fuller account.
+        try:
+            if not issubclass(exc_type, KeyboardInterrupt) and not os.path.exists(path):
+                import json
+                import time
+                import traceback
+
+                record = {
+                    "message": {
+                        "message": "".join(traceback.format_exception_only(exc_type, exc)).strip(),
+                        "extraInfo": {
+                            "py_callstack": "".join(traceback.format_exception(exc_type, exc, tb)),
+                            "timestamp": str(int(time.time())),
+                            "timestamp_ns": str(time.time_ns()),
+                        },
+                    }
+                }
+                tmp = f"{path}.{os.getpid()}.tmp"
+                with open(tmp, "w") as f:
+                    json.dump(record, f)
+                os.replace(tmp, path)
+        except Exception:
+            pass  # never let error reporting hide the error itself
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = hook
+
+
+def _chain() -> None:
+    """Import the next ``sitecustomize`` on the path, if there is one."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    mine = sys.modules.pop("sitecustomize", None)
+    saved = list(sys.path)
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    try:
+        import sitecustomize  # noqa: F401
+    except ImportError:
+        if mine is not None:
+            sys.modules["sitecustomize"] = mine
+    finally:
+        sys.path[:] = saved
+
+
+_install()
+_chain()

@@ -1,0 +1,87 @@
+"""The launcher command and environment of one node."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Seconds torchrun gives its workers between SIGTERM and SIGKILL when it stops them.
+SHUTDOWN_TIMEOUT_S = 3
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeLaunch:
+    """Everything needed to start node ``node_rank`` of an attempt."""
+
+    job_name: str
+    job_dir: Path
+    attempt: int
+    command: str
+    """The user's command with ``${{...}}`` already substituted."""
+    node_rank: int
+    nnodes: int
+    nproc_per_node: int
+    master_addr: str
+    master_port: int
+    workdir: Path
+    checkpoint_dir: Path
+    outputs_dir: Path
+    inputs: Mapping[str, str] = field(default_factory=dict)
+    outputs: Mapping[str, str] = field(default_factory=dict)
+    user_env: Mapping[str, str] = field(default_factory=dict)
+
+    def argv(self) -> list[str]:
+        """The torchrun command line for this node."""
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nnodes={self.nnodes}",
+            f"--nproc-per-node={self.nproc_per_node}",
+            f"--node-rank={self.node_rank}",
+            f"--master-addr={self.master_addr}",
+            f"--master-port={self.master_port}",
+            "--max-restarts=0",
+            "--monitor-interval=0.1",
+            f"--shutdown-timeout={SHUTDOWN_TIMEOUT_S}",
+            "--module",
+            "phalanx.launch.worker",
+            self.command,
+        ]
+
+    def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The launcher's environment; torchrun adds the per-rank variables.
+
+        Args:
+            base: The environment to extend; this process's when ``None``.
+        """
+        env = dict(os.environ if base is None else base)
+        env.update(self.user_env)
+        env.update(
+            {
+                "MASTER_ADDR": self.master_addr,
+                "MASTER_PORT": str(self.master_port),
+                "NODE_RANK": str(self.node_rank),
+                "PHALANX_JOB_NAME": self.job_name,
+                "PHALANX_JOB_DIR": str(self.job_dir),
+                "PHALANX_ATTEMPT": str(self.attempt),
+                "PHALANX_CHECKPOINT_DIR": str(self.checkpoint_dir),
+                "PHALANX_OUTPUTS_DIR": str(self.outputs_dir),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        for name, value in self.inputs.items():
+            env[f"PHALANX_INPUT_{name.upper()}"] = value
+        for name, value in self.outputs.items():
+            env[f"PHALANX_OUTPUT_{name.upper()}"] = value
+        # torchrun's own error file goes to the system logs, not a temp folder.
+        env["TORCHELASTIC_ERROR_FILE"] = str(
+            self.job_dir
+            / "system_logs"
+            / f"attempt_{self.attempt}"
+            / f"node_{self.node_rank}_error.json"
+        )
+        return env

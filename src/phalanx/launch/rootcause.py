@@ -1,0 +1,123 @@
+"""Pick the failure that started it all from the ranks' end records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from phalanx.workspace.records import RootCause
+
+_TAIL_LINES = 30
+
+
+def read_rank_records(attempt_dir: Path) -> list[dict[str, Any]]:
+    """Every ``rank_<r>.json`` written by the workers of an attempt, by rank."""
+    records = []
+    for path in attempt_dir.glob("rank_*.json"):
+        try:
+            records.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue  # a worker killed while writing; it did not fail first
+    return sorted(records, key=lambda r: int(r["rank"]))
+
+
+def failed(record: dict[str, Any]) -> bool:
+    return bool(record.get("signal")) or (record.get("exit_code") or 0) != 0
+
+
+def _error_time(record: dict[str, Any]) -> float:
+    """When the rank failed: its exception's time if it raised one, else its exit."""
+    error = record.get("error") or {}
+    info = error.get("extraInfo") or {}
+    if info.get("timestamp_ns"):
+        return int(info["timestamp_ns"]) / 1e9
+    if info.get("timestamp"):
+        return float(info["timestamp"])
+    return float(record["ended_at"])
+
+
+def tail(path: Path, lines: int = _TAIL_LINES) -> str:
+    """The last ``lines`` lines of a text file ('' if it is missing)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            data = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+def _last_line(text: str) -> str:
+    for line in reversed(text.splitlines()):
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def root_cause(records: list[dict[str, Any]], stop_requested_at: float | None) -> RootCause | None:
+    """The first rank to fail on its own, or ``None`` if no rank failed.
+
+    A rank that failed after phalanx began stopping the gang was stopped, not
+    the cause; it is chosen only when nothing failed before.
+    """
+    failures = [r for r in records if failed(r)]
+    if not failures:
+        return None
+    if stop_requested_at is not None:
+        first = [r for r in failures if float(r["ended_at"]) < stop_requested_at]
+        failures = first or failures
+    # A Python exception explains more than a rank that died from its peer's exit.
+    first_failure = min(failures, key=lambda r: (_error_time(r), r["rank"]))
+    return _to_root_cause(first_failure)
+
+
+def _to_root_cause(record: dict[str, Any]) -> RootCause:
+    error = record.get("error") or {}
+    log_file = record.get("log_file")
+    log_tail = tail(Path(log_file)) if log_file else ""
+    signal_name = record.get("signal")
+    exit_code = record.get("exit_code")
+    message = str(error.get("message") or "").strip()
+    if not message:
+        message = _last_line(log_tail)
+    if signal_name:
+        prefix = f"killed by {signal_name}"
+        message = f"{prefix}: {message}" if message else prefix
+    if not message:
+        message = f"exited with code {exit_code}"
+    traceback = (error.get("extraInfo") or {}).get("py_callstack") or log_tail or None
+    return RootCause(
+        message=message,
+        rank=int(record["rank"]),
+        node_rank=record.get("node_rank"),
+        local_rank=record.get("local_rank"),
+        exit_code=exit_code if exit_code is not None else (128 + _signum(signal_name)),
+        signal=signal_name,
+        traceback=traceback,
+        log_file=log_file,
+    )
+
+
+def _signum(name: str | None) -> int:
+    import signal
+
+    try:
+        return int(signal.Signals[name]) if name else 0
+    except KeyError:
+        return 0
+
+
+def launcher_failure(node_rank: int, exit_code: int | None, node_log: Path) -> RootCause:
+    """A node whose launcher failed before any rank ended (bad port, import error…)."""
+    log_tail = tail(node_log)
+    last = _last_line(log_tail) or "no output"
+    return RootCause(
+        message=f"node {node_rank} launcher exited with code {exit_code}: {last}",
+        node_rank=node_rank,
+        exit_code=exit_code,
+        traceback=log_tail or None,
+        log_file=str(node_log),
+    )

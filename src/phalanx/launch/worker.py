@@ -1,0 +1,118 @@
+"""One rank's wrapper: run the user's command, capture its output, record its end.
+
+torchrun starts ``python -m phalanx.launch.worker COMMAND`` once per rank. This
+module imports only the standard library, so it adds a few tens of
+milliseconds to a rank's start-up and nothing to its steady state.
+
+The wrapper stays in the rank's process group, so torchrun's ``killpg`` reaches
+the command and everything it started. It notes termination signals rather
+than dying on them, so that it outlives the command and can record how the
+command ended; it then ends the same way (same exit code, or same signal).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HOOK_DIR = str(Path(__file__).with_name("_hook"))
+_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+
+
+def _write_json(path: Path, data: dict[str, object]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, path)
+
+
+def _read_error(path: Path) -> dict[str, object] | None:
+    """The ``message`` part of a torchelastic error file, or None."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    message = data.get("message") if isinstance(data, dict) else None
+    if isinstance(message, str):  # some writers store a bare string
+        return {"message": message, "extraInfo": {}}
+    return message if isinstance(message, dict) else None
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m phalanx.launch.worker COMMAND", file=sys.stderr)
+        return 2
+    command = argv[0]
+    env = dict(os.environ)
+    rank = int(env["RANK"])
+    attempt = int(env.get("PHALANX_ATTEMPT", "1"))
+    job_dir = Path(env["PHALANX_JOB_DIR"])
+    attempt_dir = job_dir / "system_logs" / f"attempt_{attempt}"
+    attempt_dir.mkdir(parents=True, exist_ok=True)
+    log_path = job_dir / "user_logs" / f"std_log_process_{rank}.txt"
+    error_path = attempt_dir / f"error_{rank}.json"
+    error_path.unlink(missing_ok=True)
+
+    # Our error file for the command; torchrun's own is filled in afterwards.
+    torchrun_error_file = env.get("TORCHELASTIC_ERROR_FILE")
+    env["TORCHELASTIC_ERROR_FILE"] = env["PHALANX_ERROR_FILE"] = str(error_path)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (HOOK_DIR, env.get("PYTHONPATH")) if p)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+
+    received: list[int] = []
+    for sig in _FORWARDED:
+        signal.signal(sig, lambda signum, _frame: received.append(signum))
+
+    shell = shutil.which("bash") or "/bin/sh"
+    started = time.time()
+    with open(log_path, "ab", buffering=0) as log:
+        proc = subprocess.Popen(
+            [shell, "-c", command], stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env
+        )
+        while True:
+            try:
+                returncode = proc.wait()
+                break
+            except InterruptedError:  # pragma: no cover - PEP 475 retries for us
+                continue
+    ended = time.time()
+
+    error = _read_error(error_path)
+    record: dict[str, object] = {
+        "rank": rank,
+        "local_rank": int(env.get("LOCAL_RANK", "0")),
+        "node_rank": int(env.get("NODE_RANK", env.get("GROUP_RANK", "0"))),
+        "attempt": attempt,
+        "pid": proc.pid,
+        "exit_code": returncode if returncode >= 0 else None,
+        "signal": signal.Signals(-returncode).name if returncode < 0 else None,
+        "signals_received": [signal.Signals(s).name for s in received],
+        "started_at": started,
+        "ended_at": ended,
+        "error": error,
+        "log_file": str(log_path),
+    }
+    _write_json(attempt_dir / f"rank_{rank}.json", record)
+    if error is not None and torchrun_error_file:
+        # torchrun's summary is a convenience; ours is recorded above.
+        with contextlib.suppress(OSError):
+            shutil.copyfile(error_path, torchrun_error_file)
+
+    if returncode < 0:
+        # End the way the command ended, so torchrun reports the same signal.
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL/SIGSTOP cannot be set
+            signal.signal(-returncode, signal.SIG_DFL)
+        os.kill(os.getpid(), -returncode)
+        time.sleep(5)
+        return 128 - returncode
+    return returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

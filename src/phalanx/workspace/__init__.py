@@ -1,0 +1,24 @@
+"""The workspace: ``PHALANX_HOME``, its SQLite store and one folder per job."""
+
+from phalanx.workspace.layout import JobPaths, phalanx_home
+from phalanx.workspace.records import (
+    AttemptRecord,
+    AttemptStatus,
+    FailureCause,
+    JobRecord,
+    JobStatus,
+    RootCause,
+)
+from phalanx.workspace.store import Workspace
+
+__all__ = [
+    "AttemptRecord",
+    "AttemptStatus",
+    "FailureCause",
+    "JobPaths",
+    "JobRecord",
+    "JobStatus",
+    "RootCause",
+    "Workspace",
+    "phalanx_home",
+]

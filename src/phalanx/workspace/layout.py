@@ -1,0 +1,88 @@
+"""Where things live under ``PHALANX_HOME``.
+
+::
+
+    $PHALANX_HOME/                  (default ~/.phalanx)
+      phalanx.db                    SQLite, WAL mode: jobs, attempts
+      jobs/<name>/
+        spec.yaml                   the spec as submitted (after --set)
+        spec.json                   the validated spec, paths resolved
+        code/                       snapshot of `code:`; the command's working directory
+        user_logs/std_log_process_<rank>.txt
+        system_logs/supervisor.txt  the job's supervisor
+        system_logs/node_<k>.txt    node k's launcher (torchrun)
+        system_logs/attempt_<n>/rank_<r>.json   how rank r ended in attempt n
+        outputs/<output name>/      each declared output, and anything else the job writes
+        checkpoints/                stable across attempts (PHALANX_CHECKPOINT_DIR)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+HOME_ENV = "PHALANX_HOME"
+
+
+def phalanx_home() -> Path:
+    """The workspace folder: ``$PHALANX_HOME`` or ``~/.phalanx``."""
+    value = os.environ.get(HOME_ENV)
+    return Path(value).expanduser().absolute() if value else Path.home() / ".phalanx"
+
+
+@dataclass(frozen=True)
+class JobPaths:
+    """The folders and files of one job."""
+
+    root: Path
+
+    @property
+    def spec_yaml(self) -> Path:
+        return self.root / "spec.yaml"
+
+    @property
+    def spec_json(self) -> Path:
+        return self.root / "spec.json"
+
+    @property
+    def code(self) -> Path:
+        return self.root / "code"
+
+    @property
+    def user_logs(self) -> Path:
+        return self.root / "user_logs"
+
+    @property
+    def system_logs(self) -> Path:
+        return self.root / "system_logs"
+
+    @property
+    def outputs(self) -> Path:
+        return self.root / "outputs"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def supervisor_log(self) -> Path:
+        return self.system_logs / "supervisor.txt"
+
+    def rank_log(self, rank: int) -> Path:
+        return self.user_logs / f"std_log_process_{rank}.txt"
+
+    def node_log(self, node_rank: int) -> Path:
+        return self.system_logs / f"node_{node_rank}.txt"
+
+    def attempt_dir(self, attempt: int) -> Path:
+        return self.system_logs / f"attempt_{attempt}"
+
+    def rank_logs(self) -> list[Path]:
+        """Every rank's log file, in rank order."""
+        found = list(self.user_logs.glob("std_log_process_*.txt"))
+        return sorted(found, key=lambda p: int(p.stem.rsplit("_", 1)[1]))
+
+    def make(self) -> None:
+        for folder in (self.code, self.user_logs, self.system_logs, self.outputs, self.checkpoints):
+            folder.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,123 @@
+"""What the workspace stores about a job and its attempts."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class JobStatus(str, enum.Enum):
+    """A job's lifecycle, with Azure ML's state names."""
+
+    QUEUED = "Queued"
+    PREPARING = "Preparing"
+    RUNNING = "Running"
+    FINALIZING = "Finalizing"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    CANCELED = "Canceled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in _TERMINAL
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_TERMINAL = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELED})
+
+
+class AttemptStatus(str, enum.Enum):
+    """One try at running the whole gang of processes."""
+
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    CANCELED = "Canceled"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class FailureCause(str, enum.Enum):
+    """Why an attempt ended without success."""
+
+    USER_ERROR = "user_error"
+    INFRASTRUCTURE = "infrastructure"
+    PREEMPTION = "preemption"
+    HANG = "hang"
+    TIMEOUT = "timeout"
+    CANCELED = "canceled"
+    SYSTEM_ERROR = "system_error"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class RootCause:
+    """The first process failure of an attempt, which the others followed.
+
+    ``rank`` is ``None`` when no worker started (the node launcher itself failed).
+    """
+
+    message: str
+    rank: int | None = None
+    node_rank: int | None = None
+    local_rank: int | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    traceback: str | None = None
+    log_file: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RootCause:
+        known: dict[str, Any] = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    job_name: str
+    number: int
+    status: AttemptStatus
+    started_at: float
+    ended_at: float | None = None
+    cause: FailureCause | None = None
+    exit_code: int | None = None
+    master_port: int | None = None
+    error: RootCause | None = None
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    name: str
+    status: JobStatus
+    experiment_name: str
+    created_at: float
+    spec: dict[str, Any]
+    job_dir: str
+    display_name: str | None = None
+    description: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    started_at: float | None = None
+    ended_at: float | None = None
+    supervisor_pid: int | None = None
+    supervisor_started: float | None = None
+    cancel_requested: bool = False
+    error: RootCause | None = None
+    attempts: tuple[AttemptRecord, ...] = ()
+
+    @property
+    def duration(self) -> float | None:
+        if self.started_at is None:
+            return None
+        import time
+
+        end = self.ended_at if self.ended_at is not None else time.time()
+        return max(0.0, end - self.started_at)

@@ -1,0 +1,349 @@
+"""The workspace: a folder per job plus a SQLite database of jobs and attempts.
+
+SQLite runs in WAL mode so the CLI reads while a job's supervisor writes; every
+connection waits up to 30 s for a lock rather than failing. Writes that belong
+together happen in one ``BEGIN IMMEDIATE`` transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from phalanx.errors import JobNotFoundError, PhalanxError
+from phalanx.workspace.layout import JobPaths, phalanx_home
+from phalanx.workspace.names import NAME_RE, generate_name
+from phalanx.workspace.records import (
+    AttemptRecord,
+    AttemptStatus,
+    FailureCause,
+    JobRecord,
+    JobStatus,
+    RootCause,
+)
+from phalanx.workspace.snapshot import snapshot_code
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    name TEXT PRIMARY KEY,
+    display_name TEXT,
+    experiment_name TEXT NOT NULL,
+    description TEXT,
+    tags_json TEXT NOT NULL DEFAULT '{}',
+    status TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    started_at REAL,
+    ended_at REAL,
+    spec_json TEXT NOT NULL,
+    supervisor_pid INTEGER,
+    supervisor_started REAL,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    error_json TEXT
+);
+CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at);
+CREATE TABLE IF NOT EXISTS attempts (
+    job_name TEXT NOT NULL REFERENCES jobs (name) ON DELETE CASCADE,
+    number INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    cause TEXT,
+    exit_code INTEGER,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    master_port INTEGER,
+    error_json TEXT,
+    PRIMARY KEY (job_name, number)
+);
+"""
+
+
+def _dumps(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, sort_keys=True)
+
+
+class Workspace:
+    """A ``PHALANX_HOME`` folder: its database and job folders.
+
+    Args:
+        home: The workspace folder; ``$PHALANX_HOME`` or ``~/.phalanx`` when ``None``.
+    """
+
+    def __init__(self, home: Path | None = None) -> None:
+        self.home = (home or phalanx_home()).absolute()
+        self.jobs_dir = self.home / "jobs"
+        try:
+            self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise PhalanxError(
+                f"cannot create the workspace folder {self.home}: {exc.strerror}; "
+                "set PHALANX_HOME to a writable folder"
+            ) from exc
+        self.db_path = self.home / "phalanx.db"
+        self._db = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise PhalanxError(
+                f"workspace {self.home} was written by a newer phalanx (schema {version}); "
+                "upgrade phalanx or use another PHALANX_HOME"
+            )
+        if version < SCHEMA_VERSION:
+            with self._transaction() as db:
+                db.executescript(_SCHEMA)
+                db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        else:
+            self._db.execute("COMMIT")
+
+    # -- jobs ---------------------------------------------------------------
+
+    def paths(self, name: str) -> JobPaths:
+        return JobPaths(self.jobs_dir / name)
+
+    def create_job(
+        self,
+        spec: dict[str, Any],
+        *,
+        spec_text: str,
+        name: str | None = None,
+        code: Path | None = None,
+    ) -> JobRecord:
+        """Record a new Queued job, with its folder and code snapshot.
+
+        The folder is built under a temporary name and renamed into place only
+        after the database row is in, so a failure leaves neither half.
+
+        Args:
+            spec: The validated spec as a JSON-ready dict.
+            spec_text: The YAML the user submitted (after ``--set``), kept verbatim.
+            name: The job name; generated when ``None``.
+            code: A folder to snapshot as the job's working directory.
+
+        Raises:
+            PhalanxError: the name is taken or invalid, or the code folder is too large.
+        """
+        if name is not None and not NAME_RE.match(name):
+            raise PhalanxError(
+                f"job name {name!r} is invalid: use letters, digits, '_' and '-', "
+                "starting with a letter or digit"
+            )
+        if name is not None and self._exists(name):
+            raise PhalanxError(
+                f"job name {name!r} already exists; choose another name or omit `name` to get one"
+            )
+        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=self.jobs_dir))
+        try:
+            paths = JobPaths(staging)
+            if code is not None:
+                snapshot_code(code, paths.code)
+            paths.make()
+            paths.spec_yaml.write_text(spec_text)
+            paths.spec_json.write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n")
+            final_name = self._insert_job(spec, name)
+            staging.rename(self.jobs_dir / final_name)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return self.get_job(final_name)
+
+    def _exists(self, name: str) -> bool:
+        row = self._db.execute("SELECT 1 FROM jobs WHERE name = ?", (name,)).fetchone()
+        return row is not None
+
+    def _insert_job(self, spec: dict[str, Any], name: str | None) -> str:
+        for _ in range(20):
+            candidate = name or generate_name()
+            try:
+                self._db.execute(
+                    "INSERT INTO jobs (name, display_name, experiment_name, description, tags_json,"
+                    " status, created_at, spec_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        candidate,
+                        spec.get("display_name"),
+                        spec.get("experiment_name") or "Default",
+                        spec.get("description"),
+                        json.dumps(spec.get("tags") or {}),
+                        JobStatus.QUEUED.value,
+                        time.time(),
+                        json.dumps(spec, sort_keys=True),
+                    ),
+                )
+                return candidate
+            except sqlite3.IntegrityError:
+                if name is not None:
+                    raise PhalanxError(
+                        f"job name {name!r} already exists; choose another name or omit `name`"
+                    ) from None
+        raise RuntimeError("could not generate a unique job name in 20 tries")
+
+    def get_job(self, name: str) -> JobRecord:
+        row = self._db.execute("SELECT * FROM jobs WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise JobNotFoundError(name)
+        return self._job_from_row(row, self.list_attempts(name))
+
+    def list_jobs(
+        self, *, limit: int = 50, status: JobStatus | None = None, experiment: str | None = None
+    ) -> list[JobRecord]:
+        """The newest jobs first."""
+        sql = "SELECT * FROM jobs"
+        where: list[str] = []
+        args: list[Any] = []
+        if status is not None:
+            where.append("status = ?")
+            args.append(status.value)
+        if experiment is not None:
+            where.append("experiment_name = ?")
+            args.append(experiment)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created_at DESC LIMIT ?"
+        args.append(limit)
+        return [self._job_from_row(row, ()) for row in self._db.execute(sql, args).fetchall()]
+
+    def _job_from_row(self, row: sqlite3.Row, attempts: Any) -> JobRecord:
+        return JobRecord(
+            name=row["name"],
+            status=JobStatus(row["status"]),
+            experiment_name=row["experiment_name"],
+            created_at=row["created_at"],
+            spec=json.loads(row["spec_json"]),
+            job_dir=str(self.jobs_dir / row["name"]),
+            display_name=row["display_name"],
+            description=row["description"],
+            tags=json.loads(row["tags_json"]),
+            started_at=row["started_at"],
+            ended_at=row["ended_at"],
+            supervisor_pid=row["supervisor_pid"],
+            supervisor_started=row["supervisor_started"],
+            cancel_requested=bool(row["cancel_requested"]),
+            error=RootCause.from_dict(json.loads(row["error_json"])) if row["error_json"] else None,
+            attempts=tuple(attempts),
+        )
+
+    def set_supervisor(self, name: str, pid: int, started: float) -> None:
+        self._db.execute(
+            "UPDATE jobs SET supervisor_pid = ?, supervisor_started = ? WHERE name = ?",
+            (pid, started, name),
+        )
+
+    def set_status(self, name: str, status: JobStatus, *, error: RootCause | None = None) -> bool:
+        """Move a job to ``status``; a terminal job never moves again.
+
+        Returns:
+            Whether the job moved (False when it had already ended).
+        """
+        now = time.time()
+        with self._transaction() as db:
+            row = db.execute(
+                "SELECT status, started_at FROM jobs WHERE name = ?", (name,)
+            ).fetchone()
+            if row is None:
+                raise JobNotFoundError(name)
+            if JobStatus(row["status"]).is_terminal:
+                return False
+            started = row["started_at"]
+            if started is None and status is not JobStatus.QUEUED:
+                started = now
+            db.execute(
+                "UPDATE jobs SET status = ?, started_at = ?, ended_at = ?, error_json = ? "
+                "WHERE name = ?",
+                (
+                    status.value,
+                    started,
+                    now if status.is_terminal else None,
+                    _dumps(error.to_dict()) if error else None,
+                    name,
+                ),
+            )
+        return True
+
+    def request_cancel(self, name: str) -> None:
+        self._db.execute("UPDATE jobs SET cancel_requested = 1 WHERE name = ?", (name,))
+
+    def cancel_requested(self, name: str) -> bool:
+        row = self._db.execute(
+            "SELECT cancel_requested FROM jobs WHERE name = ?", (name,)
+        ).fetchone()
+        return bool(row and row[0])
+
+    # -- attempts -----------------------------------------------------------
+
+    def start_attempt(self, name: str, *, master_port: int | None) -> AttemptRecord:
+        with self._transaction() as db:
+            row = db.execute(
+                "SELECT COALESCE(MAX(number), 0) + 1 FROM attempts WHERE job_name = ?", (name,)
+            ).fetchone()
+            number = int(row[0])
+            db.execute(
+                "INSERT INTO attempts (job_name, number, status, started_at, master_port) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (name, number, AttemptStatus.RUNNING.value, time.time(), master_port),
+            )
+        return self.list_attempts(name)[-1]
+
+    def end_attempt(
+        self,
+        name: str,
+        number: int,
+        status: AttemptStatus,
+        *,
+        cause: FailureCause | None = None,
+        exit_code: int | None = None,
+        error: RootCause | None = None,
+    ) -> None:
+        self._db.execute(
+            "UPDATE attempts SET status = ?, cause = ?, exit_code = ?, ended_at = ?,"
+            " error_json = ? WHERE job_name = ? AND number = ?",
+            (
+                status.value,
+                cause.value if cause else None,
+                exit_code,
+                time.time(),
+                _dumps(error.to_dict()) if error else None,
+                name,
+                number,
+            ),
+        )
+
+    def list_attempts(self, name: str) -> list[AttemptRecord]:
+        rows = self._db.execute(
+            "SELECT * FROM attempts WHERE job_name = ? ORDER BY number", (name,)
+        ).fetchall()
+        return [
+            AttemptRecord(
+                job_name=row["job_name"],
+                number=row["number"],
+                status=AttemptStatus(row["status"]),
+                started_at=row["started_at"],
+                ended_at=row["ended_at"],
+                cause=FailureCause(row["cause"]) if row["cause"] else None,
+                exit_code=row["exit_code"],
+                master_port=row["master_port"],
+                error=RootCause.from_dict(json.loads(row["error_json"]))
+                if row["error_json"]
+                else None,
+            )
+            for row in rows
+        ]
