@@ -1,0 +1,1 @@
+"""The ``phalanx`` command: one module per command group, thin over the packages."""

@@ -1,0 +1,174 @@
+"""``phalanx job …``: create, show, list, stream, cancel, validate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from phalanx.cli.render import job_json, list_jobs, show_job
+from phalanx.cli.stream import stream_job
+from phalanx.jobs.control import cancel, refresh, submit
+from phalanx.jobs.prepare import check_inputs
+from phalanx.spec import JobSpec, load_spec
+from phalanx.workspace import JobRecord, JobStatus, Workspace
+
+console = Console()
+err_console = Console(stderr=True)
+
+# `phalanx run` exits with the job's result.
+EXIT_CODES = {JobStatus.COMPLETED: 0, JobStatus.FAILED: 1, JobStatus.CANCELED: 3}
+EXIT_INTERRUPTED = 130
+
+file_option = click.option(
+    "-f",
+    "--file",
+    "spec_file",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The job spec (Azure ML v2 command-job YAML).",
+)
+set_option = click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a spec field by its dotted path, e.g. --set inputs.epochs=3 (repeatable).",
+)
+
+
+def load_for_run(spec_file: Path, overrides: tuple[str, ...]) -> tuple[JobSpec, str]:
+    """Load, validate and check that this phalanx can run the spec.
+
+    Returns:
+        The spec and the YAML text to keep in the job folder.
+    """
+    spec = load_spec(spec_file, overrides)
+    spec.check_supported()
+    check_inputs(spec)
+    text = spec_file.read_text()
+    if overrides:
+        text += "".join(f"\n# --set {item}" for item in overrides) + "\n"
+    return spec, text
+
+
+def create_and_maybe_stream(
+    spec_file: Path, overrides: tuple[str, ...], *, stream: bool, all_ranks: bool
+) -> int:
+    spec, text = load_for_run(spec_file, overrides)
+    ws = Workspace()
+    job = submit(ws, spec, text)
+    if not stream:
+        click.echo(job.name)
+        return 0
+    return follow(ws, job.name, all_ranks=all_ranks)
+
+
+def follow(ws: Workspace, name: str, *, all_ranks: bool) -> int:
+    """Stream the job; the job's exit code, or 130 when the user stops streaming."""
+    try:
+        job = stream_job(ws, name, console, all_ranks=all_ranks)
+    except KeyboardInterrupt:
+        err_console.print(
+            f"\nstopped streaming; job {name} goes on "
+            f"(`phalanx job stream {name}` to follow it, `phalanx job cancel {name}` to stop it)",
+            style="yellow",
+            soft_wrap=True,
+        )
+        return EXIT_INTERRUPTED
+    return EXIT_CODES.get(job.status, 1)
+
+
+@click.group("job")
+def job_group() -> None:
+    """Create and manage training jobs."""
+
+
+@job_group.command("create")
+@file_option
+@set_option
+@click.option("--stream", is_flag=True, help="Stream rank 0's log until the job ends.")
+@click.option("--all-ranks", is_flag=True, help="With --stream: every rank, prefixed.")
+def create_cmd(spec_file: Path, overrides: tuple[str, ...], stream: bool, all_ranks: bool) -> int:
+    """Submit a job; prints its name (or streams it with --stream)."""
+    return create_and_maybe_stream(spec_file, overrides, stream=stream, all_ranks=all_ranks)
+
+
+@job_group.command("validate")
+@file_option
+@set_option
+def validate_cmd(spec_file: Path, overrides: tuple[str, ...]) -> int:
+    """Check a job spec without running it."""
+    spec, _ = load_for_run(spec_file, overrides)
+    console.print(
+        f"[green]valid[/]: {spec_file} · {spec.instance_count} node(s) × "
+        f"{spec.process_count_per_instance} process(es) on {spec.compute}",
+        highlight=False,
+    )
+    return 0
+
+
+def _get(ws: Workspace, name: str) -> JobRecord:
+    return refresh(ws, ws.get_job(name))
+
+
+@job_group.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def show_cmd(name: str, as_json: bool) -> int:
+    """Status, attempts, root cause and paths of a job."""
+    job = _get(Workspace(), name)
+    if as_json:
+        click.echo(json.dumps(job_json(job), indent=2))
+    else:
+        show_job(console, job)
+    return 0
+
+
+@job_group.command("list")
+@click.option("--limit", default=50, show_default=True, help="How many jobs, newest first.")
+@click.option(
+    "--status",
+    type=click.Choice([s.value for s in JobStatus], case_sensitive=False),
+    help="Only jobs in this state.",
+)
+@click.option("--experiment", help="Only jobs of this experiment.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def list_cmd(limit: int, status: str | None, experiment: str | None, as_json: bool) -> int:
+    """The newest jobs."""
+    ws = Workspace()
+    wanted = (
+        next((s for s in JobStatus if s.value.lower() == status.lower()), None) if status else None
+    )
+    jobs = [refresh(ws, j) for j in ws.list_jobs(limit=limit, status=wanted, experiment=experiment)]
+    if as_json:
+        click.echo(json.dumps([job_json(j) for j in jobs], indent=2))
+    else:
+        list_jobs(console, jobs)
+    return 0
+
+
+@job_group.command("stream")
+@click.argument("name")
+@click.option("--all-ranks", is_flag=True, help="Every rank's log, each line prefixed by its rank.")
+def stream_cmd(name: str, all_ranks: bool) -> int:
+    """Follow a job's logs until it ends; exits with the job's result."""
+    ws = Workspace()
+    ws.get_job(name)
+    return follow(ws, name, all_ranks=all_ranks)
+
+
+@job_group.command("cancel")
+@click.argument("name")
+def cancel_cmd(name: str) -> int:
+    """Stop every process of a job."""
+    ws = Workspace()
+    before = ws.get_job(name).status
+    job = cancel(ws, name)
+    if before.is_terminal:
+        console.print(f"job {name} had already ended: {job.status}")
+    else:
+        console.print(f"job {name}: {job.status}")
+    return 0

@@ -1,0 +1,189 @@
+"""How jobs look in a terminal and in ``--json``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from phalanx.workspace import JobRecord, JobStatus
+from phalanx.workspace.layout import JobPaths
+
+STATUS_STYLE = {
+    JobStatus.QUEUED: "dim",
+    JobStatus.PREPARING: "cyan",
+    JobStatus.RUNNING: "bold cyan",
+    JobStatus.FINALIZING: "cyan",
+    JobStatus.COMPLETED: "bold green",
+    JobStatus.FAILED: "bold red",
+    JobStatus.CANCELED: "yellow",
+}
+
+
+def status_text(status: JobStatus) -> Text:
+    return Text(f"● {status}", style=STATUS_STYLE[status])
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def local_time(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    total = round(seconds)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m {secs:02d}s"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"
+
+
+def _shape(spec: dict[str, Any]) -> tuple[int, int]:
+    nodes = int((spec.get("resources") or {}).get("instance_count") or 1)
+    procs = int((spec.get("distribution") or {}).get("process_count_per_instance") or 1)
+    return nodes, procs
+
+
+def job_json(job: JobRecord) -> dict[str, Any]:
+    """The stable machine-readable view of a job (``job show --json``)."""
+    paths = JobPaths(Path(job.job_dir))
+    nodes, procs = _shape(job.spec)
+    return {
+        "name": job.name,
+        "display_name": job.display_name,
+        "experiment_name": job.experiment_name,
+        "description": job.description,
+        "tags": job.tags,
+        "status": job.status.value,
+        "created_at": iso(job.created_at),
+        "started_at": iso(job.started_at),
+        "ended_at": iso(job.ended_at),
+        "duration_s": None if job.duration is None else round(job.duration, 3),
+        "compute": job.spec.get("compute", "local"),
+        "instance_count": nodes,
+        "process_count_per_instance": procs,
+        "command": job.spec.get("command"),
+        "job_dir": job.job_dir,
+        "outputs_dir": str(paths.outputs),
+        "checkpoint_dir": str(paths.checkpoints),
+        "user_logs": [str(p) for p in paths.rank_logs()],
+        "system_logs": sorted(str(p) for p in paths.system_logs.glob("*.txt")),
+        "attempts": [
+            {
+                "number": a.number,
+                "status": a.status.value,
+                "cause": a.cause.value if a.cause else None,
+                "exit_code": a.exit_code,
+                "started_at": iso(a.started_at),
+                "ended_at": iso(a.ended_at),
+                "error": a.error.to_dict() if a.error else None,
+            }
+            for a in job.attempts
+        ],
+        "error": job.error.to_dict() if job.error else None,
+    }
+
+
+def error_panel(job: JobRecord, traceback_lines: int = 15) -> Panel | None:
+    error = job.error
+    if error is None:
+        return None
+    where = []
+    if error.rank is not None:
+        where.append(f"rank {error.rank}")
+        if error.node_rank is not None:
+            where.append(f"node {error.node_rank}, local rank {error.local_rank}")
+    elif error.node_rank is not None:
+        where.append(f"node {error.node_rank}")
+    if error.signal:
+        where.append(f"signal {error.signal}")
+    elif error.exit_code is not None:
+        where.append(f"exit code {error.exit_code}")
+    body: list[Any] = [Text(error.message, style="bold")]
+    if where:
+        body.insert(0, Text(" · ".join(where), style="red"))
+    if error.traceback:
+        tail = "\n".join(error.traceback.rstrip().splitlines()[-traceback_lines:])
+        body.append(Text(tail, style="dim"))
+    if error.log_file:
+        body.append(Text(f"log: {error.log_file}", style="dim"))
+    return Panel(Group(*body), title="root cause", border_style="red", expand=False)
+
+
+def show_job(console: Console, job: JobRecord) -> None:
+    paths = JobPaths(Path(job.job_dir))
+    nodes, procs = _shape(job.spec)
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    head.add_row("job", Text.assemble((job.name, "bold"), "  ", status_text(job.status)))
+    if job.display_name:
+        head.add_row("display name", job.display_name)
+    head.add_row("experiment", job.experiment_name)
+    if job.description:
+        head.add_row("description", job.description)
+    if job.tags:
+        head.add_row("tags", ", ".join(f"{k}={v}" for k, v in job.tags.items()))
+    head.add_row("created", local_time(job.created_at))
+    head.add_row("duration", duration(job.duration))
+    head.add_row(
+        "compute",
+        f"{job.spec.get('compute', 'local')} · {nodes} node(s) × {procs} process(es)",
+    )
+    head.add_row("command", Text(str(job.spec.get("command", "")).strip()))
+    head.add_row("job folder", job.job_dir)
+    logs = paths.rank_logs()
+    head.add_row("user logs", f"{paths.user_logs} ({len(logs)} file(s))")
+    head.add_row("outputs", str(paths.outputs))
+    console.print(head)
+    if job.attempts:
+        table = Table(title="attempts", title_justify="left", show_edge=False)
+        for col in ("#", "status", "cause", "exit code", "started", "duration"):
+            table.add_column(col)
+        for a in job.attempts:
+            end = a.ended_at if a.ended_at is not None else time.time()
+            table.add_row(
+                str(a.number),
+                a.status.value,
+                a.cause.value if a.cause else "-",
+                "-" if a.exit_code is None else str(a.exit_code),
+                local_time(a.started_at),
+                duration(end - a.started_at),
+            )
+        console.print(table)
+    panel = error_panel(job)
+    if panel is not None:
+        console.print(panel)
+
+
+def list_jobs(console: Console, jobs: list[JobRecord]) -> None:
+    table = Table(show_edge=False)
+    for col in ("name", "status", "display name", "experiment", "created", "duration"):
+        table.add_column(col)
+    for job in jobs:
+        table.add_row(
+            job.name,
+            status_text(job.status),
+            job.display_name or "",
+            job.experiment_name,
+            local_time(job.created_at),
+            duration(job.duration),
+        )
+    console.print(table)

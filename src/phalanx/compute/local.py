@@ -1,0 +1,71 @@
+"""Local compute: every node of a job is a launcher process on this machine.
+
+``instance_count: N`` starts N torchrun launchers here, each with its own node
+rank, so the multi-node code paths (static rendezvous across launchers, rank
+numbering, gang stop across nodes) run for real on one machine.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from phalanx.launch.node import NodeLaunch
+from phalanx.launch.procs import job_processes, kill_all
+
+
+@dataclass
+class LocalNode:
+    """A running node launcher."""
+
+    node_rank: int
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def wait(self, timeout: float) -> int | None:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+class LocalCompute:
+    """Runs nodes as processes of this machine."""
+
+    name = "local"
+    master_addr = "127.0.0.1"
+
+    def start_node(self, launch: NodeLaunch, log_path: Path) -> LocalNode:
+        """Start node ``launch.node_rank``'s launcher, its output appended to ``log_path``."""
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                launch.argv(),
+                env=launch.env(),
+                cwd=launch.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                # Its own session: a Ctrl-C at the user's terminal never reaches it.
+                start_new_session=True,
+            )
+        return LocalNode(launch.node_rank, proc, log_path)
+
+    def sweep(self, job_dir: Path, attempt: int | None, grace_s: float) -> int:
+        """Stop every process of the job (or of one attempt) still on this machine.
+
+        Returns:
+            How many processes had to be stopped.
+        """
+        procs = job_processes(str(job_dir), attempt)
+        kill_all(procs, grace_s)
+        return len(procs)

@@ -1,0 +1,1 @@
+"""Running jobs: the runner state machine, its supervisor process, cancel."""

@@ -1,0 +1,114 @@
+"""Start, cancel and check on jobs from the CLI's side."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from phalanx.compute.local import LocalCompute
+from phalanx.errors import PhalanxError
+from phalanx.spec import JobSpec
+from phalanx.workspace import JobRecord, JobStatus, RootCause, Workspace
+from phalanx.workspace.layout import HOME_ENV
+
+# A Queued job whose supervisor never recorded itself within this long is lost.
+_START_TIMEOUT_S = 60.0
+
+
+def submit(ws: Workspace, spec: JobSpec, spec_text: str) -> JobRecord:
+    """Record the job and start its supervisor; returns the Queued job."""
+    code = Path(spec.code) if spec.code else None
+    job = ws.create_job(spec.to_record(), spec_text=spec_text, name=spec.name, code=code)
+    paths = ws.paths(job.name)
+    env = dict(os.environ)
+    env[HOME_ENV] = str(ws.home)
+    with open(paths.supervisor_log, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "phalanx.jobs.supervisor", job.name],
+            env=env,
+            cwd=paths.root,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    try:
+        created = psutil.Process(proc.pid).create_time()
+    except psutil.Error:
+        created = time.time()
+    ws.set_supervisor(job.name, proc.pid, created)
+    return ws.get_job(job.name)
+
+
+def supervisor_alive(job: JobRecord) -> bool:
+    """Whether the job's supervisor process still runs (a reused pid does not count)."""
+    if job.supervisor_pid is None:
+        return False
+    try:
+        proc = psutil.Process(job.supervisor_pid)
+        if (
+            job.supervisor_started is not None
+            and abs(proc.create_time() - job.supervisor_started) > 1
+        ):
+            return False
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def refresh(ws: Workspace, job: JobRecord) -> JobRecord:
+    """The job as stored, marked Failed if its supervisor died without ending it."""
+    if job.status.is_terminal or supervisor_alive(job):
+        return job
+    if job.supervisor_pid is None and time.time() - job.created_at < _START_TIMEOUT_S:
+        return job  # still starting
+    LocalCompute().sweep(Path(job.job_dir), None, grace_s=2.0)
+    ws.set_status(
+        job.name,
+        JobStatus.FAILED,
+        error=RootCause(
+            message="the job's supervisor process ended unexpectedly (machine restart or "
+            "kill -9); see system_logs/supervisor.txt and resubmit the job"
+        ),
+    )
+    return ws.get_job(job.name)
+
+
+def cancel(ws: Workspace, name: str, *, wait_s: float = 30.0) -> JobRecord:
+    """Stop every process of the job and mark it Canceled.
+
+    Raises:
+        PhalanxError: the job did not stop within ``wait_s``.
+    """
+    job = ws.get_job(name)
+    if job.status.is_terminal:
+        return job
+    ws.request_cancel(name)
+    if supervisor_alive(job):
+        assert job.supervisor_pid is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(job.supervisor_pid, signal.SIGTERM)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            job = ws.get_job(name)
+            if job.status.is_terminal:
+                return job
+            if not supervisor_alive(job):
+                break
+            time.sleep(0.1)
+        else:
+            raise PhalanxError(
+                f"job {name!r} did not stop within {wait_s:.0f} s; see "
+                f"{ws.paths(name).supervisor_log}"
+            )
+    LocalCompute().sweep(ws.paths(name).root, None, grace_s=2.0)
+    ws.set_status(name, JobStatus.CANCELED)
+    return ws.get_job(name)

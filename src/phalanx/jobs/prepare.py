@@ -1,0 +1,74 @@
+"""Turn a validated spec into what the launcher needs: paths, values, command."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from phalanx.errors import PhalanxError
+from phalanx.spec import InputSpec, JobSpec, interpolate
+from phalanx.workspace.layout import JobPaths
+
+
+@dataclass(frozen=True)
+class Prepared:
+    command: str
+    inputs: Mapping[str, str]
+    outputs: Mapping[str, str]
+    env: Mapping[str, str]
+
+
+def literal_text(value: object) -> str:
+    """How a literal input appears in a command: YAML-style booleans, plain text otherwise."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def check_inputs(spec: JobSpec) -> None:
+    """Fail before launch on an input this machine cannot provide.
+
+    Raises:
+        PhalanxError: naming the input and the path.
+    """
+    for name, value in spec.inputs.items():
+        if not isinstance(value, InputSpec):
+            continue
+        if not value.is_local:
+            raise PhalanxError(
+                f"inputs.{name}: {value.path!r} is not a local path; datastore URIs are not "
+                "supported yet, so copy the data to a local folder and give its path"
+            )
+        path = value.local_path
+        if value.type == "uri_file" and not path.is_file():
+            raise PhalanxError(f"inputs.{name}: file {path} not found; fix `path` or create it")
+        if value.type == "uri_folder" and not path.is_dir():
+            raise PhalanxError(f"inputs.{name}: folder {path} not found; fix `path` or create it")
+
+
+def prepare(spec: JobSpec, paths: JobPaths) -> Prepared:
+    """Resolve inputs and outputs to local paths and substitute them into the command."""
+    check_inputs(spec)
+    inputs: dict[str, str] = {}
+    for name, value in spec.inputs.items():
+        inputs[name] = (
+            str(value.local_path) if isinstance(value, InputSpec) else literal_text(value)
+        )
+    outputs: dict[str, str] = {}
+    for name, out in spec.outputs.items():
+        if out.path is None:
+            folder = paths.outputs / name
+        elif out.is_local:
+            folder = out.local_path
+        else:
+            raise PhalanxError(
+                f"outputs.{name}: {out.path!r} is not a local path; datastore URIs are not "
+                "supported yet, so leave `path` out to write under the job's outputs folder"
+            )
+        target = folder.parent if out.type == "uri_file" else folder
+        Path(target).mkdir(parents=True, exist_ok=True)
+        outputs[name] = str(folder)
+    command = interpolate(spec.command, inputs, outputs)
+    env = {k: str(v) for k, v in spec.environment_variables.items()}
+    return Prepared(command=command, inputs=inputs, outputs=outputs, env=env)

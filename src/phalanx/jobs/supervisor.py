@@ -1,0 +1,59 @@
+"""The detached process that runs one job: ``python -m phalanx.jobs.supervisor NAME``.
+
+Started by ``phalanx job create`` in a session of its own, so it outlives the
+CLI and a Ctrl-C at the terminal never reaches it. SIGTERM (from ``phalanx
+job cancel``) stops the job. Its log is the job's ``system_logs/supervisor.txt``.
+A bug in the runner still ends the job, as Failed with a system error, and
+leaves no process of the job behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import traceback
+
+import psutil
+
+from phalanx.compute.local import LocalCompute
+from phalanx.jobs.runner import JobRunner
+from phalanx.workspace import FailureCause, JobStatus, RootCause, Workspace
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m phalanx.jobs.supervisor JOB_NAME", file=sys.stderr)
+        return 2
+    name = argv[0]
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s supervisor[%(process)d] %(message)s",
+        stream=sys.stderr,
+    )
+    ws = Workspace()
+    ws.set_supervisor(name, os.getpid(), psutil.Process().create_time())
+    compute = LocalCompute()
+    runner = JobRunner(ws, name, compute)
+    signal.signal(signal.SIGTERM, runner.request_cancel)
+    signal.signal(signal.SIGINT, runner.request_cancel)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        status = runner.run()
+    except Exception:
+        tb = traceback.format_exc()
+        logging.getLogger(__name__).error("supervisor failed:\n%s", tb)
+        compute.sweep(ws.paths(name).root, None, grace_s=2.0)
+        error = RootCause(
+            message=f"phalanx supervisor failed ({FailureCause.SYSTEM_ERROR}): "
+            f"{tb.strip().splitlines()[-1]}; see system_logs/supervisor.txt",
+            traceback=tb,
+        )
+        ws.set_status(name, JobStatus.FAILED, error=error)
+        return 1
+    return 0 if status is JobStatus.COMPLETED else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
