@@ -1,0 +1,122 @@
+"""Shared fixtures: a private workspace per test and the CLI run as users run it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+BIN = Path(sys.executable).parent
+PHALANX = str(BIN / "phalanx")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def job_processes_under(home: Path) -> list[psutil.Process]:
+    """Live processes whose environment says they belong to a job of ``home``."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            job_dir = proc.environ().get("PHALANX_JOB_DIR", "")
+            if job_dir.startswith(str(home)) and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+@dataclass
+class Cli:
+    """Runs ``phalanx`` in a subprocess against a private ``PHALANX_HOME``."""
+
+    home: Path
+    env: dict[str, str]
+    workdir: Path
+
+    def run(
+        self, *args: str, timeout: float = 120, check: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [PHALANX, *args],
+            env=self.env,
+            cwd=self.workdir,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"phalanx {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+            )
+        return proc
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [PHALANX, *args],
+            env=self.env,
+            cwd=self.workdir,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def show(self, name: str) -> dict[str, Any]:
+        out = self.run("job", "show", name, "--json", check=True).stdout
+        return json.loads(out)
+
+    def create(self, spec: Path, *sets: str) -> str:
+        args = ["job", "create", "-f", str(spec)]
+        for item in sets:
+            args += ["--set", item]
+        return self.run(*args, check=True).stdout.strip()
+
+    def wait(self, name: str, statuses: tuple[str, ...], timeout: float = 120) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.show(name)
+            if job["status"] in statuses:
+                return job
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job {name} still {job['status']} after {timeout} s: {job}")
+            time.sleep(0.2)
+
+    def write(self, name: str, text: str) -> Path:
+        path = self.workdir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip())
+        return path
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Iterator[Cli]:
+    home = tmp_path / "home"
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    env = dict(os.environ)
+    env.update(
+        {
+            "PHALANX_HOME": str(home),
+            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+            "GLOO_SOCKET_IFNAME": "lo",
+            "OMP_NUM_THREADS": "1",
+            "COLUMNS": "200",
+        }
+    )
+    env.pop("PHALANX_DEBUG", None)
+    yield Cli(home, env, workdir)
+    # Whatever a test did, it leaves no process of its jobs behind.
+    leftovers = job_processes_under(home)
+    for proc in leftovers:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    assert not leftovers, f"processes left behind: {[p.pid for p in leftovers]}"
