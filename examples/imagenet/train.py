@@ -1,0 +1,397 @@
+"""ResNet on ImageNet-shaped synthetic data, data-parallel with DDP: phalanx's reference workload.
+
+The workload of the Azure ML distributed-training reference architecture
+(ResNet-50 v1.5, 224x224 images, SGD with momentum), written to be read top to
+bottom. It measures training throughput in images per second and runs the
+same way on one CPU, one GPU, a node of GPUs, or many nodes.
+
+One process (CPU or one GPU)::
+
+    python examples/imagenet/train.py --arch resnet50 --batch-size 64 --epochs 3
+
+One node, N processes (one per GPU; on CPU each process also wants its own
+cores, so set OMP_NUM_THREADS to cores / N)::
+
+    torchrun --nproc-per-node N examples/imagenet/train.py --arch resnet50 --batch-size 64
+    phalanx run examples/imagenet/job.yml --set distribution.process_count_per_instance=N
+
+M nodes of N processes: on node K (0 … M-1), with node 0's address as ADDR::
+
+    torchrun --nnodes M --nproc-per-node N --node-rank K --master-addr ADDR \\
+        --master-port 29500 examples/imagenet/train.py --arch resnet50 --batch-size 64
+    phalanx run examples/imagenet/job.yml --set resources.instance_count=M
+
+The small demo of the README (2 nodes x 1 process, a few minutes on CPU)::
+
+    phalanx run examples/imagenet/job-demo.yml
+
+Data. Only synthetic data for now, as the reference implementation's benchmark
+mode does it: one random batch of images and labels is made on the device once
+and fed at every step, so the figure measures the model and the all-reduce,
+never data loading. It is seeded with ``--seed + rank``: every run is
+reproducible, and ranks hold different samples, as they would in real
+data-parallel training. ``--data PATH`` (real ImageNet) arrives with the data work.
+
+Recipe (Goyal et al. 2017, "Accurate, Large Minibatch SGD"): learning rate
+``base_lr x global_batch / 256``, a linear warm-up per step, no weight decay on
+BatchNorm and bias parameters, the last BatchNorm of each block initialised to
+zero, label smoothing 0.1, then cosine or step decay.
+
+Outputs (rank 0, in ``--output-dir``, default ``$PHALANX_OUTPUTS_DIR`` or
+``./outputs``): ``throughput.json`` and ``model.pt`` (the model's state_dict);
+the last line printed starts with ``THROUGHPUT`` followed by JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from phalanx.nets import ARCHS, build_model
+from phalanx.train import DistContext, all_reduce_sum, cleanup, get_logger, init
+
+log = get_logger("train")
+
+# -----------------------------------------------------------------------------
+# Arguments
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="ResNet on synthetic ImageNet-shaped data, with DDP.")
+    p.add_argument("--arch", default="resnet50", choices=sorted(ARCHS))
+    p.add_argument("--num-classes", type=int, default=1000)
+    p.add_argument("--image-size", type=int, default=224, help="side in pixels, >= 32")
+    p.add_argument("--batch-size", type=int, default=64, help="images per process per step")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--steps-per-epoch", type=int, default=100, help="synthetic data only")
+    p.add_argument("--base-lr", type=float, default=0.1, help="learning rate per 256 images")
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument(
+        "--weight-decay",
+        type=float,
+        default=1e-4,
+        help="1e-4 (Goyal et al.) to 5e-5; not applied to BatchNorm and bias parameters",
+    )
+    p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--warmup-epochs", type=float, default=1.0, help="linear lr warm-up")
+    p.add_argument("--lr-schedule", choices=["cosine", "step"], default="cosine")
+    p.add_argument(
+        "--zero-init-residual",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="start the last BatchNorm of each block at zero (Goyal et al. 2017)",
+    )
+    p.add_argument("--amp", choices=["auto", "on", "off"], default="auto", help="auto: on CUDA")
+    p.add_argument(
+        "--amp-dtype",
+        choices=["auto", "bf16", "fp16"],
+        default="auto",
+        help="auto: bf16 where supported, else fp16 (with a GradScaler)",
+    )
+    p.add_argument("--channels-last", choices=["auto", "on", "off"], default="auto")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-interval", type=int, default=10, help="steps between progress lines")
+    p.add_argument(
+        "--timing-warmup-steps",
+        type=int,
+        default=5,
+        help="steps at the start of the first epoch left out of the throughput figures",
+    )
+    p.add_argument(
+        "--output-dir",
+        default=os.environ.get("PHALANX_OUTPUTS_DIR") or "outputs",
+        help="default: $PHALANX_OUTPUTS_DIR, else ./outputs",
+    )
+    p.add_argument(
+        "--synthetic",
+        action="store_true",
+        default=True,
+        help="random data made once on the device (the default, and for now the only source)",
+    )
+    p.add_argument("--data", metavar="PATH", help="ImageNet folder (not yet supported)")
+    args = p.parse_args(argv)
+    if args.data is not None:
+        # A user error, so one line and exit code 2, before any process group exists.
+        print(
+            f"train.py: --data {args.data}: real ImageNet data is not supported yet "
+            "(it arrives with the data work); run without --data to use synthetic data",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    for name in ("num_classes", "batch_size", "epochs", "steps_per_epoch", "log_interval"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.image_size < 32:
+        p.error("--image-size must be at least 32")
+    if args.warmup_epochs < 0 or args.timing_warmup_steps < 0:
+        p.error("--warmup-epochs and --timing-warmup-steps must not be negative")
+    return args
+
+
+# -----------------------------------------------------------------------------
+# Learning rate: linear warm-up, then cosine or step decay, set at every step
+
+
+def lr_at(step: int, args: argparse.Namespace, peak_lr: float) -> float:
+    total = args.epochs * args.steps_per_epoch
+    warmup = min(round(args.warmup_epochs * args.steps_per_epoch), total)
+    if step < warmup:
+        # From peak/warmup (not 0, so the first step learns something) up to peak.
+        return peak_lr * (step + 1) / warmup
+    if args.lr_schedule == "cosine":
+        progress = (step - warmup) / max(1, total - warmup)
+        return peak_lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+    # Step: x0.1 at epochs 30, 60 and 80 of 90, scaled to this run's length.
+    passed = sum(step >= round(total * m / 90) for m in (30, 60, 80))
+    return peak_lr * 0.1**passed
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, object]]:
+    # Weight decay on BatchNorm's scale and shift and on biases only hurts
+    # (Goyal et al. 2017; Jia et al. 2018); they are exactly the 0-d/1-d tensors.
+    decay = [p for p in model.parameters() if p.ndim > 1]
+    no_decay = [p for p in model.parameters() if p.ndim <= 1]
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def choose_precision(args: argparse.Namespace, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype, or None for plain fp32."""
+    cuda = device.type == "cuda"
+    if args.amp == "off" or (args.amp == "auto" and not cuda):
+        return None
+    if args.amp_dtype == "fp16":
+        return torch.float16
+    if args.amp_dtype == "bf16" or not cuda or torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float16
+
+
+def synchronize(device: torch.device) -> None:
+    # CUDA runs asynchronously: without this the clock would stop before the
+    # GPU has finished the steps it is meant to time.
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# -----------------------------------------------------------------------------
+# Training
+
+
+def train(args: argparse.Namespace, ctx: DistContext) -> None:
+    device = ctx.device
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.backends.cudnn.benchmark = True  # fixed input shape: pick the fastest kernels once
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    amp_dtype = choose_precision(args, device)
+    precision = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[amp_dtype]
+    channels_last = args.channels_last == "on" or (args.channels_last == "auto" and cuda)
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    global_batch = args.batch_size * ctx.world_size
+    peak_lr = args.base_lr * global_batch / 256
+
+    # The same seed on every rank gives every rank the same initial weights;
+    # DDP would broadcast rank 0's anyway, this just makes it obvious.
+    torch.manual_seed(args.seed)
+    model = build_model(args.arch, args.num_classes, zero_init_residual=args.zero_init_residual)
+    model = model.to(device=device, memory_format=memory_format)
+    n_params = sum(p.numel() for p in model.parameters())
+    # BatchNorm statistics stay per process (as in the reference and in Goyal
+    # et al.), not synchronised: each rank normalises over its own batch.
+    ddp_model: nn.Module = model
+    if ctx.distributed:
+        ddp_model = DistributedDataParallel(
+            model,
+            device_ids=[device.index] if cuda else None,
+            gradient_as_bucket_view=True,  # gradients live in the all-reduce buckets: no copy
+        )
+    optimizer = torch.optim.SGD(
+        param_groups(model, args.weight_decay), lr=peak_lr, momentum=args.momentum
+    )
+    criterion = nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
+    # A GradScaler only for fp16, whose narrow range underflows small gradients.
+    scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype is torch.float16)
+    autocast = (
+        torch.autocast(device.type, dtype=amp_dtype) if amp_dtype is not None else nullcontext()
+    )
+
+    # Synthetic data: one batch, made on the device once and reused at every step.
+    gen = torch.Generator(device=device)
+    gen.manual_seed(args.seed + ctx.rank)
+    shape = (args.batch_size, 3, args.image_size, args.image_size)
+    images = torch.randn(shape, generator=gen, device=device)
+    images = images.contiguous(memory_format=memory_format)
+    targets = torch.randint(0, args.num_classes, (args.batch_size,), generator=gen, device=device)
+
+    log.info(
+        "%s (%.1fM params), %d process(es) x %d images = global batch %d, %dx%d px, %s%s, "
+        "lr %.4g (%.3g x %d / 256), %d epochs x %d steps, device %s",
+        args.arch,
+        n_params / 1e6,
+        ctx.world_size,
+        args.batch_size,
+        global_batch,
+        args.image_size,
+        args.image_size,
+        precision,
+        ", channels_last" if channels_last else "",
+        peak_lr,
+        args.base_lr,
+        global_batch,
+        args.epochs,
+        args.steps_per_epoch,
+        device,
+    )
+
+    # Throughput bookkeeping. Only the steps are timed (not set-up, not the
+    # end-of-epoch reductions), and the first few steps of the first epoch are
+    # left out: they pay for allocator growth, cuDNN autotuning and DDP's
+    # bucket building, which a long run amortises.
+    # The reference implementation reported the images/sec of the last epoch
+    # only; here each epoch gets its figure, and the overall one is total timed
+    # images / total timed seconds over every epoch.
+    skip = min(args.timing_warmup_steps, args.steps_per_epoch - 1)
+    epoch_stats: list[dict[str, float]] = []
+    timed_images = 0
+    timed_seconds = 0.0
+    first_loss = last_loss = float("nan")
+    step = 0
+    for epoch in range(args.epochs):
+        ddp_model.train()
+        epoch_start: float | None = None
+        epoch_steps = 0
+        if epoch > 0 or skip == 0:
+            synchronize(device)
+            epoch_start = time.perf_counter()
+        interval_start, interval_steps = time.perf_counter(), 0
+        for i in range(args.steps_per_epoch):
+            lr = lr_at(step, args, peak_lr)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            with autocast:
+                loss = criterion(ddp_model(images), targets)
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            step += 1
+            interval_steps += 1
+            if epoch_start is not None:
+                epoch_steps += 1
+            if step == 1:
+                first_loss = loss.item()
+            if epoch == 0 and i + 1 == skip:
+                synchronize(device)
+                epoch_start = time.perf_counter()
+            if step % args.log_interval == 0:
+                # loss.item() waits for the GPU, so only every log_interval steps.
+                current = loss.item()
+                synchronize(device)
+                now = time.perf_counter()
+                ips = interval_steps * args.batch_size / (now - interval_start)
+                log.info(
+                    "epoch %d step %d/%d loss %.4f lr %.4g  %.1f img/s per rank",
+                    epoch + 1,
+                    i + 1,
+                    args.steps_per_epoch,
+                    current,
+                    lr,
+                    ips,
+                )
+                interval_start, interval_steps = now, 0
+        synchronize(device)
+        assert epoch_start is not None  # set before the loop or at step `skip`
+        seconds = time.perf_counter() - epoch_start
+        last_loss = loss.item()
+        images_done = epoch_steps * args.batch_size
+        timed_images += images_done
+        timed_seconds += seconds
+        # Collectives: every rank takes part, whatever it logs.
+        rank_ips = images_done / seconds
+        total_ips = all_reduce_sum(rank_ips, ctx)
+        epoch_stats.append(
+            {
+                "epoch": epoch + 1,
+                "timed_steps": epoch_steps,
+                "seconds": seconds,
+                "img_per_sec_per_rank": total_ips / ctx.world_size,
+                "img_per_sec_total": total_ips,
+            }
+        )
+        log.info(
+            "epoch %d/%d: %.1f img/s per rank, %.1f img/s total (%d timed steps, %.2f s)",
+            epoch + 1,
+            args.epochs,
+            total_ips / ctx.world_size,
+            total_ips,
+            epoch_steps,
+            seconds,
+        )
+
+    overall_total = all_reduce_sum(timed_images / timed_seconds, ctx)
+    first_loss = all_reduce_sum(first_loss, ctx) / ctx.world_size
+    last_loss = all_reduce_sum(last_loss, ctx) / ctx.world_size
+    overall = {
+        "arch": args.arch,
+        "world_size": ctx.world_size,
+        "batch_size_per_rank": args.batch_size,
+        "global_batch_size": global_batch,
+        "image_size": args.image_size,
+        "precision": precision,
+        "channels_last": channels_last,
+        "device": device.type,
+        "img_per_sec_per_rank": overall_total / ctx.world_size,
+        "img_per_sec_total": overall_total,
+    }
+    report = {
+        **overall,
+        "epochs": args.epochs,
+        "steps_per_epoch": args.steps_per_epoch,
+        "timing_warmup_steps": skip,
+        "per_epoch": epoch_stats,
+        "first_loss": first_loss,
+        "final_loss": last_loss,
+    }
+    log.info(
+        "overall: %.1f img/s per rank, %.1f img/s total; loss %.4f -> %.4f",
+        overall_total / ctx.world_size,
+        overall_total,
+        first_loss,
+        last_loss,
+    )
+    if ctx.is_main:
+        out = Path(args.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "throughput.json").write_text(json.dumps(report, indent=2) + "\n")
+        torch.save(model.state_dict(), out / "model.pt")  # the unwrapped model: no "module."
+        print(f"outputs: {out.resolve()} (throughput.json, model.pt)", flush=True)
+        # The last line, for tools that parse the result (phalanx bench).
+        print("THROUGHPUT " + json.dumps(overall), flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    ctx = init()
+    try:
+        train(args, ctx)
+    finally:
+        # Always leave the process group, or peers and the launcher wait for us.
+        cleanup()
+
+
+if __name__ == "__main__":
+    main()

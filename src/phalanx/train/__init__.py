@@ -1,0 +1,21 @@
+"""Helpers for training scripts; every one of them is optional.
+
+An unmodified torchrun script runs under phalanx. A script that wants less
+boilerplate uses::
+
+    from phalanx.train import cleanup, get_logger, init
+
+    ctx = init()                   # process group from the launcher's environment
+    log = get_logger("train")      # "[rank R/W] ..." lines; INFO on rank 0 only
+    try:
+        ...                        # build, wrap in DDP if ctx.distributed, train
+    finally:
+        cleanup()
+
+This package imports torch and nothing heavier.
+"""
+
+from phalanx.train.dist import DistContext, all_reduce_sum, cleanup, init
+from phalanx.train.log import ALL_RANKS_ENV, get_logger
+
+__all__ = ["ALL_RANKS_ENV", "DistContext", "all_reduce_sum", "cleanup", "get_logger", "init"]

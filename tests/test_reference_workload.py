@@ -1,0 +1,109 @@
+"""examples/imagenet/train.py runs end to end, learns, and reports its throughput."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+TRAIN = Path(__file__).resolve().parents[1] / "examples" / "imagenet" / "train.py"
+LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK")
+TINY = [
+    "--arch", "resnet18", "--num-classes", "10", "--image-size", "32", "--batch-size", "8",
+    "--epochs", "2", "--steps-per-epoch", "8", "--log-interval", "4",
+]  # fmt: skip
+
+
+def child_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+    env.update(
+        OMP_NUM_THREADS="1",
+        GLOO_SOCKET_IFNAME="lo",
+        CUDA_VISIBLE_DEVICES="",
+        PYTHONUNBUFFERED="1",
+    )
+    env.pop("PHALANX_OUTPUTS_DIR", None)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def check_outputs(out: Path, stdout: str, world_size: int) -> None:
+    report = json.loads((out / "throughput.json").read_text())
+    assert report["arch"] == "resnet18"
+    assert report["world_size"] == world_size
+    assert report["batch_size_per_rank"] == 8
+    assert report["image_size"] == 32
+    assert report["precision"] == "fp32"
+    assert report["img_per_sec_per_rank"] > 0
+    assert report["img_per_sec_total"] == pytest.approx(report["img_per_sec_per_rank"] * world_size)
+    assert [e["epoch"] for e in report["per_epoch"]] == [1, 2]
+    for epoch in report["per_epoch"]:
+        assert epoch["img_per_sec_per_rank"] > 0 and epoch["img_per_sec_total"] > 0
+        assert epoch["timed_steps"] > 0 and epoch["seconds"] > 0
+    # One fixed synthetic batch: a working training loop memorises it.
+    assert report["final_loss"] < report["first_loss"]
+
+    state = torch.load(out / "model.pt", weights_only=True)
+    assert "fc.weight" in state and not any(k.startswith("module.") for k in state)
+    assert state["fc.weight"].shape == (10, 512)
+
+    lines = stdout.strip().splitlines()
+    assert lines[-1].startswith("THROUGHPUT ")
+    overall = json.loads(lines[-1].removeprefix("THROUGHPUT "))
+    assert overall["img_per_sec_total"] == pytest.approx(report["img_per_sec_total"])
+    assert any(ln.startswith("outputs: ") for ln in lines)
+
+
+@pytest.mark.slow
+def test_one_process_trains_and_reports(tmp_path: Path) -> None:
+    out = tmp_path / "outputs"
+    cmd = [sys.executable, str(TRAIN), *TINY, "--output-dir", str(out)]
+    proc = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    check_outputs(out, proc.stdout, world_size=1)
+
+
+@pytest.mark.slow
+def test_two_processes_under_plain_torchrun(tmp_path: Path) -> None:
+    out = tmp_path / "outputs"
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+        "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "--max-restarts", "0",
+        str(TRAIN), *TINY, "--output-dir", str(out),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    check_outputs(out, proc.stdout, world_size=2)
+    # Progress lines come from rank 0 only.
+    assert "[rank 0/2]" in proc.stdout and "[rank 1/2]" not in proc.stdout
+
+
+def test_output_dir_defaults_to_phalanx_outputs_dir(tmp_path: Path) -> None:
+    env = child_env()
+    env["PHALANX_OUTPUTS_DIR"] = str(tmp_path / "job-outputs")
+    cmd = [sys.executable, str(TRAIN), *TINY, "--epochs", "1", "--steps-per-epoch", "2"]
+    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "job-outputs" / "throughput.json").is_file()
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_real_data_is_a_one_line_user_error(tmp_path: Path) -> None:
+    cmd = [sys.executable, str(TRAIN), "--data", "x", "--output-dir", str(tmp_path / "o")]
+    proc = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "--data x" in proc.stderr and "synthetic" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "o").exists()
