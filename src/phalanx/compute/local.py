@@ -47,10 +47,14 @@ class LocalCompute:
     def start_node(self, launch: NodeLaunch, log_path: Path) -> LocalNode:
         """Start node ``launch.node_rank``'s launcher, its output appended to ``log_path``."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = launch.env()
+        # Every node is on this machine, so gloo's traffic stays on loopback
+        # (its default, the interface of the host name, may not exist).
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
                 launch.argv(),
-                env=launch.env(),
+                env=env,
                 cwd=launch.workdir,
                 stdin=subprocess.DEVNULL,
                 stdout=log,

@@ -24,8 +24,7 @@ _START_TIMEOUT_S = 60.0
 
 def submit(ws: Workspace, spec: JobSpec, spec_text: str) -> JobRecord:
     """Record the job and start its supervisor; returns the Queued job."""
-    code = Path(spec.code) if spec.code else None
-    job = ws.create_job(spec.to_record(), spec_text=spec_text, name=spec.name, code=code)
+    job = ws.create_job(spec.to_record(), spec_text=spec_text, name=spec.name, code=spec.code_path)
     paths = ws.paths(job.name)
     env = dict(os.environ)
     env[HOME_ENV] = str(ws.home)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from phalanx.errors import PhalanxError
-from phalanx.spec import InputSpec, JobSpec, interpolate
+from phalanx.spec import InputSpec, JobSpec, interpolate, render_literal
 from phalanx.workspace.layout import JobPaths
 
 
@@ -17,13 +17,6 @@ class Prepared:
     inputs: Mapping[str, str]
     outputs: Mapping[str, str]
     env: Mapping[str, str]
-
-
-def literal_text(value: object) -> str:
-    """How a literal input appears in a command: YAML-style booleans, plain text otherwise."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def check_inputs(spec: JobSpec) -> None:
@@ -53,7 +46,7 @@ def prepare(spec: JobSpec, paths: JobPaths) -> Prepared:
     inputs: dict[str, str] = {}
     for name, value in spec.inputs.items():
         inputs[name] = (
-            str(value.local_path) if isinstance(value, InputSpec) else literal_text(value)
+            str(value.local_path) if isinstance(value, InputSpec) else render_literal(value)
         )
     outputs: dict[str, str] = {}
     for name, out in spec.outputs.items():

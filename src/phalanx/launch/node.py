@@ -59,6 +59,10 @@ class NodeLaunch:
             base: The environment to extend; this process's when ``None``.
         """
         env = dict(os.environ if base is None else base)
+        # `python` in the command is the interpreter phalanx runs under: the
+        # job's environment is phalanx's own.
+        bindir = os.path.dirname(sys.executable)
+        env["PATH"] = os.pathsep.join(p for p in (bindir, env.get("PATH")) if p)
         env.update(self.user_env)
         env.update(
             {

@@ -98,9 +98,10 @@ class Workspace:
                 "upgrade phalanx or use another PHALANX_HOME"
             )
         if version < SCHEMA_VERSION:
-            with self._transaction() as db:
-                db.executescript(_SCHEMA)
-                db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            # executescript commits first, so the transaction is part of the script.
+            self._db.executescript(
+                f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;"
+            )
 
     def close(self) -> None:
         self._db.close()

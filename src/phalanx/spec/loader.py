@@ -1,0 +1,83 @@
+"""Load a job spec: YAML file → ``--set`` overrides → validated :class:`JobSpec`.
+
+Every mistake becomes a :class:`~phalanx.errors.SpecError` that names the
+field and its line (``job.yml:7: resources.instance_count: must be at least 1;
+got 0``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from phalanx.errors import PhalanxError, SpecError
+from phalanx.spec.job import JobSpec
+from phalanx.spec.messages import to_spec_error
+from phalanx.spec.overrides import apply_overrides
+from phalanx.spec.yamldoc import read_yaml
+
+
+def load_spec(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> JobSpec:
+    """Read and validate the job spec file at ``path``.
+
+    Relative paths in it (``code``, local inputs and outputs) are resolved
+    against the file's folder.
+
+    Args:
+        path: The ``job.yml``.
+        overrides: ``--set key=value`` items, applied before validation.
+
+    Raises:
+        PhalanxError: The file does not exist or cannot be read.
+        SpecError: The spec is invalid.
+    """
+    file = Path(path)
+    if not file.exists():
+        raise PhalanxError(f"job spec file '{path}' not found; check the path given to -f")
+    if not file.is_file():
+        raise PhalanxError(f"job spec '{path}' is not a file; give the path of a job.yml")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(
+            f"not UTF-8 text ({exc.reason}); save the file as UTF-8", source=str(path)
+        ) from None
+    except OSError as exc:
+        raise PhalanxError(f"cannot read job spec file '{path}': {exc.strerror}") from exc
+    return load_spec_text(
+        text, source=str(path), base_dir=file.absolute().parent, overrides=overrides
+    )
+
+
+def load_spec_text(
+    text: str,
+    *,
+    source: str = "<string>",
+    base_dir: Path | None = None,
+    overrides: Sequence[str] = (),
+) -> JobSpec:
+    """Validate a job spec given as YAML text.
+
+    Args:
+        text: The YAML document.
+        source: Name used in errors.
+        base_dir: Folder relative paths resolve against; the current directory
+            when ``None``.
+        overrides: ``--set key=value`` items, applied before validation.
+
+    Raises:
+        SpecError: The spec is invalid.
+    """
+    data, lines = read_yaml(text, source)
+    applied = apply_overrides(data, overrides, source)
+    base = Path(base_dir if base_dir is not None else Path.cwd()).absolute()
+    try:
+        spec = JobSpec.model_validate(data, context={"base_dir": base})
+    except ValidationError as exc:
+        raise to_spec_error(exc, data, source=source, lines=lines, overrides=applied) from None
+    spec._source = source
+    spec._lines = lines
+    return spec

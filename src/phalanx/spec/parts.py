@@ -1,0 +1,219 @@
+"""The components of a job spec, one small model each.
+
+Field names are Azure ML v2 *command job* YAML keys, so an Azure ML ``job.yml``
+validates unchanged where phalanx supports what it asks for. ``retry`` is
+phalanx's own block.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator
+
+from phalanx.spec.values import (
+    base_dir_of,
+    is_remote,
+    parse_duration,
+    resolve_local,
+    strip_file_scheme,
+    user_error,
+)
+
+# Azure ML asset types phalanx does not read yet; named so the error says so
+# instead of listing them as typos.
+_LATER_ASSET_TYPES = frozenset(
+    {"mltable", "mlflow_model", "custom_model", "triton_model", "uri_file_list"}
+)
+
+
+class SpecModel(BaseModel):
+    """Base of every spec model: unknown keys are errors; numbers are fine as strings."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        coerce_numbers_to_str=True,
+        validate_by_name=True,
+        validate_by_alias=True,
+        use_attribute_docstrings=True,
+    )
+
+
+def _check_asset_type(value: Any, what: str) -> Any:
+    if isinstance(value, str) and value in _LATER_ASSET_TYPES:
+        raise user_error(
+            f"{what} type '{value}' is not supported yet; use type: uri_folder or type: uri_file"
+        )
+    return value
+
+
+def _resolve_path(value: str, info: ValidationInfo) -> str:
+    if not value.strip():
+        raise user_error("must not be empty; give a local path or a URI")
+    base = base_dir_of(info)
+    return resolve_local(value, base) if base is not None else value
+
+
+def _is_local(path: str | None) -> bool:
+    return path is not None and not is_remote(path)
+
+
+def _local_path(path: str | None, owner: str) -> Path:
+    if path is None or is_remote(path):
+        # A caller's bug: check is_local first.
+        raise ValueError(f"{owner} path {path!r} is not a local path")
+    return Path(strip_file_scheme(path))
+
+
+class InputSpec(SpecModel):
+    """A data input (``inputs.<name>`` given as a mapping).
+
+    After loading, a local ``path`` is absolute (resolved against the spec
+    file's folder; ``file://`` removed); URIs are kept as written.
+    """
+
+    type: Literal["uri_folder", "uri_file"] = "uri_folder"
+    """A folder or a single file."""
+    path: str
+    """Local path, or a URI: ``azureml://…``, ``azureml:name:version``, ``https://``, ``s3://``…"""
+    mode: Literal["ro_mount", "download", "direct"] = "ro_mount"
+    """How the data reaches the job: read-only mount, copy to local disk, or the URI itself."""
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _type_supported(cls, value: Any) -> Any:
+        return _check_asset_type(value, "input")
+
+    @field_validator("path")
+    @classmethod
+    def _resolve(cls, value: str, info: ValidationInfo) -> str:
+        return _resolve_path(value, info)
+
+    @property
+    def is_local(self) -> bool:
+        """Whether ``path`` is on this machine's file system (not ``azureml://``, ``s3://``…)."""
+        return _is_local(self.path)
+
+    @property
+    def local_path(self) -> Path:
+        """``path`` as a local :class:`~pathlib.Path`.
+
+        Raises:
+            ValueError: ``path`` is a URI (or absent); check :attr:`is_local` first.
+        """
+        return _local_path(self.path, type(self).__name__)
+
+
+class OutputSpec(SpecModel):
+    """A data output (``outputs.<name>``; a null value means all defaults)."""
+
+    type: Literal["uri_folder", "uri_file"] = "uri_folder"
+    """A folder or a single file."""
+    path: str | None = None
+    """Where the output is kept; ``None`` lets phalanx choose a folder in the job's record."""
+    mode: Literal["rw_mount", "upload"] = "rw_mount"
+    """Written in place through a mount, or written locally and uploaded at the end."""
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _type_supported(cls, value: Any) -> Any:
+        return _check_asset_type(value, "output")
+
+    @field_validator("path")
+    @classmethod
+    def _resolve(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else _resolve_path(value, info)
+
+    @property
+    def is_local(self) -> bool:
+        """Whether ``path`` is on this machine's file system (not ``azureml://``, ``s3://``…)."""
+        return _is_local(self.path)
+
+    @property
+    def local_path(self) -> Path:
+        """``path`` as a local :class:`~pathlib.Path`.
+
+        Raises:
+            ValueError: ``path`` is a URI (or absent); check :attr:`is_local` first.
+        """
+        return _local_path(self.path, type(self).__name__)
+
+
+class Resources(SpecModel):
+    """How many machines (instances) the job runs on."""
+
+    instance_count: Annotated[StrictInt, Field(ge=1)] = 1
+    """Number of nodes; each runs ``process_count_per_instance`` workers."""
+    instance_type: str | None = None
+    """Azure ML VM size; recorded, not used by local compute."""
+    shm_size: str | None = None
+    """Docker shared-memory size (``8g``); recorded."""
+
+
+class PyTorchDistribution(SpecModel):
+    """PyTorch DDP through ``torch.distributed.run``."""
+
+    type: Literal["pytorch"] = "pytorch"
+    process_count_per_instance: Annotated[StrictInt, Field(ge=1)] = 1
+    """Worker processes per node, usually one per GPU."""
+
+
+class MpiDistribution(SpecModel):
+    """MPI (Horovod, DeepSpeed); accepted by the schema, not run yet."""
+
+    type: Literal["mpi"] = "mpi"
+    process_count_per_instance: Annotated[StrictInt, Field(ge=1)] = 1
+    """Worker processes per node."""
+
+
+class TensorFlowDistribution(SpecModel):
+    """TensorFlow ``TF_CONFIG`` workers; accepted by the schema, not run yet."""
+
+    type: Literal["tensorflow"] = "tensorflow"
+    worker_count: Annotated[StrictInt, Field(ge=1)] | None = None
+    """Number of workers; ``None`` means one per instance (Azure ML's default)."""
+    parameter_server_count: Annotated[StrictInt, Field(ge=0)] = 0
+    """Number of parameter servers."""
+
+
+class Limits(SpecModel):
+    """Limits on the whole job."""
+
+    timeout: int | None = None
+    """Seconds the job may run before it is canceled. YAML takes an int (Azure ML)
+    or a duration string: ``90s``, ``30m``, ``2h``, ``1h30m``, ``1d``."""
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _parse_timeout(cls, value: Any) -> Any:
+        return None if value is None else parse_duration(value)
+
+
+class Retry(SpecModel):
+    """phalanx's retry policy: how often a failed or preempted job is tried again."""
+
+    max_attempts: Annotated[StrictInt, Field(ge=1)] = 1
+    """Attempts in all for failures (1 means no retry)."""
+    retry_on_exit_codes: list[StrictInt] = Field(default_factory=list)
+    """Exit codes worth another attempt; empty means any non-zero exit code."""
+    max_preemptions: Annotated[StrictInt, Field(ge=0)] = 10
+    """Preemptions (spot/low-priority node taken away) tolerated; they do not
+    count against ``max_attempts``."""
+
+
+class QueueSettings(SpecModel):
+    """Azure ML's queue settings; recorded, not acted on."""
+
+    job_tier: Literal["spot", "basic", "standard", "premium"] | None = None
+    """Azure ML job tier; ``null`` for the default."""
+    priority: str | int | None = None
+    """Azure ML job priority."""
+
+    @field_validator("job_tier", mode="before")
+    @classmethod
+    def _normalise_tier(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = value.lower()
+            return None if value == "null" else value
+        return value
