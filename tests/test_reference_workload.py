@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from conftest import REPO, Cli
+from phalanx.launch.ports import free_port
 
 TRAIN = Path(__file__).resolve().parents[1] / "examples" / "imagenet" / "train.py"
 LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK")
@@ -30,12 +32,6 @@ def child_env() -> dict[str, str]:
     )
     env.pop("PHALANX_OUTPUTS_DIR", None)
     return env
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def check_outputs(out: Path, stdout: str, world_size: int) -> None:
@@ -107,3 +103,28 @@ def test_real_data_is_a_one_line_user_error(tmp_path: Path) -> None:
     assert "--data x" in proc.stderr and "synthetic" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_demo_job_runs_through_phalanx(cli: Cli) -> None:
+    """The README's demo spec, shrunk by --set, runs as 2 nodes x 1 process and learns."""
+    demo = REPO / "examples" / "imagenet" / "job-demo.yml"
+    sets = {
+        "name": "demo",
+        "inputs.arch": "resnet18",
+        "inputs.image_size": "32",
+        "inputs.batch_size": "8",
+        "inputs.epochs": "2",
+        "inputs.steps_per_epoch": "6",
+    }
+    args = ["run", str(demo)]
+    for key, value in sets.items():
+        args += ["--set", f"{key}={value}"]
+    proc = cli.run(*args, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "THROUGHPUT" in proc.stdout
+    job = cli.show("demo")
+    assert job["status"] == "Completed"
+    assert job["instance_count"] == 2
+    result = json.loads((Path(job["outputs_dir"]) / "model" / "throughput.json").read_text())
+    assert result["world_size"] == 2
+    assert result["final_loss"] < result["first_loss"]

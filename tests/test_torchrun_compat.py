@@ -46,7 +46,7 @@ def test_plain_ddp_script_runs_under_phalanx_and_torchrun(cli: Cli) -> None:
 
     # Bare torchrun first: the script is a real, unmodified torchrun script.
     bare = cli.workdir / "bare.txt"
-    subprocess.run(
+    proc = subprocess.run(
         [
             sys.executable,
             "-m",
@@ -57,10 +57,11 @@ def test_plain_ddp_script_runs_under_phalanx_and_torchrun(cli: Cli) -> None:
             str(bare),
         ],
         env=cli.env,
-        check=True,
         timeout=120,
         capture_output=True,
+        text=True,
     )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     assert bare.read_text().split()[0] == "2"
 
     spec = cli.write(

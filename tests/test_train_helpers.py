@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -19,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from phalanx.errors import PhalanxError
+from phalanx.launch.ports import free_port
 from phalanx.train import DistContext, all_reduce_sum, cleanup, get_logger, init
 
 LAUNCH_VARS = (
@@ -39,12 +39,6 @@ def no_launch_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     for name in LAUNCH_VARS:
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_init_without_env_is_one_process_without_group(no_launch_env: pytest.MonkeyPatch) -> None:

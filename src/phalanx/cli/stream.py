@@ -24,7 +24,8 @@ def stream_job(ws: Workspace, name: str, console: Console, *, all_ranks: bool = 
     follower = LogFollower(paths, all_ranks=all_ranks)
     which = "every rank" if all_ranks else f"{paths.rank_log(0).relative_to(paths.root)}"
     console.print(
-        f"[dim]job [bold]{name}[/bold] · streaming {which} · Ctrl-C stops streaming only[/]"
+        f"[dim]job [bold]{name}[/bold] · streaming {which} · Ctrl-C stops streaming only[/]",
+        soft_wrap=True,
     )
     last_status: JobStatus | None = None
     while True:
@@ -55,7 +56,7 @@ def _summary(console: Console, job: JobRecord) -> None:
         f" in {duration(job.duration)}",
         sep="",
     )
-    console.print(f"[dim]{paths_line} · logs: {job.job_dir}/user_logs[/]")
+    console.print(f"[dim]{paths_line} · logs: {job.job_dir}/user_logs[/]", soft_wrap=True)
     panel = error_panel(job)
     if panel is not None:
         console.print(panel)
