@@ -175,8 +175,13 @@ def show_job(console: Console, job: JobRecord) -> None:
 
 def list_jobs(console: Console, jobs: list[JobRecord]) -> None:
     table = Table(show_edge=False)
-    for col in ("name", "status", "display name", "experiment", "created", "duration"):
-        table.add_column(col)
+    # Names and states are never cut short; descriptive columns give way first.
+    table.add_column("name", no_wrap=True, min_width=max((len(j.name) for j in jobs), default=4))
+    table.add_column("status", no_wrap=True, min_width=12)
+    table.add_column("display name", overflow="ellipsis", no_wrap=True)
+    table.add_column("experiment", overflow="ellipsis", no_wrap=True)
+    table.add_column("created", no_wrap=True, min_width=19)
+    table.add_column("duration", no_wrap=True)
     for job in jobs:
         table.add_row(
             job.name,
