@@ -11,7 +11,7 @@ from rich.console import Console
 from phalanx.cli.render import job_json, list_jobs, show_job
 from phalanx.cli.stream import stream_job
 from phalanx.jobs.control import cancel, refresh, submit
-from phalanx.jobs.prepare import check_inputs
+from phalanx.jobs.prepare import check_inputs, check_outputs
 from phalanx.spec import JobSpec, load_spec
 from phalanx.workspace import JobRecord, JobStatus, Workspace
 
@@ -48,7 +48,8 @@ def load_for_run(spec_file: Path, overrides: tuple[str, ...]) -> tuple[JobSpec, 
     spec = load_spec(spec_file, overrides)
     spec.check_supported()
     check_inputs(spec)
-    text = spec_file.read_text()
+    check_outputs(spec)
+    text = spec.text or ""
     if overrides:
         text += "".join(f"\n# --set {item}" for item in overrides) + "\n"
     return spec, text

@@ -12,8 +12,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from phalanx.launch import procs
 from phalanx.launch.node import NodeLaunch
-from phalanx.launch.procs import job_processes, kill_all
 
 
 @dataclass
@@ -64,12 +64,20 @@ class LocalCompute:
             )
         return LocalNode(launch.node_rank, proc, log_path)
 
-    def sweep(self, job_dir: Path, attempt: int | None, grace_s: float) -> int:
+    def sweep(
+        self, job_dir: Path, attempt: int | None, grace_s: float, *, descendants: bool = False
+    ) -> int:
         """Stop every process of the job (or of one attempt) still on this machine.
+
+        Args:
+            descendants: Also stop this process's unmarked descendants; only
+                the job's own supervisor, the subreaper of the job, says so.
 
         Returns:
             How many processes had to be stopped.
         """
-        procs = job_processes(str(job_dir), attempt)
-        kill_all(procs, grace_s)
-        return len(procs)
+        return procs.sweep(str(job_dir), attempt, grace_s, descendants=descendants)
+
+    def reap(self, nodes: list[LocalNode]) -> None:
+        """Collect orphans that re-parented to this process, leaving the launchers' status."""
+        procs.reap_orphans(frozenset(n.proc.pid for n in nodes))

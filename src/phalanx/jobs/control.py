@@ -17,6 +17,7 @@ from phalanx.errors import PhalanxError
 from phalanx.spec import JobSpec
 from phalanx.workspace import JobRecord, JobStatus, RootCause, Workspace
 from phalanx.workspace.layout import HOME_ENV
+from phalanx.workspace.snapshot import LIMIT_ENV
 
 # A Queued job whose supervisor never recorded itself within this long is lost.
 _START_TIMEOUT_S = 60.0
@@ -26,8 +27,12 @@ def submit(ws: Workspace, spec: JobSpec, spec_text: str) -> JobRecord:
     """Record the job and start its supervisor; returns the Queued job."""
     job = ws.create_job(spec.to_record(), spec_text=spec_text, name=spec.name, code=spec.code_path)
     paths = ws.paths(job.name)
-    env = dict(os.environ)
+    # A job submitted from inside another job is not that job's: drop its markers.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
     env[HOME_ENV] = str(ws.home)
+    for keep in ("PHALANX_DEBUG", LIMIT_ENV):
+        if keep in os.environ:
+            env[keep] = os.environ[keep]
     with open(paths.supervisor_log, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "phalanx.jobs.supervisor", job.name],

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from phalanx.errors import PhalanxError
 from phalanx.spec import InputSpec, JobSpec, interpolate, render_literal
@@ -40,9 +40,34 @@ def check_inputs(spec: JobSpec) -> None:
             raise PhalanxError(f"inputs.{name}: folder {path} not found; fix `path` or create it")
 
 
+def check_outputs(spec: JobSpec) -> None:
+    """Fail before launch on an output folder that cannot be written.
+
+    Raises:
+        PhalanxError: naming the output and the path.
+    """
+    for name, out in spec.outputs.items():
+        if out.path is None:
+            continue
+        if not out.is_local:
+            raise PhalanxError(
+                f"outputs.{name}: {out.path!r} is not a local path; datastore URIs are not "
+                "supported yet, so leave `path` out to write under the job's outputs folder"
+            )
+        existing = out.local_path
+        while not existing.exists():
+            existing = existing.parent
+        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+            raise PhalanxError(
+                f"outputs.{name}: cannot write {out.local_path} ({existing} is not a writable "
+                "folder); fix `path` or its permissions"
+            )
+
+
 def prepare(spec: JobSpec, paths: JobPaths) -> Prepared:
     """Resolve inputs and outputs to local paths and substitute them into the command."""
     check_inputs(spec)
+    check_outputs(spec)
     inputs: dict[str, str] = {}
     for name, value in spec.inputs.items():
         inputs[name] = (
@@ -50,17 +75,12 @@ def prepare(spec: JobSpec, paths: JobPaths) -> Prepared:
         )
     outputs: dict[str, str] = {}
     for name, out in spec.outputs.items():
-        if out.path is None:
-            folder = paths.outputs / name
-        elif out.is_local:
-            folder = out.local_path
-        else:
-            raise PhalanxError(
-                f"outputs.{name}: {out.path!r} is not a local path; datastore URIs are not "
-                "supported yet, so leave `path` out to write under the job's outputs folder"
-            )
+        folder = paths.outputs / name if out.path is None else out.local_path
         target = folder.parent if out.type == "uri_file" else folder
-        Path(target).mkdir(parents=True, exist_ok=True)
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise PhalanxError(f"outputs.{name}: cannot create {target}: {exc.strerror}") from exc
         outputs[name] = str(folder)
     command = interpolate(spec.command, inputs, outputs)
     env = {k: str(v) for k, v in spec.environment_variables.items()}

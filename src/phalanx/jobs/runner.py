@@ -80,13 +80,16 @@ class JobRunner:
         deadline = started + spec.limits.timeout if spec.limits.timeout else None
         if self._cancelled():
             return self._finish(JobStatus.CANCELED, None)
-        self.ws.set_status(self.name, JobStatus.PREPARING)
+        if not self.ws.set_status(self.name, JobStatus.PREPARING):
+            return self.ws.get_job(self.name).status  # ended meanwhile (canceled)
         try:
             prepared = prepare(spec, self.paths)
         except PhalanxError as exc:
             log.error("preparing failed: %s", exc)
             return self._finish(JobStatus.FAILED, RootCause(message=str(exc)))
 
+        if self._cancelled():
+            return self._finish(JobStatus.CANCELED, None)
         outcome = self._run_attempt(spec, prepared, deadline)
         if outcome.status is AttemptStatus.SUCCEEDED:
             self.ws.set_status(self.name, JobStatus.FINALIZING)
@@ -136,7 +139,13 @@ class JobRunner:
             )
             nodes.append(self.compute.start_node(launch, self.paths.node_log(node_rank)))
 
-        outcome = self._watch(attempt.number, nodes, deadline)
+        outcome = self._watch(spec, attempt.number, nodes, deadline)
+        # Whatever the outcome, nothing of the attempt outlives it: not even a
+        # daemon a successful command left running in the background.
+        left = self.compute.sweep(self.paths.root, attempt.number, grace_s=2.0, descendants=True)
+        if left:
+            log.warning("stopped %d process(es) left running by attempt %d", left, attempt.number)
+        self.compute.reap(nodes)
         self.ws.end_attempt(
             self.name,
             attempt.number,
@@ -148,10 +157,14 @@ class JobRunner:
         return outcome
 
     def _watch(
-        self, attempt: int, nodes: list[LocalNode], deadline: float | None
+        self, spec: JobSpec, attempt: int, nodes: list[LocalNode], deadline: float | None
     ) -> AttemptOutcome:
         attempt_dir = self.paths.attempt_dir(attempt)
+        polls = 0
         while True:
+            polls += 1
+            if polls % 10 == 0:
+                self.compute.reap(nodes)
             codes = [node.poll() for node in nodes]
             if all(code == 0 for code in codes):
                 return AttemptOutcome(AttemptStatus.SUCCEEDED, exit_code=0)
@@ -163,24 +176,18 @@ class JobRunner:
                 return AttemptOutcome(AttemptStatus.CANCELED, cause=FailureCause.CANCELED)
             if deadline is not None and time.monotonic() > deadline:
                 self._stop(attempt, nodes)
-                error = RootCause(message=self._timeout_message())
+                error = RootCause(
+                    message=f"job exceeded limits.timeout of {spec.limits.timeout} s and was "
+                    "stopped; raise limits.timeout if it needs longer"
+                )
                 return AttemptOutcome(AttemptStatus.FAILED, FailureCause.TIMEOUT, error)
             time.sleep(POLL_S)
-
-    def _timeout_message(self) -> str:
-        spec = JobSpec.model_validate(self.ws.get_job(self.name).spec)
-        return (
-            f"job exceeded limits.timeout of {spec.limits.timeout} s and was stopped; "
-            "raise limits.timeout if it needs longer"
-        )
 
     def _failure(
         self, attempt: int, nodes: list[LocalNode], codes: list[int | None]
     ) -> AttemptOutcome:
-        stop_at = time.time()
         self._stop(attempt, nodes)
-        records = read_rank_records(self.paths.attempt_dir(attempt))
-        cause = root_cause(records, stop_at)
+        cause = root_cause(read_rank_records(self.paths.attempt_dir(attempt)))
         if cause is None:
             # No rank failed: a launcher did (could not bind, crashed before its workers).
             node_rank, code = next((i, c) for i, c in enumerate(codes) if c not in (None, 0))
@@ -188,8 +195,7 @@ class JobRunner:
             return AttemptOutcome(
                 AttemptStatus.FAILED, FailureCause.INFRASTRUCTURE, cause, cause.exit_code
             )
-        kind = FailureCause.INFRASTRUCTURE if cause.signal else FailureCause.USER_ERROR
-        return AttemptOutcome(AttemptStatus.FAILED, kind, cause, cause.exit_code)
+        return AttemptOutcome(AttemptStatus.FAILED, classify(cause), cause, cause.exit_code)
 
     def _stop(self, attempt: int, nodes: list[LocalNode]) -> None:
         """Stop every node: SIGTERM the launchers, then kill what is left."""
@@ -198,8 +204,19 @@ class JobRunner:
         deadline = time.monotonic() + STOP_GRACE_S
         for node in nodes:
             node.wait(max(0.0, deadline - time.monotonic()))
-        stragglers = self.compute.sweep(self.paths.root, attempt, grace_s=0.5)
+        stragglers = self.compute.sweep(self.paths.root, attempt, grace_s=0.5, descendants=True)
         if stragglers:
             log.warning("killed %d process(es) still running after the stop", stragglers)
         for node in nodes:
             node.wait(5.0)
+
+
+# Signals a process sends itself when its own code is at fault.
+_USER_SIGNALS = frozenset({"SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL"})
+
+
+def classify(cause: RootCause) -> FailureCause:
+    """A rank's own failure: its code's fault, unless something outside killed it."""
+    if cause.signal and cause.signal not in _USER_SIGNALS:
+        return FailureCause.INFRASTRUCTURE  # killed from outside: OOM killer, an operator
+    return FailureCause.USER_ERROR

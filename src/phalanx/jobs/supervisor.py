@@ -10,15 +10,13 @@ leaves no process of the job behind.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 import traceback
 
-import psutil
-
 from phalanx.compute.local import LocalCompute
 from phalanx.jobs.runner import JobRunner
+from phalanx.launch.procs import become_subreaper
 from phalanx.workspace import FailureCause, JobStatus, RootCause, Workspace
 
 
@@ -33,7 +31,7 @@ def main(argv: list[str]) -> int:
         stream=sys.stderr,
     )
     ws = Workspace()
-    ws.set_supervisor(name, os.getpid(), psutil.Process().create_time())
+    become_subreaper()
     compute = LocalCompute()
     runner = JobRunner(ws, name, compute)
     signal.signal(signal.SIGTERM, runner.request_cancel)
@@ -44,7 +42,7 @@ def main(argv: list[str]) -> int:
     except Exception:
         tb = traceback.format_exc()
         logging.getLogger(__name__).error("supervisor failed:\n%s", tb)
-        compute.sweep(ws.paths(name).root, None, grace_s=2.0)
+        compute.sweep(ws.paths(name).root, None, grace_s=2.0, descendants=True)
         error = RootCause(
             message=f"phalanx supervisor failed ({FailureCause.SYSTEM_ERROR}): "
             f"{tb.strip().splitlines()[-1]}; see system_logs/supervisor.txt",

@@ -2,64 +2,136 @@
 
 Each process a job starts carries ``PHALANX_JOB_DIR`` (and ``PHALANX_ATTEMPT``)
 in its environment, inherited down the whole tree, so the job's processes are
-found even after their parents died and they were re-parented to init.
+found even after their parents died and they were re-parented. The job's
+supervisor is also a *child subreaper* (Linux ``PR_SET_CHILD_SUBREAPER``):
+orphans of the job re-parent to it rather than to init, so a process that
+cleared its environment is still found among the supervisor's descendants.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import time
-from collections.abc import Iterable
 
 import psutil
 
+_PR_SET_CHILD_SUBREAPER = 36
+_SWEEP_ROUNDS = 10
 
-def job_processes(job_dir: str, attempt: int | None = None) -> list[psutil.Process]:
-    """Live processes on this node whose environment marks them as the job's."""
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants of this process re-parent to it (Linux only)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def _marker(proc: psutil.Process) -> tuple[str | None, str | None]:
+    try:
+        env = proc.environ()
+    except (psutil.Error, OSError):
+        return None, None
+    return env.get("PHALANX_JOB_DIR"), env.get("PHALANX_ATTEMPT")
+
+
+def _is_supervisor(proc: psutil.Process) -> bool:
+    try:
+        return "phalanx.jobs.supervisor" in proc.cmdline()
+    except (psutil.Error, OSError):
+        return False
+
+
+def job_processes(
+    job_dir: str, attempt: int | None = None, *, descendants: bool = False
+) -> list[psutil.Process]:
+    """Live processes on this node that belong to the job (or to one attempt).
+
+    Args:
+        job_dir: The job's folder, as in its processes' ``PHALANX_JOB_DIR``.
+        attempt: Only this attempt's processes; every attempt's when ``None``.
+        descendants: Also count this process's descendants that carry no other
+            job's marker (the supervisor's view, as subreaper of the job).
+    """
     me = os.getpid()
-    found = []
+    found: dict[int, psutil.Process] = {}
     for proc in psutil.process_iter():
         if proc.pid == me:
             continue
-        try:
-            env = proc.environ()
-        except (psutil.Error, OSError):
-            continue
-        if env.get("PHALANX_JOB_DIR") != job_dir:
-            continue
-        if attempt is not None and env.get("PHALANX_ATTEMPT") != str(attempt):
-            continue
-        found.append(proc)
-    return found
+        marker, proc_attempt = _marker(proc)
+        if marker == job_dir and (attempt is None or proc_attempt == str(attempt)):
+            found[proc.pid] = proc
+    if descendants:
+        with contextlib.suppress(psutil.Error):
+            for proc in psutil.Process(me).children(recursive=True):
+                marker, _ = _marker(proc)
+                # A job started from inside this one has a supervisor of its own.
+                if marker in (None, job_dir) and not _is_supervisor(proc):
+                    found.setdefault(proc.pid, proc)
+    return [p for p in found.values() if _alive(p)]
 
 
-def _alive(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
-    out = []
-    for proc in procs:
-        try:
-            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                out.append(proc)
-        except psutil.Error:
-            pass
-    return out
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
-def kill_all(procs: Iterable[psutil.Process], grace_s: float) -> list[psutil.Process]:
-    """SIGTERM, wait up to ``grace_s``, then SIGKILL whatever is left.
+def kill_all(procs: list[psutil.Process], grace_s: float) -> list[psutil.Process]:
+    """SIGTERM, wait up to ``grace_s``, then SIGKILL and reap what is left.
 
     Returns:
         The processes that were still alive when SIGKILL was sent.
     """
-    procs = _alive(procs)
+    procs = [p for p in procs if _alive(p)]
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.terminate()
     deadline = time.monotonic() + grace_s
     while procs and time.monotonic() < deadline:
         time.sleep(0.05)
-        procs = _alive(procs)
+        procs = [p for p in procs if _alive(p)]
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.kill()
+    psutil.wait_procs(procs, timeout=2)
     return procs
+
+
+def sweep(job_dir: str, attempt: int | None, grace_s: float, *, descendants: bool = False) -> int:
+    """Stop every process of the job, scanning again until none is left.
+
+    One scan is not enough: a process can fork between the scan and the kill.
+    Later rounds SIGKILL at once.
+
+    Returns:
+        How many processes were stopped.
+    """
+    total = 0
+    for round_ in range(_SWEEP_ROUNDS):
+        procs = job_processes(job_dir, attempt, descendants=descendants)
+        if not procs:
+            break
+        total += len(procs)
+        kill_all(procs, grace_s if round_ == 0 else 0.0)
+    return total
+
+
+def reap_orphans(keep: frozenset[int] = frozenset()) -> None:
+    """Collect exit statuses of dead children this process did not start itself.
+
+    As a subreaper the supervisor inherits orphans; their exit statuses must be
+    collected or they stay zombies. ``keep`` holds pids whose status belongs to
+    a ``subprocess.Popen`` of ours.
+    """
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process().children():
+            if child.pid in keep:
+                continue
+            with contextlib.suppress(psutil.Error, ChildProcessError, OSError):
+                if child.status() == psutil.STATUS_ZOMBIE:
+                    os.waitpid(child.pid, os.WNOHANG)

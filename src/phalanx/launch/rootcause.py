@@ -28,13 +28,30 @@ def failed(record: dict[str, Any]) -> bool:
 
 def _error_time(record: dict[str, Any]) -> float:
     """When the rank failed: its exception's time if it raised one, else its exit."""
-    error = record.get("error") or {}
-    info = error.get("extraInfo") or {}
+    ended = float(record["ended_at"])
+    info = (record.get("error") or {}).get("extraInfo") or {}
     if info.get("timestamp_ns"):
         return int(info["timestamp_ns"]) / 1e9
     if info.get("timestamp"):
-        return float(info["timestamp"])
-    return float(record["ended_at"])
+        # Whole seconds (torchelastic's @record): the failure lies within the next second.
+        return min(float(info["timestamp"]) + 1.0, ended)
+    return ended
+
+
+# How a rank fails when a peer went away first: a consequence, never the cause.
+_PEER_LOSS = (
+    "connection closed by peer",
+    "connection reset by peer",
+    "broken pipe",
+    "remote process exited",
+    "nccl communicator was aborted",
+    "socket timeout",
+)
+
+
+def _peer_loss(record: dict[str, Any]) -> bool:
+    message = str((record.get("error") or {}).get("message") or "").lower()
+    return any(pattern in message for pattern in _PEER_LOSS)
 
 
 def tail(path: Path, lines: int = _TAIL_LINES) -> str:
@@ -57,21 +74,22 @@ def _last_line(text: str) -> str:
     return ""
 
 
-def root_cause(records: list[dict[str, Any]], stop_requested_at: float | None) -> RootCause | None:
+def root_cause(records: list[dict[str, Any]]) -> RootCause | None:
     """The first rank to fail on its own, or ``None`` if no rank failed.
 
-    A rank that failed after phalanx began stopping the gang was stopped, not
-    the cause; it is chosen only when nothing failed before.
+    A rank that received a termination signal was stopped (by torchrun or by
+    phalanx stopping the gang), so it is the cause only when no rank failed on
+    its own. Among the rest, a rank that lost a peer comes after one that did
+    not, then the earliest failure wins.
     """
     failures = [r for r in records if failed(r)]
     if not failures:
         return None
-    if stop_requested_at is not None:
-        first = [r for r in failures if float(r["ended_at"]) < stop_requested_at]
-        failures = first or failures
-    # A Python exception explains more than a rank that died from its peer's exit.
-    first_failure = min(failures, key=lambda r: (_error_time(r), r["rank"]))
-    return _to_root_cause(first_failure)
+    independent = [r for r in failures if not r.get("signals_received")]
+    first = min(
+        independent or failures, key=lambda r: (_peer_loss(r), _error_time(r), int(r["rank"]))
+    )
+    return _to_root_cause(first)
 
 
 def _to_root_cause(record: dict[str, Any]) -> RootCause:

@@ -23,7 +23,16 @@ import time
 from pathlib import Path
 
 HOOK_DIR = str(Path(__file__).with_name("_hook"))
-_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+_NOTED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+# Python's exit code for an uncaught exception. The error file describes how
+# the command ended only when it ended so, or died of a signal while shutting
+# down after the exception (gloo can abort then); otherwise it is left over
+# from an earlier Python process of the command that failed harmlessly.
+_PYTHON_EXCEPTION_EXIT = 1
+
+
+def _error_explains(returncode: int) -> bool:
+    return returncode == _PYTHON_EXCEPTION_EXIT or returncode < 0 or returncode > 128
 
 
 def _write_json(path: Path, data: dict[str, object]) -> None:
@@ -66,7 +75,7 @@ def main(argv: list[str]) -> int:
     env.setdefault("PYTHONUNBUFFERED", "1")
 
     received: list[int] = []
-    for sig in _FORWARDED:
+    for sig in _NOTED:
         signal.signal(sig, lambda signum, _frame: received.append(signum))
 
     shell = shutil.which("bash") or "/bin/sh"
@@ -75,15 +84,10 @@ def main(argv: list[str]) -> int:
         proc = subprocess.Popen(
             [shell, "-c", command], stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env
         )
-        while True:
-            try:
-                returncode = proc.wait()
-                break
-            except InterruptedError:  # pragma: no cover - PEP 475 retries for us
-                continue
+        returncode = proc.wait()
     ended = time.time()
 
-    error = _read_error(error_path)
+    error = _read_error(error_path) if _error_explains(returncode) else None
     record: dict[str, object] = {
         "rank": rank,
         "local_rank": int(env.get("LOCAL_RANK", "0")),

@@ -140,6 +140,7 @@ class JobSpec(SpecModel):
 
     _source: str | None = PrivateAttr(default=None)
     _lines: dict[tuple[str, ...], int] = PrivateAttr(default_factory=dict)
+    _text: str | None = PrivateAttr(default=None)
 
     # -- field rules -------------------------------------------------------
 
@@ -285,6 +286,11 @@ class JobSpec(SpecModel):
     def source(self) -> str | None:
         """The file (or ``<string>``) the spec was loaded from."""
         return self._source
+
+    @property
+    def text(self) -> str | None:
+        """The YAML exactly as it was read (before ``--set``), when loaded from text."""
+        return self._text
 
     def data_inputs(self) -> dict[str, InputSpec]:
         """The inputs that are data (given as a mapping), by name."""

@@ -80,4 +80,5 @@ def load_spec_text(
         raise to_spec_error(exc, data, source=source, lines=lines, overrides=applied) from None
     spec._source = source
     spec._lines = lines
+    spec._text = text
     return spec

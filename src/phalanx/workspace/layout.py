@@ -28,7 +28,9 @@ HOME_ENV = "PHALANX_HOME"
 def phalanx_home() -> Path:
     """The workspace folder: ``$PHALANX_HOME`` or ``~/.phalanx``."""
     value = os.environ.get(HOME_ENV)
-    return Path(value).expanduser().absolute() if value else Path.home() / ".phalanx"
+    # Resolved, so every process names a job's folder the same way (it is the
+    # marker that finds the job's processes).
+    return (Path(value).expanduser() if value else Path.home() / ".phalanx").resolve()
 
 
 @dataclass(frozen=True)

@@ -57,34 +57,72 @@ def _ignored(rel: str, is_dir: bool, patterns: list[str]) -> bool:
     return False
 
 
-def snapshot_code(code: Path, dest: Path) -> int:
+def _limit_bytes() -> int:
+    raw = os.environ.get(LIMIT_ENV, str(DEFAULT_LIMIT_MB))
+    try:
+        return int(float(raw) * 1024 * 1024)
+    except ValueError:
+        raise PhalanxError(f"{LIMIT_ENV}={raw!r} is not a number of megabytes") from None
+
+
+def snapshot_code(code: Path, dest: Path, *, exclude: tuple[Path, ...] = ()) -> int:
     """Copy ``code`` into ``dest`` (which must not exist) and return the bytes copied.
 
+    Symbolic links are copied as links, so a link to a data folder stays a
+    link and a link loop stays harmless. Sockets, pipes and devices are left
+    out. Folders in ``exclude`` (the workspace itself, when it lies inside the
+    code folder) are never entered.
+
     Raises:
-        PhalanxError: the folder holds more than the snapshot limit.
+        PhalanxError: the folder holds more than the snapshot limit, or a file
+            cannot be read.
     """
-    limit_mb = int(os.environ.get(LIMIT_ENV, DEFAULT_LIMIT_MB))
+    limit = _limit_bytes()
     patterns = list(ALWAYS_IGNORED) + _read_patterns(code)
+    skip = {p.resolve() for p in (*exclude, dest)}
     total = 0
+
+    def unreadable(exc: OSError) -> None:
+        raise exc
+
     dest.mkdir(parents=True)
-    for dirpath, dirnames, filenames in os.walk(code):
-        rel_dir = os.path.relpath(dirpath, code)
-        rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
-        dirnames[:] = sorted(d for d in dirnames if not _ignored(rel_dir + d, True, patterns))
-        for d in dirnames:
-            (dest / rel_dir / d).mkdir(exist_ok=True)
-        for name in sorted(filenames):
-            rel = rel_dir + name
-            if _ignored(rel, False, patterns):
-                continue
-            src = Path(dirpath) / name
-            if src.is_symlink() and not src.exists():
-                continue  # a dangling link has nothing to copy
-            total += src.stat().st_size
-            if total > limit_mb * 1024 * 1024:
-                raise PhalanxError(
-                    f"code folder {code} holds more than {limit_mb} MB; list data and large files "
-                    f"in {code / '.amlignore'} or raise {LIMIT_ENV}"
-                )
-            shutil.copy2(src, dest / rel)
+    try:
+        for dirpath, dirnames, filenames in os.walk(code, onerror=unreadable):
+            here = Path(dirpath)
+            rel_dir = os.path.relpath(dirpath, code)
+            rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
+            kept = []
+            for name in sorted(dirnames):
+                src = here / name
+                if _ignored(rel_dir + name, True, patterns) or src.resolve() in skip:
+                    continue
+                if src.is_symlink():
+                    filenames.append(name)  # copied as a link below, never entered
+                    continue
+                (dest / rel_dir / name).mkdir()
+                kept.append(name)
+            dirnames[:] = kept
+            for name in sorted(filenames):
+                rel = rel_dir + name
+                src = here / name
+                if _ignored(rel, False, patterns):
+                    continue
+                if src.is_symlink():
+                    os.symlink(os.readlink(src), dest / rel)
+                    continue
+                if not src.is_file():
+                    continue  # a socket, pipe or device has no contents to keep
+                total += src.stat().st_size
+                if total > limit:
+                    raise PhalanxError(
+                        f"code folder {code} holds more than {limit // (1024 * 1024)} MB; list "
+                        f"data and large files in {code / '.amlignore'} or raise {LIMIT_ENV}"
+                    )
+                shutil.copy2(src, dest / rel)
+    except OSError as exc:
+        where = exc.filename or code
+        raise PhalanxError(
+            f"cannot snapshot code folder {code}: {where}: {exc.strerror or exc}; make it "
+            f"readable or list it in {code / '.amlignore'}"
+        ) from exc
     return total

@@ -76,7 +76,7 @@ class Workspace:
     """
 
     def __init__(self, home: Path | None = None) -> None:
-        self.home = (home or phalanx_home()).absolute()
+        self.home = (home or phalanx_home()).resolve()
         self.jobs_dir = self.home / "jobs"
         try:
             self.jobs_dir.mkdir(parents=True, exist_ok=True)
@@ -86,12 +86,18 @@ class Workspace:
                 "set PHALANX_HOME to a writable folder"
             ) from exc
         self.db_path = self.home / "phalanx.db"
-        self._db = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        try:
+            self._db = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            raise PhalanxError(
+                f"cannot open the workspace database {self.db_path}: {exc}; "
+                "restore it or point PHALANX_HOME at another folder"
+            ) from exc
         if version > SCHEMA_VERSION:
             raise PhalanxError(
                 f"workspace {self.home} was written by a newer phalanx (schema {version}); "
@@ -157,12 +163,20 @@ class Workspace:
         try:
             paths = JobPaths(staging)
             if code is not None:
-                snapshot_code(code, paths.code)
+                snapshot_code(code, paths.code, exclude=(self.home,))
             paths.make()
             paths.spec_yaml.write_text(spec_text)
             paths.spec_json.write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n")
-            final_name = self._insert_job(spec, name)
-            staging.rename(self.jobs_dir / final_name)
+            # The row commits only once the folder is in place: never one without the other.
+            with self._transaction():
+                final_name = self._insert_job(spec, name)
+                try:
+                    staging.rename(self.jobs_dir / final_name)
+                except OSError as exc:
+                    raise PhalanxError(
+                        f"cannot create the job folder {self.jobs_dir / final_name}: "
+                        f"{exc.strerror}; remove what is there or choose another job name"
+                    ) from exc
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -278,6 +292,24 @@ class Workspace:
                     name,
                 ),
             )
+            if status.is_terminal:
+                # An attempt cut short with its job (supervisor lost, cancel) ends with it.
+                ended = {
+                    JobStatus.COMPLETED: AttemptStatus.SUCCEEDED,
+                    JobStatus.FAILED: AttemptStatus.FAILED,
+                    JobStatus.CANCELED: AttemptStatus.CANCELED,
+                }[status]
+                db.execute(
+                    "UPDATE attempts SET status = ?, ended_at = ?, error_json = COALESCE("
+                    "error_json, ?) WHERE job_name = ? AND status = ?",
+                    (
+                        ended.value,
+                        now,
+                        _dumps(error.to_dict()) if error else None,
+                        name,
+                        AttemptStatus.RUNNING.value,
+                    ),
+                )
         return True
 
     def request_cancel(self, name: str) -> None:

@@ -17,10 +17,10 @@ def _install() -> None:
     previous = sys.excepthook
 
     def hook(exc_type, exc, tb):  # type: ignore[no-untyped-def]
-        # The first failure wins: @record, or an earlier process of the same
-        # rank, may already have written a fuller account.
+        # The last failure wins: an earlier Python process of the same command
+        # may have failed harmlessly (`python -c 'import apex' || fallback`).
         try:
-            if not issubclass(exc_type, KeyboardInterrupt) and not os.path.exists(path):
+            if not issubclass(exc_type, KeyboardInterrupt):
                 import json
                 import time
                 import traceback

@@ -1,0 +1,92 @@
+"""Nothing of a job survives it: background children, forks during the stop, env-less escapees."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import psutil
+
+from conftest import Cli, job_processes_under
+
+
+def _pids_with_arg(arg: str) -> list[int]:
+    pids = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if arg in (proc.info["cmdline"] or []) and proc.status() != psutil.STATUS_ZOMBIE:
+                pids.append(proc.pid)
+        except psutil.Error:
+            continue
+    return pids
+
+
+def test_completed_job_leaves_no_background_process(cli: Cli) -> None:
+    # A daemon in its own session and a plain background child, then success.
+    spec = cli.write("job.yml", "command: (setsid sleep 301 &) ; sleep 302 & echo started\n")
+    proc = cli.run("run", str(spec))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    time.sleep(0.5)
+    assert _pids_with_arg("301") == [] and _pids_with_arg("302") == []
+    assert job_processes_under(cli.home) == []
+
+
+def test_cancel_catches_processes_forked_during_the_stop(cli: Cli) -> None:
+    # A spawner that ignores SIGTERM and keeps starting new sessions while being stopped.
+    cli.write(
+        "src/spawner.sh",
+        """
+        setsid bash -c 'trap "" TERM; for i in $(seq 400); do setsid sleep 303 & sleep 0.05; done' &
+        echo started
+        sleep 304
+        """,
+    )
+    spec = cli.write("job.yml", "command: bash spawner.sh\ncode: src\n")
+    name = cli.create(spec)
+    cli.wait(name, ("Running",))
+    deadline = time.monotonic() + 30
+    while not _pids_with_arg("303"):
+        assert time.monotonic() < deadline, "the spawner never started"
+        time.sleep(0.1)
+    cli.run("job", "cancel", name, check=True)
+    time.sleep(0.5)
+    assert _pids_with_arg("303") == [] and _pids_with_arg("304") == []
+    assert cli.show(name)["status"] == "Canceled"
+
+
+def test_process_that_clears_its_environment_is_still_stopped(cli: Cli) -> None:
+    # `env -i` drops phalanx's marker; the supervisor, as subreaper, still finds it.
+    spec = cli.write("job.yml", "command: setsid env -i /bin/sleep 305 & sleep 306\n")
+    name = cli.create(spec)
+    cli.wait(name, ("Running",))
+    deadline = time.monotonic() + 30
+    while not _pids_with_arg("305"):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    cli.run("job", "cancel", name, check=True)
+    time.sleep(0.5)
+    assert _pids_with_arg("305") == []
+
+
+def test_killed_supervisor_is_noticed_and_its_job_cleaned_up(cli: Cli) -> None:
+    spec = cli.write("job.yml", "command: sleep 307\n")
+    name = cli.create(spec)
+    job = cli.wait(name, ("Running",))
+    deadline = time.monotonic() + 30
+    while not _pids_with_arg("307"):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    supervisor = next(
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if "phalanx.jobs.supervisor" in (p.info["cmdline"] or []) and name in p.info["cmdline"]
+    )
+    os.kill(supervisor.pid, signal.SIGKILL)
+    supervisor.wait(10)
+    job = cli.show(name)  # the CLI notices and cleans up
+    assert job["status"] == "Failed"
+    assert "supervisor" in job["error"]["message"]
+    assert [a["status"] for a in job["attempts"]] == ["Failed"]
+    time.sleep(0.5)
+    assert _pids_with_arg("307") == []
