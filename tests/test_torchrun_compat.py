@@ -9,7 +9,7 @@ from conftest import Cli
 from phalanx.launch.ports import free_port
 
 PLAIN_DDP = """
-import os, sys
+import gc, os, sys
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -37,6 +37,10 @@ assert all(torch.equal(w, other) for other in gathered)
 if rank == 0:
     with open(sys.argv[1], "w") as f:
         f.write(f"{world} {losses[0]} {losses[-1]}")
+# Drop DDP (it holds the process group) before destroying the group: torch
+# 2.13's gloo threads can otherwise abort the interpreter at exit.
+del model, opt
+gc.collect()
 dist.destroy_process_group()
 """
 

@@ -19,6 +19,7 @@ no process group is created, so the same script runs anywhere.
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -165,8 +166,14 @@ def init(backend: str | None = None, timeout_s: float = 1800) -> DistContext:
 
 
 def cleanup() -> None:
-    """Destroy the default process group if there is one; safe to call again."""
+    """Destroy the default process group if there is one; safe to call again.
+
+    Collects garbage first: a DDP model caught in a reference cycle holds the
+    process group, whose gloo threads would otherwise outlive the destroy and
+    can abort the interpreter at exit (see phalanx.launch._hook).
+    """
     if dist.is_available() and dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 
