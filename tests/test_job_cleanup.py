@@ -22,6 +22,13 @@ def _pids_with_arg(arg: str) -> list[int]:
     return pids
 
 
+def _wait_for(arg: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not _pids_with_arg(arg):
+        assert time.monotonic() < deadline, f"no process with argument {arg} started"
+        time.sleep(0.1)
+
+
 def test_completed_job_leaves_no_background_process(cli: Cli) -> None:
     # A daemon in its own session and a plain background child, then success.
     spec = cli.write("job.yml", "command: (setsid sleep 301 &) ; sleep 302 & echo started\n")
@@ -45,10 +52,7 @@ def test_cancel_catches_processes_forked_during_the_stop(cli: Cli) -> None:
     spec = cli.write("job.yml", "command: bash spawner.sh\ncode: src\n")
     name = cli.create(spec)
     cli.wait(name, ("Running",))
-    deadline = time.monotonic() + 30
-    while not _pids_with_arg("303"):
-        assert time.monotonic() < deadline, "the spawner never started"
-        time.sleep(0.1)
+    _wait_for("303")
     cli.run("job", "cancel", name, check=True)
     time.sleep(0.5)
     assert _pids_with_arg("303") == [] and _pids_with_arg("304") == []
@@ -60,10 +64,7 @@ def test_process_that_clears_its_environment_is_still_stopped(cli: Cli) -> None:
     spec = cli.write("job.yml", "command: setsid env -i /bin/sleep 305 & sleep 306\n")
     name = cli.create(spec)
     cli.wait(name, ("Running",))
-    deadline = time.monotonic() + 30
-    while not _pids_with_arg("305"):
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    _wait_for("305")
     cli.run("job", "cancel", name, check=True)
     time.sleep(0.5)
     assert _pids_with_arg("305") == []
@@ -73,10 +74,7 @@ def test_killed_supervisor_is_noticed_and_its_job_cleaned_up(cli: Cli) -> None:
     spec = cli.write("job.yml", "command: sleep 307\n")
     name = cli.create(spec)
     job = cli.wait(name, ("Running",))
-    deadline = time.monotonic() + 30
-    while not _pids_with_arg("307"):
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    _wait_for("307")
     supervisor = next(
         p
         for p in psutil.process_iter(["cmdline"])

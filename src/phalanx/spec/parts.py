@@ -8,7 +8,7 @@ phalanx's own block.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator
 
@@ -66,7 +66,28 @@ def _local_path(path: str | None, owner: str) -> Path:
     return Path(strip_file_scheme(path))
 
 
-class InputSpec(SpecModel):
+class _DataPath:
+    """Where a data input or output lives: the helpers both share."""
+
+    if TYPE_CHECKING:  # a pydantic field of the model this is mixed into
+        path: str | None
+
+    @property
+    def is_local(self) -> bool:
+        """Whether ``path`` is on this machine's file system (not ``azureml://``, ``s3://``…)."""
+        return _is_local(self.path)
+
+    @property
+    def local_path(self) -> Path:
+        """``path`` as a local :class:`~pathlib.Path`.
+
+        Raises:
+            ValueError: ``path`` is a URI (or absent); check :attr:`is_local` first.
+        """
+        return _local_path(self.path, type(self).__name__)
+
+
+class InputSpec(_DataPath, SpecModel):
     """A data input (``inputs.<name>`` given as a mapping).
 
     After loading, a local ``path`` is absolute (resolved against the spec
@@ -90,22 +111,8 @@ class InputSpec(SpecModel):
     def _resolve(cls, value: str, info: ValidationInfo) -> str:
         return _resolve_path(value, info)
 
-    @property
-    def is_local(self) -> bool:
-        """Whether ``path`` is on this machine's file system (not ``azureml://``, ``s3://``…)."""
-        return _is_local(self.path)
 
-    @property
-    def local_path(self) -> Path:
-        """``path`` as a local :class:`~pathlib.Path`.
-
-        Raises:
-            ValueError: ``path`` is a URI (or absent); check :attr:`is_local` first.
-        """
-        return _local_path(self.path, type(self).__name__)
-
-
-class OutputSpec(SpecModel):
+class OutputSpec(_DataPath, SpecModel):
     """A data output (``outputs.<name>``; a null value means all defaults)."""
 
     type: Literal["uri_folder", "uri_file"] = "uri_folder"
@@ -124,20 +131,6 @@ class OutputSpec(SpecModel):
     @classmethod
     def _resolve(cls, value: str | None, info: ValidationInfo) -> str | None:
         return None if value is None else _resolve_path(value, info)
-
-    @property
-    def is_local(self) -> bool:
-        """Whether ``path`` is on this machine's file system (not ``azureml://``, ``s3://``…)."""
-        return _is_local(self.path)
-
-    @property
-    def local_path(self) -> Path:
-        """``path`` as a local :class:`~pathlib.Path`.
-
-        Raises:
-            ValueError: ``path`` is a URI (or absent); check :attr:`is_local` first.
-        """
-        return _local_path(self.path, type(self).__name__)
 
 
 class Resources(SpecModel):
