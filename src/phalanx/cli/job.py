@@ -10,7 +10,7 @@ from rich.console import Console
 
 from phalanx.cli.render import job_json, list_jobs, show_job
 from phalanx.cli.stream import stream_job
-from phalanx.jobs.control import cancel, refresh, submit
+from phalanx.jobs.control import cancel, preempt, refresh, submit
 from phalanx.jobs.prepare import check_inputs, check_outputs
 from phalanx.spec import JobSpec, load_spec
 from phalanx.workspace import JobRecord, JobStatus, Workspace
@@ -172,4 +172,26 @@ def cancel_cmd(name: str) -> int:
         console.print(f"job {name} had already ended: {job.status}")
     else:
         console.print(f"job {name}: {job.status}")
+    return 0
+
+
+@job_group.command("preempt")
+@click.argument("name")
+@click.option(
+    "--node",
+    "nodes",
+    type=int,
+    multiple=True,
+    help="Node rank to evict (repeatable); every node when left out.",
+)
+def preempt_cmd(name: str, nodes: tuple[int, ...]) -> int:
+    """Simulate a spot/low-priority eviction: the job checkpoints and resumes."""
+    job = preempt(Workspace(), name, list(nodes) or None)
+    which = f"node(s) {', '.join(map(str, nodes))}" if nodes else "every node"
+    grace = (job.spec.get("retry") or {}).get("preemption_grace", 30)
+    console.print(
+        f"job {name}: preemption of {which} requested; every rank gets SIGTERM and "
+        f"{grace} s to checkpoint, then a new attempt resumes",
+        soft_wrap=True,
+    )
     return 0

@@ -116,3 +116,23 @@ def cancel(ws: Workspace, name: str, *, wait_s: float = 30.0) -> JobRecord:
     LocalCompute().sweep(ws.paths(name).root, None, grace_s=2.0)
     ws.set_status(name, JobStatus.CANCELED)
     return ws.get_job(name)
+
+
+def preempt(ws: Workspace, name: str, nodes: list[int] | None) -> JobRecord:
+    """Simulate the eviction of ``nodes`` (every node when ``None``) of a running job.
+
+    The runner treats it exactly as a spot eviction notice: SIGTERM to every
+    rank, ``retry.preemption_grace`` to save, then a new attempt.
+
+    Raises:
+        PhalanxError: the job is not running, or a node rank does not exist.
+    """
+    job = refresh(ws, ws.get_job(name))
+    if job.status is not JobStatus.RUNNING:
+        raise PhalanxError(f"job {name!r} is {job.status}; only a Running job can be preempted")
+    count = int((job.spec.get("resources") or {}).get("instance_count") or 1)
+    for node in nodes or []:
+        if not 0 <= node < count:
+            raise PhalanxError(f"--node {node}: job {name!r} has nodes 0 to {count - 1}")
+    ws.request_preemption(name, nodes)
+    return job

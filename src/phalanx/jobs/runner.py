@@ -1,13 +1,28 @@
-"""Run one job to the end: prepare, launch every node, watch, stop, record.
+"""Run one job to the end: prepare, run attempts, watch, stop, record.
 
 The runner is the job's state machine (Queued → Preparing → Running →
 Finalizing → Completed, or Failed / Canceled from any state). It runs inside
 the job's supervisor process, so the CLI that created the job may exit.
 
+A job runs as one or more *attempts*. Each attempt starts every node afresh
+(a new rendezvous port, ``PHALANX_ATTEMPT`` one higher, the same checkpoint
+folder); the retry policy (:mod:`phalanx.jobs.policy`) decides after each
+unsuccessful attempt whether another follows.
+
 Watching an attempt, the runner polls every 0.1 s for: a rank's end record
 saying it failed (so the other nodes are stopped without waiting for the
-failing node's launcher to wind down), a launcher that exited, a cancel
-request, and ``limits.timeout``. The first failure stops the whole gang.
+failing node's launcher to wind down), a launcher that exited, and
+``limits.timeout``; every 0.5 s it reads cancel and preemption requests from
+the workspace. The first failure stops the whole gang.
+
+Preemption. A spot or low-priority node is told it will be taken away by a
+SIGTERM. phalanx forwards the notice to every rank of every node (SIGTERM to
+each launcher, which passes it to its workers), waits up to
+``retry.preemption_grace`` seconds for them to save an emergency checkpoint
+and exit, and starts the next attempt, which resumes from it. ``phalanx job
+preempt`` asks for exactly that; a rank that exits with
+:data:`phalanx.launch.exitcodes.PREEMPTED_EXIT_CODE`, or a node whose
+ranks were all sent SIGTERM from outside, counts as a preemption too.
 """
 
 from __future__ import annotations
@@ -16,11 +31,14 @@ import logging
 import signal
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from phalanx.compute.local import LocalCompute, LocalNode
 from phalanx.errors import PhalanxError
+from phalanx.jobs.policy import decide
 from phalanx.jobs.prepare import Prepared, prepare
-from phalanx.launch.node import SHUTDOWN_TIMEOUT_S, NodeLaunch
+from phalanx.launch.exitcodes import PREEMPTED_EXIT_CODE
+from phalanx.launch.node import NodeLaunch
 from phalanx.launch.ports import free_port
 from phalanx.launch.rootcause import failed, launcher_failure, read_rank_records, root_cause
 from phalanx.spec import JobSpec
@@ -36,9 +54,10 @@ from phalanx.workspace import (
 log = logging.getLogger(__name__)
 
 POLL_S = 0.1
-# After SIGTERM, launchers get torchrun's shutdown timeout plus this to exit
-# before every process of the attempt is killed outright.
-STOP_GRACE_S = SHUTDOWN_TIMEOUT_S + 1.5
+REQUEST_EVERY = 5  # polls between reads of cancel/preemption requests
+# After a failure, launchers get this long after SIGTERM to exit before every
+# process of the attempt is killed outright.
+FAILURE_GRACE_S = 4.5
 
 
 @dataclass(frozen=True)
@@ -66,7 +85,7 @@ class JobRunner:
         self._cancel = True
 
     def _cancelled(self) -> bool:
-        if not self._cancel and self.ws.cancel_requested(self.name):
+        if not self._cancel and self.ws.requests(self.name)[0]:
             self._cancel = True
         return self._cancel
 
@@ -76,8 +95,7 @@ class JobRunner:
         if job.status.is_terminal:
             return job.status
         spec = JobSpec.model_validate(job.spec)
-        started = time.monotonic()
-        deadline = started + spec.limits.timeout if spec.limits.timeout else None
+        deadline = time.monotonic() + spec.limits.timeout if spec.limits.timeout else None
         if self._cancelled():
             return self._finish(JobStatus.CANCELED, None)
         if not self.ws.set_status(self.name, JobStatus.PREPARING):
@@ -88,15 +106,21 @@ class JobRunner:
             log.error("preparing failed: %s", exc)
             return self._finish(JobStatus.FAILED, RootCause(message=str(exc)))
 
-        if self._cancelled():
-            return self._finish(JobStatus.CANCELED, None)
-        outcome = self._run_attempt(spec, prepared, deadline)
-        if outcome.status is AttemptStatus.SUCCEEDED:
-            self.ws.set_status(self.name, JobStatus.FINALIZING)
-            return self._finish(JobStatus.COMPLETED, None)
-        if outcome.status is AttemptStatus.CANCELED:
-            return self._finish(JobStatus.CANCELED, None)
-        return self._finish(JobStatus.FAILED, outcome.error)
+        while True:
+            if self._cancelled():
+                return self._finish(JobStatus.CANCELED, None)
+            outcome = self._run_attempt(spec, prepared, deadline)
+            if outcome.status is AttemptStatus.SUCCEEDED:
+                self.ws.set_status(self.name, JobStatus.FINALIZING)
+                return self._finish(JobStatus.COMPLETED, None)
+            if outcome.status is AttemptStatus.CANCELED:
+                return self._finish(JobStatus.CANCELED, None)
+            assert outcome.cause is not None  # a failed attempt always has a cause
+            attempts = self.ws.list_attempts(self.name)
+            decision = decide(spec.retry, attempts[:-1], outcome.cause, outcome.error)
+            log.info("attempt %d: %s; %s", attempts[-1].number, outcome.cause, decision.reason)
+            if not decision.retry:
+                return self._finish(JobStatus.FAILED, outcome.error)
 
     def _finish(self, status: JobStatus, error: RootCause | None) -> JobStatus:
         self.ws.set_status(self.name, status, error=error)
@@ -133,6 +157,7 @@ class JobRunner:
                 workdir=self.paths.code,
                 checkpoint_dir=self.paths.checkpoints,
                 outputs_dir=self.paths.outputs,
+                shutdown_timeout=spec.retry.preemption_grace,
                 inputs=prepared.inputs,
                 outputs=prepared.outputs,
                 user_env=prepared.env,
@@ -160,22 +185,36 @@ class JobRunner:
         self, spec: JobSpec, attempt: int, nodes: list[LocalNode], deadline: float | None
     ) -> AttemptOutcome:
         attempt_dir = self.paths.attempt_dir(attempt)
+        grace = float(spec.retry.preemption_grace)
         polls = 0
         while True:
             polls += 1
-            if polls % 10 == 0:
-                self.compute.reap(nodes)
             codes = [node.poll() for node in nodes]
             if all(code == 0 for code in codes):
                 return AttemptOutcome(AttemptStatus.SUCCEEDED, exit_code=0)
-            rank_failed = any(failed(r) for r in read_rank_records(attempt_dir))
-            if rank_failed or any(code not in (None, 0) for code in codes):
+            records = read_rank_records(attempt_dir)
+            if any(failed(r) for r in records) or any(code not in (None, 0) for code in codes):
+                if _preempted(records):
+                    # One node's ranks got the notice; the others must save too.
+                    self._stop(attempt, nodes, grace)
+                    return self._preemption(attempt, "a node was sent SIGTERM (preemption notice)")
                 return self._failure(attempt, nodes, codes)
-            if self._cancelled():
-                self._stop(attempt, nodes)
+            if polls % REQUEST_EVERY == 0:
+                self.compute.reap(nodes)
+                cancel, preempt = self.ws.requests(self.name)
+                self._cancel = self._cancel or cancel
+                if preempt:
+                    request = self.ws.take_preemption_request(self.name) or {}
+                    which = request.get("nodes")
+                    where = "every node" if which is None else f"node(s) {which}"
+                    log.info("attempt %d: preemption of %s requested", attempt, where)
+                    self._stop(attempt, nodes, grace)
+                    return self._preemption(attempt, f"{where} preempted (phalanx job preempt)")
+            if self._cancel:
+                self._stop(attempt, nodes, FAILURE_GRACE_S)
                 return AttemptOutcome(AttemptStatus.CANCELED, cause=FailureCause.CANCELED)
             if deadline is not None and time.monotonic() > deadline:
-                self._stop(attempt, nodes)
+                self._stop(attempt, nodes, FAILURE_GRACE_S)
                 error = RootCause(
                     message=f"job exceeded limits.timeout of {spec.limits.timeout} s and was "
                     "stopped; raise limits.timeout if it needs longer"
@@ -183,10 +222,17 @@ class JobRunner:
                 return AttemptOutcome(AttemptStatus.FAILED, FailureCause.TIMEOUT, error)
             time.sleep(POLL_S)
 
+    def _preemption(self, attempt: int, message: str) -> AttemptOutcome:
+        records = read_rank_records(self.paths.attempt_dir(attempt))
+        saved = sum(r.get("exit_code") == PREEMPTED_EXIT_CODE for r in records)
+        note = f"; {saved} rank(s) saved and exited" if saved else ""
+        error = RootCause(message=message + note)
+        return AttemptOutcome(AttemptStatus.FAILED, FailureCause.PREEMPTION, error)
+
     def _failure(
         self, attempt: int, nodes: list[LocalNode], codes: list[int | None]
     ) -> AttemptOutcome:
-        self._stop(attempt, nodes)
+        self._stop(attempt, nodes, FAILURE_GRACE_S)
         cause = root_cause(read_rank_records(self.paths.attempt_dir(attempt)))
         if cause is None:
             # No rank failed: a launcher did (could not bind, crashed before its workers).
@@ -197,11 +243,11 @@ class JobRunner:
             )
         return AttemptOutcome(AttemptStatus.FAILED, classify(cause), cause, cause.exit_code)
 
-    def _stop(self, attempt: int, nodes: list[LocalNode]) -> None:
-        """Stop every node: SIGTERM the launchers, then kill what is left."""
+    def _stop(self, attempt: int, nodes: list[LocalNode], grace_s: float) -> None:
+        """Stop every node: SIGTERM the launchers, wait ``grace_s``, kill what is left."""
         for node in nodes:
             node.signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
+        deadline = time.monotonic() + grace_s
         for node in nodes:
             node.wait(max(0.0, deadline - time.monotonic()))
         stragglers = self.compute.sweep(self.paths.root, attempt, grace_s=0.5, descendants=True)
@@ -209,6 +255,19 @@ class JobRunner:
             log.warning("killed %d process(es) still running after the stop", stragglers)
         for node in nodes:
             node.wait(5.0)
+
+
+def _preempted(records: list[dict[str, Any]]) -> bool:
+    """Whether the ranks that ended so far were preempted rather than failing.
+
+    True when some rank exited with the preempted exit code or was sent
+    SIGTERM from outside, and no rank failed in any other way.
+    """
+    ended = [r for r in records if failed(r)]
+    return bool(ended) and all(
+        r.get("exit_code") == PREEMPTED_EXIT_CODE or "SIGTERM" in (r.get("signals_received") or [])
+        for r in ended
+    )
 
 
 # Signals a process sends itself when its own code is at fault.

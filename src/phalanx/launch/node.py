@@ -8,9 +8,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Seconds torchrun gives its workers between SIGTERM and SIGKILL when it stops them.
-SHUTDOWN_TIMEOUT_S = 3
-
 
 @dataclass(frozen=True, kw_only=True)
 class NodeLaunch:
@@ -29,6 +26,9 @@ class NodeLaunch:
     workdir: Path
     checkpoint_dir: Path
     outputs_dir: Path
+    shutdown_timeout: int = 30
+    """Seconds torchrun gives its workers between SIGTERM and SIGKILL: the
+    preemption grace. phalanx's own stop after a failure kills sooner."""
     inputs: Mapping[str, str] = field(default_factory=dict)
     outputs: Mapping[str, str] = field(default_factory=dict)
     user_env: Mapping[str, str] = field(default_factory=dict)
@@ -46,7 +46,7 @@ class NodeLaunch:
             f"--master-port={self.master_port}",
             "--max-restarts=0",
             "--monitor-interval=0.1",
-            f"--shutdown-timeout={SHUTDOWN_TIMEOUT_S}",
+            f"--shutdown-timeout={self.shutdown_timeout}",
             "--module",
             "phalanx.launch.worker",
             self.command,

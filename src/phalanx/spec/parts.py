@@ -193,6 +193,15 @@ class Retry(SpecModel):
     max_preemptions: Annotated[StrictInt, Field(ge=0)] = 10
     """Preemptions (spot/low-priority node taken away) tolerated; they do not
     count against ``max_attempts``."""
+    preemption_grace: int = 30
+    """Seconds between a preemption notice (SIGTERM to every rank) and SIGKILL:
+    time for an emergency checkpoint. Azure gives spot VMs 30 s. Same forms as
+    ``limits.timeout``."""
+
+    @field_validator("preemption_grace", mode="before")
+    @classmethod
+    def _parse_grace(cls, value: Any) -> Any:
+        return parse_duration(value)
 
 
 class QueueSettings(SpecModel):

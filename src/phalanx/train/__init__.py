@@ -17,5 +17,16 @@ This package imports torch and nothing heavier.
 
 from phalanx.train.dist import DistContext, all_reduce_sum, cleanup, init
 from phalanx.train.log import ALL_RANKS_ENV, get_logger
+from phalanx.train.preemption import PREEMPTED_EXIT_CODE, PreemptionWatcher, watch_preemption
 
-__all__ = ["ALL_RANKS_ENV", "DistContext", "all_reduce_sum", "cleanup", "get_logger", "init"]
+__all__ = [
+    "ALL_RANKS_ENV",
+    "PREEMPTED_EXIT_CODE",
+    "DistContext",
+    "PreemptionWatcher",
+    "all_reduce_sum",
+    "cleanup",
+    "get_logger",
+    "init",
+    "watch_preemption",
+]

@@ -30,7 +30,7 @@ from phalanx.workspace.records import (
 )
 from phalanx.workspace.snapshot import snapshot_code
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     name TEXT PRIMARY KEY,
@@ -46,6 +46,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     supervisor_pid INTEGER,
     supervisor_started REAL,
     cancel_requested INTEGER NOT NULL DEFAULT 0,
+    preempt_json TEXT,
     error_json TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at);
@@ -62,6 +63,10 @@ CREATE TABLE IF NOT EXISTS attempts (
     PRIMARY KEY (job_name, number)
 );
 """
+# Each step upgrades a workspace from the version before it.
+_MIGRATIONS = {
+    2: "ALTER TABLE jobs ADD COLUMN preempt_json TEXT;",
+}
 
 
 def _dumps(value: Any) -> str | None:
@@ -103,11 +108,16 @@ class Workspace:
                 f"workspace {self.home} was written by a newer phalanx (schema {version}); "
                 "upgrade phalanx or use another PHALANX_HOME"
             )
-        if version < SCHEMA_VERSION:
+        if version == 0:
             # executescript commits first, so the transaction is part of the script.
             self._db.executescript(
                 f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;"
             )
+        else:
+            for target in range(version + 1, SCHEMA_VERSION + 1):
+                self._db.executescript(
+                    f"BEGIN IMMEDIATE;{_MIGRATIONS[target]}PRAGMA user_version={target};COMMIT;"
+                )
 
     def close(self) -> None:
         self._db.close()
@@ -315,11 +325,29 @@ class Workspace:
     def request_cancel(self, name: str) -> None:
         self._db.execute("UPDATE jobs SET cancel_requested = 1 WHERE name = ?", (name,))
 
-    def cancel_requested(self, name: str) -> bool:
+    def requests(self, name: str) -> tuple[bool, bool]:
+        """Whether a cancel, and whether a preemption, is pending for the job (one cheap read)."""
         row = self._db.execute(
-            "SELECT cancel_requested FROM jobs WHERE name = ?", (name,)
+            "SELECT cancel_requested, preempt_json IS NOT NULL FROM jobs WHERE name = ?", (name,)
         ).fetchone()
-        return bool(row and row[0])
+        return (bool(row[0]), bool(row[1])) if row else (False, False)
+
+    def request_preemption(self, name: str, nodes: list[int] | None) -> None:
+        """Ask the job's runner to treat ``nodes`` (every node when ``None``) as evicted."""
+        request = {"nodes": nodes, "at": time.time()}
+        self._db.execute(
+            "UPDATE jobs SET preempt_json = ? WHERE name = ?", (json.dumps(request), name)
+        )
+
+    def take_preemption_request(self, name: str) -> dict[str, Any] | None:
+        """The pending preemption request, cleared as it is read."""
+        with self._transaction() as db:
+            row = db.execute("SELECT preempt_json FROM jobs WHERE name = ?", (name,)).fetchone()
+            if row is None or row[0] is None:
+                return None
+            db.execute("UPDATE jobs SET preempt_json = NULL WHERE name = ?", (name,))
+        result: dict[str, Any] = json.loads(row[0])
+        return result
 
     # -- attempts -----------------------------------------------------------
 
