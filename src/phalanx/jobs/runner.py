@@ -37,6 +37,7 @@ from phalanx.compute.local import LocalCompute, LocalNode
 from phalanx.errors import PhalanxError
 from phalanx.jobs.policy import decide
 from phalanx.jobs.prepare import Prepared, prepare
+from phalanx.jobs.watchdog import STACK_DUMP_WAIT_S, Watchdog, dump_stacks
 from phalanx.launch.exitcodes import PREEMPTED_EXIT_CODE
 from phalanx.launch.node import NodeLaunch
 from phalanx.launch.ports import free_port
@@ -186,6 +187,11 @@ class JobRunner:
     ) -> AttemptOutcome:
         attempt_dir = self.paths.attempt_dir(attempt)
         grace = float(spec.retry.preemption_grace)
+        watchdog = (
+            Watchdog(self.paths, attempt, spec.world_size, float(spec.limits.stall_timeout))
+            if spec.limits.stall_timeout
+            else None
+        )
         polls = 0
         while True:
             polls += 1
@@ -210,6 +216,8 @@ class JobRunner:
                     log.info("attempt %d: preemption of %s requested", attempt, where)
                     self._stop(attempt, nodes, grace)
                     return self._preemption(attempt, f"{where} preempted (phalanx job preempt)")
+                if watchdog is not None and watchdog.stalled():
+                    return self._hang(attempt, nodes, watchdog)
             if self._cancel:
                 self._stop(attempt, nodes, FAILURE_GRACE_S)
                 return AttemptOutcome(AttemptStatus.CANCELED, cause=FailureCause.CANCELED)
@@ -228,6 +236,15 @@ class JobRunner:
         note = f"; {saved} rank(s) saved and exited" if saved else ""
         error = RootCause(message=message + note)
         return AttemptOutcome(AttemptStatus.FAILED, FailureCause.PREEMPTION, error)
+
+    def _hang(self, attempt: int, nodes: list[LocalNode], watchdog: Watchdog) -> AttemptOutcome:
+        log.warning("attempt %d: no progress for %.0f s; dumping stacks", attempt, watchdog.limit)
+        quietest = watchdog.quietest()  # before the dumps write to every log
+        if dump_stacks(str(self.paths.root), attempt):
+            time.sleep(STACK_DUMP_WAIT_S)  # let faulthandler finish writing
+        cause = watchdog.root_cause(quietest)
+        self._stop(attempt, nodes, FAILURE_GRACE_S)
+        return AttemptOutcome(AttemptStatus.FAILED, FailureCause.HANG, cause)
 
     def _failure(
         self, attempt: int, nodes: list[LocalNode], codes: list[int | None]

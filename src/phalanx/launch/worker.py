@@ -71,6 +71,7 @@ def main(argv: list[str]) -> int:
     # Our error file for the command; torchrun's own is filled in afterwards.
     torchrun_error_file = env.get("TORCHELASTIC_ERROR_FILE")
     env["TORCHELASTIC_ERROR_FILE"] = env["PHALANX_ERROR_FILE"] = str(error_path)
+    env["PHALANX_HEARTBEAT_FILE"] = str(attempt_dir / f"heartbeat_{rank}")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (HOOK_DIR, env.get("PYTHONPATH")) if p)
     env.setdefault("PYTHONUNBUFFERED", "1")
 

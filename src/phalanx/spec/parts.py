@@ -177,7 +177,12 @@ class Limits(SpecModel):
     """Seconds the job may run before it is canceled. YAML takes an int (Azure ML)
     or a duration string: ``90s``, ``30m``, ``2h``, ``1h30m``, ``1d``."""
 
-    @field_validator("timeout", mode="before")
+    stall_timeout: int | None = None
+    """phalanx's own: seconds without progress from any rank (a heartbeat from
+    ``phalanx.train.heartbeat`` or a line of log) after which the attempt is
+    stopped as hung. Off when absent. Same forms as ``timeout``."""
+
+    @field_validator("timeout", "stall_timeout", mode="before")
     @classmethod
     def _parse_timeout(cls, value: Any) -> Any:
         return None if value is None else parse_duration(value)

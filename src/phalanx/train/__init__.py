@@ -16,6 +16,7 @@ This package imports torch and nothing heavier.
 """
 
 from phalanx.train.dist import DistContext, all_reduce_sum, cleanup, init
+from phalanx.train.heartbeat import heartbeat
 from phalanx.train.log import ALL_RANKS_ENV, get_logger
 from phalanx.train.preemption import PREEMPTED_EXIT_CODE, PreemptionWatcher, watch_preemption
 
@@ -27,6 +28,7 @@ __all__ = [
     "all_reduce_sum",
     "cleanup",
     "get_logger",
+    "heartbeat",
     "init",
     "watch_preemption",
 ]

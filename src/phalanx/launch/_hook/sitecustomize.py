@@ -1,4 +1,4 @@
-"""Worker start-up hook: record uncaught exceptions; let gloo drain at exit (see phalanx.launch).
+"""Worker start-up hook: record exceptions, dump stacks on SIGUSR2, let gloo drain at exit.
 
 Python imports ``sitecustomize`` at start-up; phalanx puts this folder first on
 ``PYTHONPATH`` of every worker it starts. The hook writes torchelastic's error
@@ -81,7 +81,20 @@ def _chain() -> None:
         sys.path[:] = saved
 
 
+def _stack_dumps() -> None:
+    """On SIGUSR2, print every thread's Python stack to the rank's log.
+
+    phalanx sends it when it finds a job hung, so the log shows where each
+    rank was stuck. A script that sets its own SIGUSR2 handler replaces this.
+    """
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR2, all_threads=True, chain=False)
+
+
 if os.environ.get("PHALANX_ERROR_FILE"):
     _settle_at_exit()
     _install()
+    _stack_dumps()
 _chain()

@@ -1,0 +1,122 @@
+"""The hang watchdog: an attempt in which no rank makes progress is stopped.
+
+A collective that never completes (a rank stuck in I/O, a deadlock, a peer
+that died without closing its sockets) blocks every rank, silently, until the
+process group's timeout, 30 minutes by default. With ``limits.stall_timeout``
+set, the runner asks this watchdog every half second whether any rank has
+shown a sign of life within that time: a heartbeat file written by
+``phalanx.train.heartbeat()`` or a new line in its log. When none has, the
+attempt is a hang: every rank is asked for its Python stacks (SIGUSR2, which
+the worker hook turns into a faulthandler dump into the rank's log), then the
+gang is stopped, and the root cause carries the stack of the rank that went
+quiet first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+
+from phalanx.launch.rootcause import tail
+from phalanx.workspace import JobPaths, RootCause
+
+STACK_DUMP_WAIT_S = 1.0
+
+
+class Watchdog:
+    """Tracks the last sign of life of every rank of one attempt."""
+
+    def __init__(self, paths: JobPaths, attempt: int, world_size: int, limit: float) -> None:
+        self.paths = paths
+        self.attempt = attempt
+        self.world_size = world_size
+        self.limit = limit
+        self.started = time.time()
+
+    def _last_activity(self, rank: int) -> float:
+        times = [self.started]
+        for path in (
+            self.paths.attempt_dir(self.attempt) / f"heartbeat_{rank}",
+            self.paths.rank_log(rank),
+        ):
+            with contextlib.suppress(OSError):
+                times.append(path.stat().st_mtime)
+        return max(times)
+
+    def stalled(self) -> bool:
+        """Whether no rank has shown progress for ``limit`` seconds."""
+        newest = max(self._last_activity(rank) for rank in range(self.world_size))
+        return time.time() - newest > self.limit
+
+    def quietest(self) -> int:
+        """The rank whose last sign of life is oldest (ask before the stack dumps)."""
+        return min(range(self.world_size), key=self._last_activity)
+
+    def root_cause(self, quietest: int) -> RootCause:
+        """The hang, blamed on the rank that is not waiting in a collective.
+
+        A hung collective shows as every rank but the culprit waiting inside
+        ``torch.distributed``; the culprit's stack is elsewhere (I/O, a lock,
+        a sleep). When the stacks cannot tell, the rank that went quiet first
+        is blamed.
+        """
+        stacks = {rank: _main_stack(self.paths.rank_log(rank)) for rank in range(self.world_size)}
+        outside = [rank for rank, stack in stacks.items() if stack and not _in_collective(stack)]
+        culprit = outside[0] if outside else quietest
+        why = "is not in a collective" if outside else "went quiet first"
+        return RootCause(
+            message=(
+                f"hang: no rank made progress for {self.limit:.0f} s (limits.stall_timeout); "
+                f"rank {culprit} {why}; each rank's stacks are at the end of its log"
+            ),
+            rank=culprit,
+            traceback=stacks[culprit] or None,
+            log_file=str(self.paths.rank_log(culprit)),
+        )
+
+
+def _main_stack(log_file: Path) -> str:
+    """The stack faulthandler dumped last for the thread that took the signal (the main one)."""
+    text = tail(log_file, lines=400)
+    start = text.rfind("Current thread")
+    if start < 0:
+        return ""
+    block = text[start:].split("\n\n", 1)[0]
+    return "\n".join(
+        line for line in block.splitlines() if line.startswith(("Current thread", "  File"))
+    )
+
+
+def _in_collective(stack: str) -> bool:
+    frames = [line for line in stack.splitlines() if line.startswith("  File")]
+    return bool(frames) and "torch/distributed/" in frames[0]
+
+
+def dump_stacks(job_dir: str, attempt: int) -> int:
+    """Ask every Python process of the attempt's commands for its stacks.
+
+    Only processes started under the worker hook (they carry
+    ``PHALANX_ERROR_FILE``) get SIGUSR2: for any other process the signal's
+    default action is to exit.
+
+    Returns:
+        How many processes were asked.
+    """
+    asked = 0
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+            if env.get("PHALANX_JOB_DIR") != job_dir or env.get("PHALANX_ATTEMPT") != str(attempt):
+                continue
+            if "PHALANX_ERROR_FILE" not in env or "python" not in os.path.basename(proc.exe()):
+                continue
+            proc.send_signal(signal.SIGUSR2)
+            asked += 1
+        except (psutil.Error, OSError):
+            continue
+    return asked
