@@ -36,6 +36,8 @@ Environment of every worker process
 ``PHALANX_OUTPUT_<NAME>``    each output's folder
 ``PHALANX_JOB_DIR``          the job's folder in the workspace
 ``PYTHONUNBUFFERED=1``       so log lines reach the log files as they are printed
+``PHALANX_HEARTBEAT_FILE``   where ``phalanx.train.heartbeat()`` records progress (hang watchdog)
+``TORCH_NCCL_ASYNC_ERROR_HANDLING=1``  a failed NCCL collective raises rather than hangs
 ===========================  =====================================================
 
 plus the spec's ``environment_variables``. The working directory is the job's
@@ -56,5 +58,12 @@ Logs and failures
 * When any rank fails, torchrun stops the node's other ranks, and the runner
   stops every other node: SIGTERM to each launcher, which passes it to its
   workers' process groups, then SIGKILL to whatever of the job still runs after
-  the grace period (a few seconds).
+  a few seconds.
+* A preemption notice (``phalanx job preempt``, or SIGTERM to a launcher) is
+  passed to every rank the same way, but the runner then waits up to
+  ``retry.preemption_grace`` (torchrun's ``--shutdown-timeout``) for ranks to
+  save and exit with :data:`phalanx.launch.exitcodes.PREEMPTED_EXIT_CODE`.
+* With ``limits.stall_timeout``, an attempt in which no rank heartbeats or logs
+  for that long is a hang: every rank's Python stacks are dumped into its log
+  (SIGUSR2 → faulthandler), then the gang is stopped.
 """

@@ -77,6 +77,9 @@ class NodeLaunch:
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        # A failed NCCL collective raises instead of hanging (torch's default
+        # since 2.2; kept explicit so an older torch behaves the same).
+        env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
         for name, value in self.inputs.items():
             env[f"PHALANX_INPUT_{name.upper()}"] = value
         for name, value in self.outputs.items():
