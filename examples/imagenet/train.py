@@ -58,7 +58,18 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from phalanx.nets import ARCHS, build_model
-from phalanx.train import DistContext, all_reduce_sum, cleanup, get_logger, init
+from phalanx.train import (
+    Checkpointer,
+    DistContext,
+    all_reduce_sum,
+    cleanup,
+    get_logger,
+    heartbeat,
+    init,
+    rng_state,
+    set_rng_state,
+    watch_preemption,
+)
 
 log = get_logger("train")
 
@@ -113,6 +124,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="default: $PHALANX_OUTPUTS_DIR, else ./outputs",
     )
     p.add_argument(
+        "--checkpoint-dir",
+        default=os.environ.get("PHALANX_CHECKPOINT_DIR"),
+        help="default: $PHALANX_CHECKPOINT_DIR (set by phalanx); no checkpoints when unset",
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=0,
+        help="steps between checkpoints, besides the one at each epoch's end (0: epochs only)",
+    )
+    p.add_argument("--keep-last", type=int, default=3, help="checkpoints kept (>= 2)")
+    p.add_argument(
+        "--async-checkpoint",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="write checkpoints in the background (the loop pays only for a copy)",
+    )
+    p.add_argument(
         "--synthetic",
         action="store_true",
         default=True,
@@ -133,8 +162,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.image_size < 32:
         p.error("--image-size must be at least 32")
-    if args.warmup_epochs < 0 or args.timing_warmup_steps < 0:
-        p.error("--warmup-epochs and --timing-warmup-steps must not be negative")
+    if args.warmup_epochs < 0 or args.timing_warmup_steps < 0 or args.checkpoint_every < 0:
+        p.error(
+            "--warmup-epochs, --timing-warmup-steps and --checkpoint-every must not be negative"
+        )
+    if args.keep_last < 2:
+        p.error("--keep-last must be at least 2")
     return args
 
 
@@ -257,28 +290,61 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
         device,
     )
 
+    # Checkpoints: resume where the last attempt stopped (phalanx restarts the
+    # whole gang after a failure or a preemption, with the same folder).
+    total_steps = args.epochs * args.steps_per_epoch
+    ckpt = (
+        Checkpointer(
+            args.checkpoint_dir, keep_last=args.keep_last, async_save=args.async_checkpoint
+        )
+        if args.checkpoint_dir
+        else None
+    )
+    preemption = watch_preemption()
+    step = 0
+    first_loss = last_loss = float("nan")
+    loaded = ckpt.load_latest(map_location=device) if ckpt is not None else None
+    if loaded is not None:
+        model.load_state_dict(loaded.state["model"])
+        optimizer.load_state_dict(loaded.state["optimizer"])
+        scaler.load_state_dict(loaded.state["scaler"])
+        set_rng_state(loaded.state["rng"])
+        first_loss = float(loaded.state["first_loss"])
+        step = loaded.step
+        log.info("resumed from checkpoint at step %d of %d (%s)", step, total_steps, loaded.path)
+
+    def save(at_step: int) -> None:
+        if ckpt is None:
+            return
+        state = {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scaler": scaler.state_dict(),
+            "rng": rng_state(),
+            "first_loss": first_loss,
+        }
+        ckpt.save(state, at_step)
+
     # Throughput bookkeeping. Only the steps are timed (not set-up, not the
-    # end-of-epoch reductions), and the first few steps of the first epoch are
+    # end-of-epoch reductions), and the first few steps of this process are
     # left out: they pay for allocator growth, cuDNN autotuning and DDP's
     # bucket building, which a long run amortises.
     # The reference implementation reported the images/sec of the last epoch
     # only; here each epoch gets its figure, and the overall one is total timed
-    # images / total timed seconds over every epoch.
-    skip = min(args.timing_warmup_steps, args.steps_per_epoch - 1)
+    # images / total timed seconds over every epoch this process ran.
+    timed_from = step + min(args.timing_warmup_steps, max(0, total_steps - step - 1))
     epoch_stats: list[dict[str, float]] = []
     timed_images = 0
     timed_seconds = 0.0
-    first_loss = last_loss = float("nan")
-    step = 0
-    for epoch in range(args.epochs):
+    for epoch in range(step // args.steps_per_epoch, args.epochs):
         ddp_model.train()
         epoch_start: float | None = None
         epoch_steps = 0
-        if epoch > 0 or skip == 0:
+        if step >= timed_from:
             synchronize(device)
             epoch_start = time.perf_counter()
         interval_start, interval_steps = time.perf_counter(), 0
-        for i in range(args.steps_per_epoch):
+        for i in range(step - epoch * args.steps_per_epoch, args.steps_per_epoch):
             lr = lr_at(step, args, peak_lr)
             for group in optimizer.param_groups:
                 group["lr"] = lr
@@ -294,9 +360,19 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
                 epoch_steps += 1
             if step == 1:
                 first_loss = loss.item()
-            if epoch == 0 and i + 1 == skip:
+            if step == timed_from:
                 synchronize(device)
                 epoch_start = time.perf_counter()
+            heartbeat(step)
+            if preemption.requested(ctx):
+                # Every rank agrees on this step; save it and leave before the node goes.
+                save(step)
+                if ckpt is not None:
+                    ckpt.close()
+                log.warning("preempted at step %d; checkpoint saved", step)
+                preemption.exit()
+            if args.checkpoint_every and step % args.checkpoint_every == 0:
+                save(step)
             if step % args.log_interval == 0:
                 # loss.item() waits for the GPU, so only every log_interval steps.
                 current = loss.item()
@@ -314,9 +390,12 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
                 )
                 interval_start, interval_steps = now, 0
         synchronize(device)
-        assert epoch_start is not None  # set before the loop or at step `skip`
-        seconds = time.perf_counter() - epoch_start
         last_loss = loss.item()
+        if not (args.checkpoint_every and step % args.checkpoint_every == 0):
+            save(step)  # the end of every epoch, unless that step was just saved
+        if epoch_start is None:
+            continue  # resumed so close to the epoch's end that nothing was timed
+        seconds = time.perf_counter() - epoch_start
         images_done = epoch_steps * args.batch_size
         timed_images += images_done
         timed_seconds += seconds
@@ -341,8 +420,10 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
             epoch_steps,
             seconds,
         )
+    if ckpt is not None:
+        ckpt.close()  # the last save is on disk before the outputs are written
 
-    overall_total = all_reduce_sum(timed_images / timed_seconds, ctx)
+    overall_total = all_reduce_sum(timed_images / timed_seconds if timed_seconds else 0.0, ctx)
     first_loss = all_reduce_sum(first_loss, ctx) / ctx.world_size
     last_loss = all_reduce_sum(last_loss, ctx) / ctx.world_size
     overall = {
@@ -361,7 +442,8 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
         **overall,
         "epochs": args.epochs,
         "steps_per_epoch": args.steps_per_epoch,
-        "timing_warmup_steps": skip,
+        "timing_warmup_steps": args.timing_warmup_steps,
+        "resumed_from_step": loaded.step if loaded is not None else None,
         "per_epoch": epoch_stats,
         "first_loss": first_loss,
         "final_loss": last_loss,

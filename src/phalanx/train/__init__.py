@@ -32,3 +32,13 @@ __all__ = [
     "init",
     "watch_preemption",
 ]
+
+# Checkpoints (phalanx.train.checkpoint).
+from phalanx.train.checkpoint import (
+    Checkpointer,
+    LoadedCheckpoint,
+    rng_state,
+    set_rng_state,
+)
+
+__all__ += ["Checkpointer", "LoadedCheckpoint", "rng_state", "set_rng_state"]

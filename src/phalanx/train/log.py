@@ -62,7 +62,10 @@ class _StdoutHandler(logging.StreamHandler):
     """
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.setStream(sys.stdout)
+        # Assigned, not setStream(): that flushes the old stream, which a test
+        # runner may already have closed.
+        if self.stream is not sys.stdout:
+            self.stream = sys.stdout
         super().emit(record)
 
 

@@ -1,0 +1,362 @@
+"""``Checkpointer``: save, prune and load the checkpoints of one job's folder."""
+
+from __future__ import annotations
+
+import operator
+import os
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import torch
+
+from phalanx.errors import PhalanxError
+from phalanx.train.checkpoint import _fs, _manifest
+from phalanx.train.checkpoint._manifest import FileEntry, InvalidCheckpoint, describe
+from phalanx.train.checkpoint._state import Stager, check
+from phalanx.train.log import get_logger
+
+__all__ = ["CHECKPOINT_DIR_ENV", "Checkpointer", "LoadedCheckpoint"]
+
+CHECKPOINT_DIR_ENV = "PHALANX_CHECKPOINT_DIR"
+STATE_FILE = "state.pt"
+
+MapLocation = str | torch.device | dict[str, str] | Callable[..., Any] | None
+
+log = get_logger("phalanx.checkpoint")
+
+
+@dataclass(frozen=True)
+class LoadedCheckpoint:
+    """A checkpoint read back by :meth:`Checkpointer.load_latest`.
+
+    Attributes:
+        step: The step it was saved at.
+        state: What was given to ``save()``, tensors on ``map_location``.
+        path: Its folder, ``<directory>/step_<step:012d>``.
+    """
+
+    step: int
+    state: dict[str, Any] = field(repr=False)
+    path: Path
+
+
+def _default_rank() -> int:
+    raw = os.environ.get("RANK", "").strip()
+    try:
+        return int(raw) if raw else 0
+    except ValueError:
+        raise PhalanxError(f"environment variable RANK={raw!r} is not an integer") from None
+
+
+class Checkpointer:
+    """Atomic, verified, pruned checkpoints in one folder; see :mod:`phalanx.train.checkpoint`.
+
+    Args:
+        directory: The folder; default ``$PHALANX_CHECKPOINT_DIR`` (set by
+            phalanx, the same in every attempt), else ``./checkpoints``.
+        keep_last: Committed checkpoints to keep, at least 2, so that a
+            corrupt newest one leaves one to fall back to.
+        async_save: Copy the state to CPU in ``save()`` and write it in a
+            background thread.
+        rank: This process's global rank, default ``$RANK`` or 0. Only rank 0
+            writes with :meth:`save`; every rank may load.
+
+    Raises:
+        ValueError: ``keep_last`` is below 2, or ``rank`` is negative.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str] | None = None,
+        keep_last: int = 3,
+        async_save: bool = False,
+        rank: int | None = None,
+    ) -> None:
+        if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 2:
+            raise ValueError(
+                f"keep_last must be an integer of at least 2 (the newest checkpoint and "
+                f"one to fall back to if it is damaged); got {keep_last!r}"
+            )
+        if directory is None:
+            directory = os.environ.get(CHECKPOINT_DIR_ENV, "").strip() or "checkpoints"
+        self.directory = Path(directory).expanduser().absolute()
+        self.keep_last = keep_last
+        self.async_save = async_save
+        self.rank = _default_rank() if rank is None else rank
+        if self.rank < 0:
+            raise ValueError(f"rank must be >= 0; got {self.rank}")
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: list[Future[None]] = []
+        self._stager = Stager()
+        self._committed: set[int] = set()  # steps this instance committed
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return (
+            f"Checkpointer({str(self.directory)!r}, keep_last={self.keep_last}, "
+            f"async_save={self.async_save}, rank={self.rank})"
+        )
+
+    # Saving ------------------------------------------------------------------
+
+    def save(self, state: Mapping[str, Any], step: int) -> None:
+        """Save ``state`` as the checkpoint of ``step``; on ranks other than 0, do nothing.
+
+        Not a collective: ranks may call it at different times, or only rank 0.
+        First waits for the previous asynchronous save, if any, so at most one
+        save is in flight; if that one failed, its error is raised here and
+        this save is not attempted (a second call would be). A step this
+        Checkpointer already saved is skipped (an emergency save right after a
+        regular one); a step saved earlier by another process, e.g. a previous
+        attempt, is replaced.
+
+        Args:
+            state: Plain data: tensors, state_dicts, numbers, strings, and
+                dicts, lists and tuples of these (see :func:`rng_state`).
+            step: The training step, ``>= 0``; the newest step is loaded first.
+
+        Raises:
+            TypeError: A value in ``state`` would not load with ``weights_only``.
+            ValueError: ``step`` is negative.
+            RuntimeError: The Checkpointer is closed.
+            OSError: The write failed (synchronous save), or the previous
+                asynchronous save failed with it.
+        """
+        step = operator.index(step)
+        if step < 0:
+            raise ValueError(f"step must be >= 0; got {step}")
+        if self._closed:
+            raise RuntimeError("save() on a closed Checkpointer")
+        if self.rank != 0:
+            return
+        self.wait()
+        if step in self._committed:
+            log.debug("step %d is already saved in %s; skipping", step, self.directory)
+            return
+        if self.async_save:
+            snapshot = self._stager.snapshot(state)
+            self._pending.append(self._pool().submit(self._write_then_prune, snapshot, step))
+        else:
+            self._write(check(state), step)
+            self._pending.append(self._pool().submit(self._prune, step))
+
+    def wait(self) -> None:
+        """Block until the pending save (and its pruning) is done and durable.
+
+        Raises:
+            Exception: Whatever the background save raised; raised once.
+        """
+        pending, self._pending = self._pending, []
+        error: BaseException | None = None
+        for future in pending:
+            try:
+                future.result()
+            except BaseException as e:  # the first failure wins; later ones are logged
+                if error is None:
+                    error = e
+                else:
+                    log.error("checkpoint background work failed: %s", describe(e))
+        if error is not None:
+            raise error
+
+    def close(self) -> None:
+        """Wait for the pending save and stop the background thread; safe to call again."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.wait()
+        finally:
+            if self._executor is not None:
+                self._executor.shutdown(wait=True)
+                self._executor = None
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except Exception as e:  # the exception already leaving the block matters more
+            log.error("checkpoint save failed while handling another error: %s", describe(e))
+
+    def _pool(self) -> ThreadPoolExecutor:
+        # One thread: writes happen in order, and at most one is in flight.
+        # Not a daemon: a script that ends without close() still gets its last
+        # asynchronous checkpoint, because the interpreter joins the thread.
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="phalanx-checkpoint")
+        return self._executor
+
+    def _write(self, state: dict[str, Any], step: int) -> None:
+        start = time.perf_counter()
+        fresh = not self.directory.exists()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if fresh:
+            _fs.fsync_dir(self.directory.parent)
+        _fs.sweep(self.directory, log)
+        tmp = self.directory / _fs.tmp_dirname(step)
+        final = self.directory / _fs.step_dirname(step)
+        tmp.mkdir()
+        try:
+            with open(tmp / STATE_FILE, "xb") as f:
+                writer = _fs.HashingWriter(f)
+                torch.save(state, writer)  # type: ignore[arg-type]  # a write-only file object
+                f.flush()
+                os.fsync(f.fileno())
+            files = {STATE_FILE: FileEntry(writer.size, writer.hexdigest())}
+            manifest = _manifest.encode(_manifest.REPLICATED, step, files)
+            _fs.write_file(tmp / _fs.MANIFEST, manifest)
+            _fs.fsync_dir(tmp)
+            replaced = final.exists()
+            _fs.commit(tmp, final)
+        except BaseException:
+            _fs.remove_tree(tmp, log)
+            raise
+        self._committed.add(step)
+        log.info(
+            "saved checkpoint %s (%.1f MB, %.2f s%s)",
+            final.name,
+            writer.size / 1e6,
+            time.perf_counter() - start,
+            ", replacing an earlier one" if replaced else "",
+        )
+
+    def _prune(self, step: int) -> None:
+        try:
+            _fs.prune(self.directory, self.keep_last, step, log)
+        except Exception as e:
+            # Pruning must never fail a save, nor kill the thread that prunes
+            # after the next commit, which tries again.
+            log.warning("pruning old checkpoints in %s failed: %s", self.directory, describe(e))
+
+    def _write_then_prune(self, state: dict[str, Any], step: int) -> None:
+        self._write(state, step)
+        self._prune(step)
+
+    # Loading -----------------------------------------------------------------
+
+    def list_steps(self) -> list[int]:
+        """The steps of the committed checkpoints, oldest first (not verified)."""
+        return list(_fs.committed_steps(self.directory))
+
+    def load_latest(self, map_location: MapLocation = "cpu") -> LoadedCheckpoint | None:
+        """The newest checkpoint that passes every check, or ``None`` if there is none.
+
+        Each candidate, newest first, must have a readable manifest whose
+        sizes and sha256 match its files, and its state must load with
+        ``torch.load(weights_only=True)``. One that fails is skipped with a
+        WARNING naming it and the reason. Every rank may call this. It does
+        not wait for this Checkpointer's own pending save; call :meth:`wait`
+        first for that.
+
+        Args:
+            map_location: Where tensors go, as for :func:`torch.load`.
+
+        Raises:
+            OSError: Only when the folder itself cannot be listed (a missing
+                folder is no checkpoint, not an error).
+        """
+        candidates = _fs.committed_steps(self.directory)
+        for step, folder in reversed(candidates.items()):
+            try:
+                state = self._load(folder, step, map_location)
+            except InvalidCheckpoint as e:
+                log.warning("checkpoint %s is unusable (%s); trying the one before it", folder, e)
+                continue
+            log.info("loaded checkpoint %s", folder)
+            return LoadedCheckpoint(step=step, state=state, path=folder)
+        if candidates:
+            log.warning("no usable checkpoint among the %d in %s", len(candidates), self.directory)
+        return None
+
+    @staticmethod
+    def _load(folder: Path, step: int, map_location: MapLocation) -> dict[str, Any]:
+        manifest = _manifest.read(folder, step)
+        if manifest.kind != _manifest.REPLICATED:
+            raise InvalidCheckpoint("it is sharded; load it with load_sharded_latest()")
+        if STATE_FILE not in manifest.files:
+            raise InvalidCheckpoint("the manifest lists no state.pt")
+        try:
+            _manifest.verify(folder, manifest, [n for n in manifest.files if n != STATE_FILE])
+            with _manifest.open_verified(folder, STATE_FILE, manifest.files[STATE_FILE]) as f:
+                state = torch.load(f, map_location=map_location, weights_only=True)
+        except InvalidCheckpoint:
+            raise
+        except Exception as e:
+            # weights_only refuses any pickle that would build or call something
+            # other than plain data: such a file is treated like a damaged one.
+            raise InvalidCheckpoint(f"state.pt does not load: {describe(e)}") from None
+        if not isinstance(state, dict):
+            raise InvalidCheckpoint(f"state.pt holds a {type(state).__name__}, not a dict")
+        return state
+
+    # Sharded -----------------------------------------------------------------
+
+    def save_sharded(self, state: Mapping[str, Any], step: int) -> None:
+        """Save with ``torch.distributed.checkpoint``: every rank writes its part.
+
+        A collective: every rank must call it with the same step. Synchronous.
+        Needs an initialised process group when there is more than one process.
+        A step already in the folder is replaced.
+
+        Raises:
+            RuntimeError: The save failed on some rank, or some rank's state
+                holds a value ``weights_only`` would refuse (raised on every
+                rank), or there are several processes but no process group.
+        """
+        from phalanx.train.checkpoint import _sharded
+
+        step = operator.index(step)
+        if step < 0:
+            raise ValueError(f"step must be >= 0; got {step}")
+        if self._closed:
+            raise RuntimeError("save_sharded() on a closed Checkpointer")
+        self._need_group("save_sharded")
+        self.wait()
+        if _sharded.save(self.directory, state, step, log):
+            log.info("saved sharded checkpoint %s", _fs.step_dirname(step))
+            self._pending.append(self._pool().submit(self._prune, step))
+
+    def load_sharded_latest(self, state: dict[str, Any]) -> LoadedCheckpoint | None:
+        """Load the newest valid sharded checkpoint into ``state``, in place. A collective.
+
+        ``state`` gives the structure to fill, as for ``dcp.load``: its tensors
+        (or DTensors) receive the saved values, its other values are replaced.
+        Checks and fallback are as for :meth:`load_latest`; all ranks agree
+        on the checkpoint they load.
+
+        Returns:
+            The checkpoint loaded (its ``state`` is ``state``), or ``None``.
+        """
+        from phalanx.train.checkpoint import _sharded
+
+        self._need_group("load_sharded_latest")
+        found = _sharded.load_latest(self.directory, state, log)
+        if found is None:
+            return None
+        step, folder = found
+        log.info("loaded sharded checkpoint %s", folder)
+        return LoadedCheckpoint(step=step, state=state, path=folder)
+
+    def _need_group(self, what: str) -> None:
+        import torch.distributed as dist
+
+        if self.rank != 0 and not (dist.is_available() and dist.is_initialized()):
+            raise RuntimeError(
+                f"{what}() on rank {self.rank} needs the process group; call "
+                "phalanx.train.init() first"
+            )
