@@ -29,7 +29,9 @@ type: command
 name: {name}
 experiment_name: launch-tests
 code: src
-command: python record_env.py ${{{{inputs.greeting}}}} ${{{{outputs.result}}}}
+command: >-
+  python record_env.py ${{{{inputs.greeting}}}} ${{{{outputs.result}}}}
+  ${{{{outputs.checkpoints}}}}
 inputs:
   greeting: hi
 outputs:
@@ -76,7 +78,7 @@ def test_two_nodes_two_processes_each_rank_sees_its_environment(cli: Cli) -> Non
         assert env["PHALANX_INPUT_GREETING"] == "hi"
         assert env["PHALANX_OUTPUT_RESULT"] == str(result_dir)
         assert env["MY_VAR"] == "42"
-        assert env["argv"] == ["hi", str(result_dir)]
+        assert env["argv"] == ["hi", str(result_dir), job["checkpoint_dir"]]
         assert env["cwd"] == str(Path(job["job_dir"]) / "code")
 
     logs = sorted(Path(p).name for p in job["user_logs"])

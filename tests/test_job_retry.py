@@ -119,6 +119,10 @@ def test_always_failing_rank_fails_after_exactly_max_attempts(cli: Cli) -> None:
     ] * 3
     assert job["error"]["message"] == "ValueError: always broken"
     assert "ValueError: always broken" in proc.stdout
+    notes = [a["note"] for a in job["attempts"]]
+    assert notes[0].startswith("retried: attempt 1 of 3 failed (user_error)")
+    assert "the same error as the attempt before" in notes[1]
+    assert notes[2] == "not retried: attempt 3 of retry.max_attempts=3"
 
 
 def test_transient_failure_is_retried_and_the_attempt_is_visible_to_the_script(cli: Cli) -> None:

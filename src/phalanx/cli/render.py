@@ -91,6 +91,7 @@ def job_json(job: JobRecord) -> dict[str, Any]:
                 "status": a.status.value,
                 "cause": a.cause.value if a.cause else None,
                 "exit_code": a.exit_code,
+                "note": a.note,
                 "started_at": iso(a.started_at),
                 "ended_at": iso(a.ended_at),
                 "error": a.error.to_dict() if a.error else None,
@@ -155,7 +156,7 @@ def show_job(console: Console, job: JobRecord) -> None:
     console.print(head)
     if job.attempts:
         table = Table(title="attempts", title_justify="left", show_edge=False)
-        for col in ("#", "status", "cause", "exit code", "started", "duration"):
+        for col in ("#", "status", "cause", "exit code", "started", "duration", "then"):
             table.add_column(col)
         for a in job.attempts:
             end = a.ended_at if a.ended_at is not None else time.time()
@@ -166,6 +167,7 @@ def show_job(console: Console, job: JobRecord) -> None:
                 "-" if a.exit_code is None else str(a.exit_code),
                 local_time(a.started_at),
                 duration(end - a.started_at),
+                a.note or "",
             )
         console.print(table)
     panel = error_panel(job)

@@ -82,6 +82,8 @@ def prepare(spec: JobSpec, paths: JobPaths) -> Prepared:
         except OSError as exc:
             raise PhalanxError(f"outputs.{name}: cannot create {target}: {exc.strerror}") from exc
         outputs[name] = str(folder)
-    command = interpolate(spec.command, inputs, outputs)
+    # The built-in checkpoints output, unless the spec declares its own of that name.
+    references = {"checkpoints": str(paths.checkpoints), **outputs}
+    command = interpolate(spec.command, inputs, references)
     env = {k: str(v) for k, v in spec.environment_variables.items()}
     return Prepared(command=command, inputs=inputs, outputs=outputs, env=env)

@@ -120,6 +120,10 @@ class JobRunner:
             attempts = self.ws.list_attempts(self.name)
             decision = decide(spec.retry, attempts[:-1], outcome.cause, outcome.error)
             log.info("attempt %d: %s; %s", attempts[-1].number, outcome.cause, decision.reason)
+            verdict = "retried" if decision.retry else "not retried"
+            self.ws.set_attempt_note(
+                self.name, attempts[-1].number, f"{verdict}: {decision.reason}"
+            )
             if not decision.retry:
                 return self._finish(JobStatus.FAILED, outcome.error)
 

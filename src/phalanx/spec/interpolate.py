@@ -20,13 +20,19 @@ REFERENCE_RE = re.compile(r"\$\{\{\s*(inputs|outputs)\.([A-Za-z_][A-Za-z0-9_]*)\
 _EXPRESSION_RE = re.compile(r"\$\{\{(.*?)\}\}", re.DOTALL)
 
 
-def reference_problem(text: str, inputs: Collection[str], outputs: Collection[str]) -> str | None:
+def reference_problem(
+    text: str,
+    inputs: Collection[str],
+    outputs: Collection[str],
+    builtin_outputs: Collection[str] = (),
+) -> str | None:
     """What is wrong with the first bad ``${{...}}`` in ``text``, or ``None`` if nothing is.
 
     Args:
         text: A command (or any field that allows references).
         inputs: Names of the declared inputs.
         outputs: Names of the declared outputs.
+        builtin_outputs: Outputs every job has without declaring them.
     """
     for match in _EXPRESSION_RE.finditer(text):
         expression = match.group(0)
@@ -38,11 +44,13 @@ def reference_problem(text: str, inputs: Collection[str], outputs: Collection[st
             )
         kind, name = reference.groups()
         declared = inputs if kind == "inputs" else outputs
-        if name not in declared:
+        builtin = builtin_outputs if kind == "outputs" else ()
+        if name not in declared and name not in builtin:
             noun = kind[:-1]
             listed = ", ".join(sorted(declared)) or "none"
+            also = f"; built in: {', '.join(builtin)}" if builtin else ""
             return (
-                f"{expression} names no {noun}; declared {kind}: {listed} "
+                f"{expression} names no {noun}; declared {kind}: {listed}{also} "
                 f"(add it under {kind}: or fix the name)"
             )
     return None

@@ -46,6 +46,10 @@ from phalanx.spec.values import (
     user_error,
 )
 
+# Outputs every job has without declaring them: the checkpoint folder, which
+# stays the same across attempts (also in $PHALANX_CHECKPOINT_DIR).
+BUILTIN_OUTPUTS = ("checkpoints",)
+
 #: Compute targets phalanx runs on today, and the spellings that mean them.
 COMPUTE_TARGETS = {"local": "local", "azureml:local": "local"}
 
@@ -248,7 +252,9 @@ class JobSpec(SpecModel):
 
     @model_validator(mode="after")
     def _references(self) -> JobSpec:
-        problem = reference_problem(self.command, self.inputs.keys(), self.outputs.keys())
+        problem = reference_problem(
+            self.command, self.inputs.keys(), self.outputs.keys(), BUILTIN_OUTPUTS
+        )
         if problem is not None:
             raise user_error(problem, loc=("command",))
         return self

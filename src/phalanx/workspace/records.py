@@ -91,6 +91,8 @@ class AttemptRecord:
     cause: FailureCause | None = None
     exit_code: int | None = None
     master_port: int | None = None
+    note: str | None = None
+    """What followed: retried, or why not (the retry policy's reason)."""
     error: RootCause | None = None
 
 

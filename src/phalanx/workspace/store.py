@@ -30,7 +30,7 @@ from phalanx.workspace.records import (
 )
 from phalanx.workspace.snapshot import snapshot_code
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     name TEXT PRIMARY KEY,
@@ -59,6 +59,7 @@ CREATE TABLE IF NOT EXISTS attempts (
     started_at REAL NOT NULL,
     ended_at REAL,
     master_port INTEGER,
+    note TEXT,
     error_json TEXT,
     PRIMARY KEY (job_name, number)
 );
@@ -66,6 +67,7 @@ CREATE TABLE IF NOT EXISTS attempts (
 # Each step upgrades a workspace from the version before it.
 _MIGRATIONS = {
     2: "ALTER TABLE jobs ADD COLUMN preempt_json TEXT;",
+    3: "ALTER TABLE attempts ADD COLUMN note TEXT;",
 }
 
 
@@ -388,6 +390,12 @@ class Workspace:
             ),
         )
 
+    def set_attempt_note(self, name: str, number: int, note: str) -> None:
+        """Record what followed an attempt (retried, or why not)."""
+        self._db.execute(
+            "UPDATE attempts SET note = ? WHERE job_name = ? AND number = ?", (note, name, number)
+        )
+
     def list_attempts(self, name: str) -> list[AttemptRecord]:
         rows = self._db.execute(
             "SELECT * FROM attempts WHERE job_name = ? ORDER BY number", (name,)
@@ -402,6 +410,7 @@ class Workspace:
                 cause=FailureCause(row["cause"]) if row["cause"] else None,
                 exit_code=row["exit_code"],
                 master_port=row["master_port"],
+                note=row["note"],
                 error=RootCause.from_dict(json.loads(row["error_json"]))
                 if row["error_json"]
                 else None,
