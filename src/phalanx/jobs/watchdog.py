@@ -38,24 +38,33 @@ class Watchdog:
         self.limit = limit
         self.started = time.time()
 
-    def _last_activity(self, rank: int) -> float:
-        times = [self.started]
-        for path in (
-            self.paths.attempt_dir(self.attempt) / f"heartbeat_{rank}",
-            self.paths.rank_log(rank),
-        ):
-            with contextlib.suppress(OSError):
-                times.append(path.stat().st_mtime)
-        return max(times)
+    def _last_activity(self, rank: int) -> float | None:
+        """When the rank last showed life in this attempt; ``None`` if it has not yet."""
+        times = []
+        with contextlib.suppress(OSError):
+            times.append(
+                (self.paths.attempt_dir(self.attempt) / f"heartbeat_{rank}").stat().st_mtime
+            )
+        with contextlib.suppress(OSError):
+            # The log is shared by attempts and created empty: only new lines count.
+            stat = self.paths.rank_log(rank).stat()
+            if stat.st_size > 0 and stat.st_mtime >= self.started:
+                times.append(stat.st_mtime)
+        return max(times, default=None)
 
     def stalled(self) -> bool:
-        """Whether no rank has shown progress for ``limit`` seconds."""
-        newest = max(self._last_activity(rank) for rank in range(self.world_size))
-        return time.time() - newest > self.limit
+        """Whether no rank has shown progress for ``limit`` seconds.
+
+        The watchdog arms at the first sign of life of any rank: start-up
+        (imports, rendezvous, building the model) can be long and silent, and
+        ``limits.timeout`` and the process group's own timeout cover it.
+        """
+        seen = [t for t in map(self._last_activity, range(self.world_size)) if t is not None]
+        return bool(seen) and time.time() - max(seen) > self.limit
 
     def quietest(self) -> int:
         """The rank whose last sign of life is oldest (ask before the stack dumps)."""
-        return min(range(self.world_size), key=self._last_activity)
+        return min(range(self.world_size), key=lambda r: self._last_activity(r) or 0.0)
 
     def root_cause(self, quietest: int) -> RootCause:
         """The hang, blamed on the rank that is not waiting in a collective.

@@ -180,7 +180,8 @@ class Limits(SpecModel):
     stall_timeout: int | None = None
     """phalanx's own: seconds without progress from any rank (a heartbeat from
     ``phalanx.train.heartbeat`` or a line of log) after which the attempt is
-    stopped as hung. Off when absent. Same forms as ``timeout``."""
+    stopped as hung. Counting starts at the first sign of life of the
+    attempt. Off when absent. Same forms as ``timeout``."""
 
     @field_validator("timeout", "stall_timeout", mode="before")
     @classmethod
