@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -166,3 +167,48 @@ def test_preempt_refuses_a_job_that_is_not_running(cli: Cli) -> None:
         proc.stderr.strip()
         == "error: job 'short' is Completed; only a Running job can be preempted"
     )
+
+
+def test_rank_killed_with_its_whole_group_is_infrastructure_not_preemption(cli: Cli) -> None:
+    # Rank 1's wrapper dies with its command, so it leaves no record, while
+    # torchrun's stop sends SIGTERM to rank 0: that must not pass for a preemption.
+    cli.write("src/steps.py", STEPS)
+    spec = cli.write(
+        "job.yml",
+        "command: python steps.py 100000\ncode: src\n"
+        "distribution: {type: pytorch, process_count_per_instance: 2}\n",
+    )
+    name = cli.create(spec)
+    _wait_for_step(cli, name, 5)
+    wrapper = next(
+        p
+        for p in job_processes_under(cli.home)
+        if "phalanx.launch.worker" in p.cmdline() and p.environ().get("RANK") == "1"
+    )
+    os.killpg(os.getpgid(wrapper.pid), signal.SIGKILL)
+    job = cli.wait(name, ("Completed", "Failed", "Canceled"), timeout=60)
+    assert job["status"] == "Failed"
+    assert [(a["status"], a["cause"]) for a in job["attempts"]] == [("Failed", "infrastructure")]
+    assert job["error"]["rank"] == 1
+    assert "without a record" in job["error"]["message"]
+
+
+def test_attempt_that_finishes_within_the_grace_is_a_success(cli: Cli) -> None:
+    cli.write(
+        "src/finish.py",
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+        "print('ready', flush=True)\ntime.sleep(600)\n",
+    )
+    spec = cli.write("job.yml", "name: finisher\ncommand: python finish.py\ncode: src\n")
+    cli.create(spec)
+    cli.wait("finisher", ("Running",))
+    log = cli.home / "jobs" / "finisher" / "user_logs" / "std_log_process_0.txt"
+    deadline = time.monotonic() + 60
+    while not (log.exists() and "ready" in log.read_text()):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    cli.run("job", "preempt", "finisher", check=True)
+    job = cli.wait("finisher", ("Completed", "Failed", "Canceled"), timeout=60)
+    assert job["status"] == "Completed"
+    assert [a["status"] for a in job["attempts"]] == ["Succeeded"]

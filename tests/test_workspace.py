@@ -86,3 +86,41 @@ def test_corrupt_database_is_a_user_error(tmp_path: Path) -> None:
     (home / "phalanx.db").write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(PhalanxError, match="cannot open the workspace database"):
         Workspace(home)
+
+
+V1_SCHEMA = """
+CREATE TABLE jobs (name TEXT PRIMARY KEY, display_name TEXT, experiment_name TEXT NOT NULL,
+  description TEXT, tags_json TEXT NOT NULL DEFAULT '{}', status TEXT NOT NULL,
+  created_at REAL NOT NULL, started_at REAL, ended_at REAL, spec_json TEXT NOT NULL,
+  supervisor_pid INTEGER, supervisor_started REAL, cancel_requested INTEGER NOT NULL DEFAULT 0,
+  error_json TEXT);
+CREATE TABLE attempts (job_name TEXT NOT NULL, number INTEGER NOT NULL, status TEXT NOT NULL,
+  cause TEXT, exit_code INTEGER, started_at REAL NOT NULL, ended_at REAL, master_port INTEGER,
+  error_json TEXT, PRIMARY KEY (job_name, number));
+INSERT INTO jobs (name, experiment_name, status, created_at, spec_json)
+  VALUES ('old', 'exp', 'Completed', 1.0, '{"command": "echo"}');
+INSERT INTO attempts (job_name, number, status, started_at) VALUES ('old', 1, 'Succeeded', 1.0);
+PRAGMA user_version=1;
+"""
+
+
+def test_an_old_workspace_is_upgraded_once_even_by_many_processes(tmp_path: Path) -> None:
+    import sqlite3
+    import subprocess
+    import sys
+
+    for round_ in range(5):
+        home = tmp_path / f"home{round_}"
+        home.mkdir()
+        db = sqlite3.connect(home / "phalanx.db")
+        db.executescript(V1_SCHEMA)
+        db.close()
+        opener = "import sys; from phalanx.workspace import Workspace; Workspace(Path(sys.argv[1]))"
+        opener = "from pathlib import Path; " + opener
+        procs = [subprocess.Popen([sys.executable, "-c", opener, str(home)]) for _ in range(3)]
+        assert [p.wait(60) for p in procs] == [0, 0, 0]
+        ws = Workspace(home)
+        job = ws.get_job("old")
+        assert job.status is JobStatus.COMPLETED
+        assert [a.note for a in job.attempts] == [None]  # the column added by version 3
+        assert ws.requests("old") == (False, False)  # the column added by version 2

@@ -41,7 +41,13 @@ from phalanx.jobs.watchdog import STACK_DUMP_WAIT_S, Watchdog, dump_stacks
 from phalanx.launch.exitcodes import PREEMPTED_EXIT_CODE
 from phalanx.launch.node import NodeLaunch
 from phalanx.launch.ports import free_port
-from phalanx.launch.rootcause import failed, launcher_failure, read_rank_records, root_cause
+from phalanx.launch.rootcause import (
+    failed,
+    launcher_failure,
+    peer_loss,
+    read_rank_records,
+    root_cause,
+)
 from phalanx.spec import JobSpec
 from phalanx.workspace import (
     AttemptStatus,
@@ -196,6 +202,8 @@ class JobRunner:
             if spec.limits.stall_timeout
             else None
         )
+        self.ws.take_preemption_request(self.name)  # one meant for an attempt now over
+        notice: str | None = None  # set once a preemption was requested for this attempt
         polls = 0
         while True:
             polls += 1
@@ -204,22 +212,25 @@ class JobRunner:
                 return AttemptOutcome(AttemptStatus.SUCCEEDED, exit_code=0)
             records = read_rank_records(attempt_dir)
             if any(failed(r) for r in records) or any(code not in (None, 0) for code in codes):
-                if _preempted(records):
-                    # One node's ranks got the notice; the others must save too.
-                    self._stop(attempt, nodes, grace)
-                    return self._preemption(attempt, "a node was sent SIGTERM (preemption notice)")
-                return self._failure(attempt, nodes, codes)
+                # A preemption notice gives every rank the grace to save; a
+                # failure stops the gang at once. Judge only once all have ended.
+                looks_preempted = notice is not None or _preemption_signs(records)
+                self._stop(attempt, nodes, grace if looks_preempted else FAILURE_GRACE_S)
+                return self._ended(attempt, spec.world_size, nodes, codes, notice)
             if polls % REQUEST_EVERY == 0:
                 self.compute.reap(nodes)
                 cancel, preempt = self.ws.requests(self.name)
                 self._cancel = self._cancel or cancel
-                if preempt:
+                if preempt and notice is None:
                     request = self.ws.take_preemption_request(self.name) or {}
                     which = request.get("nodes")
-                    where = "every node" if which is None else f"node(s) {which}"
-                    log.info("attempt %d: preemption of %s requested", attempt, where)
-                    self._stop(attempt, nodes, grace)
-                    return self._preemption(attempt, f"{where} preempted (phalanx job preempt)")
+                    notice = "every node" if which is None else f"node(s) {which}"
+                    log.info("attempt %d: preemption of %s requested", attempt, notice)
+                    # Like an eviction: SIGTERM reaches the evicted nodes; the
+                    # others learn of it from them (or from the stop that follows).
+                    for node in nodes:
+                        if which is None or node.node_rank in which:
+                            node.signal(signal.SIGTERM)
                 if watchdog is not None and watchdog.stalled():
                     return self._hang(attempt, nodes, watchdog)
             if self._cancel:
@@ -234,12 +245,51 @@ class JobRunner:
                 return AttemptOutcome(AttemptStatus.FAILED, FailureCause.TIMEOUT, error)
             time.sleep(POLL_S)
 
-    def _preemption(self, attempt: int, message: str) -> AttemptOutcome:
+    def _ended(
+        self,
+        attempt: int,
+        world_size: int,
+        nodes: list[LocalNode],
+        codes: list[int | None],
+        notice: str | None,
+    ) -> AttemptOutcome:
+        """What an attempt that stopped came to, judged from every rank's record."""
         records = read_rank_records(self.paths.attempt_dir(attempt))
+        missing = sorted(set(range(world_size)) - {int(r["rank"]) for r in records})
+        if not missing and not any(failed(r) for r in records):
+            return AttemptOutcome(AttemptStatus.SUCCEEDED, exit_code=0)  # finished in the grace
         saved = sum(r.get("exit_code") == PREEMPTED_EXIT_CODE for r in records)
-        note = f"; {saved} rank(s) saved and exited" if saved else ""
-        error = RootCause(message=message + note)
-        return AttemptOutcome(AttemptStatus.FAILED, FailureCause.PREEMPTION, error)
+        if notice is not None or (not missing and _preempted(records)):
+            where = (
+                f"{notice} preempted (phalanx job preempt)"
+                if notice
+                else ("a node was sent SIGTERM (preemption notice)")
+            )
+            note = f"; {saved} rank(s) saved and exited" if saved else ""
+            return AttemptOutcome(
+                AttemptStatus.FAILED, FailureCause.PREEMPTION, RootCause(message=where + note)
+            )
+        cause = root_cause(records)
+        if missing and records and _only_consequences(records):
+            # A rank that left no record was killed with its wrapper: from outside.
+            rank = missing[0]
+            cause = RootCause(
+                message=f"rank {rank} ended without a record: its processes were killed from "
+                "outside (process group kill, OOM killer) or its wrapper could not write",
+                rank=rank,
+                log_file=str(self.paths.rank_log(rank)),
+            )
+            return AttemptOutcome(AttemptStatus.FAILED, FailureCause.INFRASTRUCTURE, cause)
+        if cause is None:
+            # No rank failed: a launcher did (could not bind, crashed before its workers).
+            node_rank, code = next(
+                ((i, c) for i, c in enumerate(codes) if c not in (None, 0)), (0, None)
+            )
+            cause = launcher_failure(node_rank, code, nodes[node_rank].log_path)
+            return AttemptOutcome(
+                AttemptStatus.FAILED, FailureCause.INFRASTRUCTURE, cause, cause.exit_code
+            )
+        return AttemptOutcome(AttemptStatus.FAILED, classify(cause), cause, cause.exit_code)
 
     def _hang(self, attempt: int, nodes: list[LocalNode], watchdog: Watchdog) -> AttemptOutcome:
         log.warning("attempt %d: no progress for %.0f s; dumping stacks", attempt, watchdog.limit)
@@ -249,20 +299,6 @@ class JobRunner:
         cause = watchdog.root_cause(quietest)
         self._stop(attempt, nodes, FAILURE_GRACE_S)
         return AttemptOutcome(AttemptStatus.FAILED, FailureCause.HANG, cause)
-
-    def _failure(
-        self, attempt: int, nodes: list[LocalNode], codes: list[int | None]
-    ) -> AttemptOutcome:
-        self._stop(attempt, nodes, FAILURE_GRACE_S)
-        cause = root_cause(read_rank_records(self.paths.attempt_dir(attempt)))
-        if cause is None:
-            # No rank failed: a launcher did (could not bind, crashed before its workers).
-            node_rank, code = next((i, c) for i, c in enumerate(codes) if c not in (None, 0))
-            cause = launcher_failure(node_rank, code, nodes[node_rank].log_path)
-            return AttemptOutcome(
-                AttemptStatus.FAILED, FailureCause.INFRASTRUCTURE, cause, cause.exit_code
-            )
-        return AttemptOutcome(AttemptStatus.FAILED, classify(cause), cause, cause.exit_code)
 
     def _stop(self, attempt: int, nodes: list[LocalNode], grace_s: float) -> None:
         """Stop every node: SIGTERM the launchers, wait ``grace_s``, kill what is left."""
@@ -278,17 +314,27 @@ class JobRunner:
             node.wait(5.0)
 
 
-def _preempted(records: list[dict[str, Any]]) -> bool:
-    """Whether the ranks that ended so far were preempted rather than failing.
-
-    True when some rank exited with the preempted exit code or was sent
-    SIGTERM from outside, and no rank failed in any other way.
-    """
-    ended = [r for r in records if failed(r)]
-    return bool(ended) and all(
-        r.get("exit_code") == PREEMPTED_EXIT_CODE or "SIGTERM" in (r.get("signals_received") or [])
-        for r in ended
+def _notified(record: dict[str, Any]) -> bool:
+    """A rank that got a preemption notice: it left with 143, or was sent SIGTERM."""
+    return record.get("exit_code") == PREEMPTED_EXIT_CODE or "SIGTERM" in (
+        record.get("signals_received") or []
     )
+
+
+def _only_consequences(records: list[dict[str, Any]]) -> bool:
+    """Whether every rank that failed either got the notice or lost a peer."""
+    return all(_notified(r) or peer_loss(r) for r in records if failed(r))
+
+
+def _preemption_signs(records: list[dict[str, Any]]) -> bool:
+    """Whether the ranks that ended so far look preempted (decides the stop's grace)."""
+    return any(failed(r) for r in records) and _only_consequences(records)
+
+
+def _preempted(records: list[dict[str, Any]]) -> bool:
+    """Whether a whole attempt's records show a preemption rather than a failure:
+    some rank got the notice, and every other failure is a consequence of it."""
+    return any(_notified(r) for r in records if failed(r)) and _only_consequences(records)
 
 
 # Signals a process sends itself when its own code is at fault.

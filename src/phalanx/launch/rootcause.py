@@ -49,7 +49,8 @@ _PEER_LOSS = (
 )
 
 
-def _peer_loss(record: dict[str, Any]) -> bool:
+def peer_loss(record: dict[str, Any]) -> bool:
+    """Whether the rank failed because a peer went away (gloo/NCCL's messages)."""
     message = str((record.get("error") or {}).get("message") or "").lower()
     return any(pattern in message for pattern in _PEER_LOSS)
 
@@ -87,7 +88,7 @@ def root_cause(records: list[dict[str, Any]]) -> RootCause | None:
         return None
     independent = [r for r in failures if not r.get("signals_received")]
     first = min(
-        independent or failures, key=lambda r: (_peer_loss(r), _error_time(r), int(r["rank"]))
+        independent or failures, key=lambda r: (peer_loss(r), _error_time(r), int(r["rank"]))
     )
     return _to_root_cause(first)
 

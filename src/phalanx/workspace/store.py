@@ -66,8 +66,8 @@ CREATE TABLE IF NOT EXISTS attempts (
 """
 # Each step upgrades a workspace from the version before it.
 _MIGRATIONS = {
-    2: "ALTER TABLE jobs ADD COLUMN preempt_json TEXT;",
-    3: "ALTER TABLE attempts ADD COLUMN note TEXT;",
+    2: "ALTER TABLE jobs ADD COLUMN preempt_json TEXT",
+    3: "ALTER TABLE attempts ADD COLUMN note TEXT",
 }
 
 
@@ -110,16 +110,21 @@ class Workspace:
                 f"workspace {self.home} was written by a newer phalanx (schema {version}); "
                 "upgrade phalanx or use another PHALANX_HOME"
             )
-        if version == 0:
-            # executescript commits first, so the transaction is part of the script.
-            self._db.executescript(
-                f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;"
-            )
-        else:
-            for target in range(version + 1, SCHEMA_VERSION + 1):
-                self._db.executescript(
-                    f"BEGIN IMMEDIATE;{_MIGRATIONS[target]}PRAGMA user_version={target};COMMIT;"
-                )
+        if version < SCHEMA_VERSION:
+            self._upgrade()
+
+    def _upgrade(self) -> None:
+        """Create or migrate the schema, once, even with several processes at it."""
+        with self._transaction() as db:
+            # Read again under the write lock: another process may have upgraded.
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version == 0:
+                steps = [sql for sql in _SCHEMA.split(";") if sql.strip()]
+            else:
+                steps = [_MIGRATIONS[v] for v in range(version + 1, SCHEMA_VERSION + 1)]
+            for sql in steps:
+                db.execute(sql)
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def close(self) -> None:
         self._db.close()
