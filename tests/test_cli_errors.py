@@ -27,6 +27,7 @@ BAD_SPECS = [
     ("command: echo hi\n", ("resources.instance_count=zero",), "--set"),
     ("command: echo hi\n", ("novalue",), "--set"),
     ("command: [unclosed\n", (), "job.yml:1"),
+    ("command: echo\noutputs:\n  checkpoints: {type: uri_folder}\n", (), "is built in"),
     (
         "command: cat ${{inputs.d}}\ninputs:\n  d: {type: uri_folder, path: ./missing}\n",
         (),

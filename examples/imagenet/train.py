@@ -300,7 +300,9 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
         if args.checkpoint_dir
         else None
     )
-    preemption = watch_preemption()
+    # The check is a collective; on GPU it also waits for the device, so there
+    # it runs every 10 steps (well inside a 30 s grace at any real step time).
+    preemption = watch_preemption(check_every=10 if cuda else 1)
     step = 0
     first_loss = last_loss = float("nan")
     loaded = ckpt.load_latest(map_location=device) if ckpt is not None else None
@@ -310,8 +312,16 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
         scaler.load_state_dict(loaded.state["scaler"])
         set_rng_state(loaded.state["rng"])
         first_loss = float(loaded.state["first_loss"])
+        last_loss = float(loaded.state["last_loss"])
         step = loaded.step
         log.info("resumed from checkpoint at step %d of %d (%s)", step, total_steps, loaded.path)
+    # Each rank picks the newest checkpoint it can verify; should one have
+    # fallen back further than another, their weights would silently diverge.
+    if ckpt is not None and all_reduce_sum(step, ctx) != step * ctx.world_size:
+        raise RuntimeError(
+            f"rank {ctx.rank} resumed from step {step} but other ranks from another step: "
+            f"check the checkpoints in {args.checkpoint_dir}"
+        )
 
     def save(at_step: int) -> None:
         if ckpt is None:
@@ -322,6 +332,7 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
             "scaler": scaler.state_dict(),
             "rng": rng_state(),
             "first_loss": first_loss,
+            "last_loss": last_loss,
         }
         ckpt.save(state, at_step)
 
@@ -359,13 +370,15 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
             if epoch_start is not None:
                 epoch_steps += 1
             if step == 1:
-                first_loss = loss.item()
+                # Averaged over ranks now, so a resumed run reports the same figure.
+                first_loss = all_reduce_sum(loss.item(), ctx) / ctx.world_size
             if step == timed_from:
                 synchronize(device)
                 epoch_start = time.perf_counter()
             heartbeat(step)
             if preemption.requested(ctx):
                 # Every rank agrees on this step; save it and leave before the node goes.
+                last_loss = all_reduce_sum(loss.item(), ctx) / ctx.world_size
                 save(step)
                 if ckpt is not None:
                     ckpt.close()
@@ -390,11 +403,11 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
                 )
                 interval_start, interval_steps = now, 0
         synchronize(device)
-        last_loss = loss.item()
+        last_loss = all_reduce_sum(loss.item(), ctx) / ctx.world_size
         if not (args.checkpoint_every and step % args.checkpoint_every == 0):
             save(step)  # the end of every epoch, unless that step was just saved
-        if epoch_start is None:
-            continue  # resumed so close to the epoch's end that nothing was timed
+        if epoch_start is None or epoch_steps == 0:
+            continue  # nothing of this epoch was timed (warm-up, or resumed at its end)
         seconds = time.perf_counter() - epoch_start
         images_done = epoch_steps * args.batch_size
         timed_images += images_done
@@ -423,9 +436,8 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
     if ckpt is not None:
         ckpt.close()  # the last save is on disk before the outputs are written
 
-    overall_total = all_reduce_sum(timed_images / timed_seconds if timed_seconds else 0.0, ctx)
-    first_loss = all_reduce_sum(first_loss, ctx) / ctx.world_size
-    last_loss = all_reduce_sum(last_loss, ctx) / ctx.world_size
+    # None when nothing was timed: a run resumed after its last step has no figure.
+    overall_total = all_reduce_sum(timed_images / timed_seconds, ctx) if timed_seconds else None
     overall = {
         "arch": args.arch,
         "world_size": ctx.world_size,
@@ -435,7 +447,7 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
         "precision": precision,
         "channels_last": channels_last,
         "device": device.type,
-        "img_per_sec_per_rank": overall_total / ctx.world_size,
+        "img_per_sec_per_rank": None if overall_total is None else overall_total / ctx.world_size,
         "img_per_sec_total": overall_total,
     }
     report = {
@@ -448,13 +460,16 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
         "first_loss": first_loss,
         "final_loss": last_loss,
     }
-    log.info(
-        "overall: %.1f img/s per rank, %.1f img/s total; loss %.4f -> %.4f",
-        overall_total / ctx.world_size,
-        overall_total,
-        first_loss,
-        last_loss,
-    )
+    if overall_total is None:
+        log.info("nothing left to train after resuming at step %d; loss %.4f", step, last_loss)
+    else:
+        log.info(
+            "overall: %.1f img/s per rank, %.1f img/s total; loss %.4f -> %.4f",
+            overall_total / ctx.world_size,
+            overall_total,
+            first_loss,
+            last_loss,
+        )
     if ctx.is_main:
         out = Path(args.output_dir)
         out.mkdir(parents=True, exist_ok=True)

@@ -82,8 +82,8 @@ def prepare(spec: JobSpec, paths: JobPaths) -> Prepared:
         except OSError as exc:
             raise PhalanxError(f"outputs.{name}: cannot create {target}: {exc.strerror}") from exc
         outputs[name] = str(folder)
-    # The built-in checkpoints output, unless the spec declares its own of that name.
-    references = {"checkpoints": str(paths.checkpoints), **outputs}
+    # The built-in output (a spec cannot declare one of that name).
+    references = {**outputs, "checkpoints": str(paths.checkpoints)}
     command = interpolate(spec.command, inputs, references)
     env = {k: str(v) for k, v in spec.environment_variables.items()}
     return Prepared(command=command, inputs=inputs, outputs=outputs, env=env)

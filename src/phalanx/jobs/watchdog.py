@@ -76,8 +76,11 @@ class Watchdog:
         """
         stacks = {rank: _main_stack(self.paths.rank_log(rank)) for rank in range(self.world_size)}
         outside = [rank for rank, stack in stacks.items() if stack and not _in_collective(stack)]
-        culprit = outside[0] if outside else quietest
-        why = "is not in a collective" if outside else "went quiet first"
+        # Telling only when the ranks outside are few: in a hang inside
+        # backward (autograd) or behind a device sync, every stack is "outside".
+        telling = bool(outside) and (len(outside) == 1 or 2 * len(outside) < self.world_size)
+        culprit = outside[0] if telling else quietest
+        why = "is not in a collective" if telling else "went quiet first (stacks undecided)"
         return RootCause(
             message=(
                 f"hang: no rank made progress for {self.limit:.0f} s (limits.stall_timeout); "
@@ -102,8 +105,9 @@ def _main_stack(log_file: Path) -> str:
 
 
 def _in_collective(stack: str) -> bool:
+    """Whether the innermost frames are torch.distributed's (waiting for peers)."""
     frames = [line for line in stack.splitlines() if line.startswith("  File")]
-    return bool(frames) and "torch/distributed/" in frames[0]
+    return any("torch/distributed/" in frame for frame in frames[:3])
 
 
 def dump_stacks(job_dir: str, attempt: int) -> int:
@@ -116,16 +120,28 @@ def dump_stacks(job_dir: str, attempt: int) -> int:
     Returns:
         How many processes were asked.
     """
+    hooked = [p for p in psutil.process_iter() if _hooked_python(p, job_dir, attempt)]
+    pids = {p.pid for p in hooked}
     asked = 0
-    for proc in psutil.process_iter():
-        try:
-            env = proc.environ()
-            if env.get("PHALANX_JOB_DIR") != job_dir or env.get("PHALANX_ATTEMPT") != str(attempt):
-                continue
-            if "PHALANX_ERROR_FILE" not in env or "python" not in os.path.basename(proc.exe()):
+    for proc in hooked:
+        # A rank's main process only: its children (DataLoader workers) would
+        # write their stacks into the same log and hide the one that matters.
+        with contextlib.suppress(psutil.Error, OSError):
+            if proc.ppid() in pids:
                 continue
             proc.send_signal(signal.SIGUSR2)
             asked += 1
-        except (psutil.Error, OSError):
-            continue
     return asked
+
+
+def _hooked_python(proc: psutil.Process, job_dir: str, attempt: int) -> bool:
+    try:
+        env = proc.environ()
+        return (
+            env.get("PHALANX_JOB_DIR") == job_dir
+            and env.get("PHALANX_ATTEMPT") == str(attempt)
+            and "PHALANX_ERROR_FILE" in env
+            and "python" in os.path.basename(proc.exe())
+        )
+    except (psutil.Error, OSError):
+        return False

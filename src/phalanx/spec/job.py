@@ -210,6 +210,12 @@ class JobSpec(SpecModel):
                     f"not starting with a digit, so {reference} can refer to it",
                     loc=(kind, str(key)),
                 )
+            if kind == "outputs" and key in BUILTIN_OUTPUTS:
+                raise user_error(
+                    f"'{key}' is built in (the job's checkpoint folder, kept across attempts); "
+                    "use ${{outputs." + key + "}} without declaring it, or pick another name",
+                    loc=(kind, key),
+                )
         if info.field_name == "outputs":
             # `outputs: {model: }` asks for an output with every default.
             return {key: ({} if item is None else item) for key, item in value.items()}
