@@ -83,13 +83,11 @@ def test_preempted_job_resumes_and_loses_no_step(cli: Cli) -> None:
         # Every step exactly once across the two attempts: nothing lost, nothing redone.
         assert sorted(step for _, step in done) == list(range(160))
         assert {attempt for attempt, _ in done} == {1, 2}
-    # Only node 1 was evicted; rank 0 learnt of it through the all-reduced flag.
+    # The notice reached every rank; each saved its part and left with 143.
     attempt_1 = Path(job["job_dir"]) / "system_logs" / "attempt_1"
-    ended = {r: json.loads((attempt_1 / f"rank_{r}.json").read_text()) for r in (0, 1)}
-    assert [(e["exit_code"], "SIGTERM" in e["signals_received"]) for e in ended.values()] == [
-        (143, False),
-        (143, True),
-    ]
+    for rank in (0, 1):
+        ended = json.loads((attempt_1 / f"rank_{rank}.json").read_text())
+        assert ended["exit_code"] == 143 and "SIGTERM" in ended["signals_received"]
 
 
 def test_sigterm_to_a_node_counts_as_preemption_and_budget_is_kept(cli: Cli) -> None:

@@ -23,6 +23,8 @@ class LocalNode:
     node_rank: int
     proc: subprocess.Popen[bytes]
     log_path: Path
+    signalled: bool = False
+    """Whether phalanx has sent it SIGTERM."""
 
     def poll(self) -> int | None:
         return self.proc.poll()
@@ -30,6 +32,7 @@ class LocalNode:
     def signal(self, sig: signal.Signals) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
+        self.signalled = self.signalled or sig == signal.SIGTERM
 
     def wait(self, timeout: float) -> int | None:
         try:

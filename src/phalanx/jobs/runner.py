@@ -226,11 +226,10 @@ class JobRunner:
                     which = request.get("nodes")
                     notice = "every node" if which is None else f"node(s) {which}"
                     log.info("attempt %d: preemption of %s requested", attempt, notice)
-                    # Like an eviction: SIGTERM reaches the evicted nodes; the
-                    # others learn of it from them (or from the stop that follows).
+                    # The notice goes to every rank at once, evicted node or not:
+                    # they all take part in the emergency checkpoint.
                     for node in nodes:
-                        if which is None or node.node_rank in which:
-                            node.signal(signal.SIGTERM)
+                        node.signal(signal.SIGTERM)
                 if watchdog is not None and watchdog.stalled():
                     return self._hang(attempt, nodes, watchdog)
             if self._cancel:
@@ -301,9 +300,15 @@ class JobRunner:
         return AttemptOutcome(AttemptStatus.FAILED, FailureCause.HANG, cause)
 
     def _stop(self, attempt: int, nodes: list[LocalNode], grace_s: float) -> None:
-        """Stop every node: SIGTERM the launchers, wait ``grace_s``, kill what is left."""
+        """Stop every node: SIGTERM the launchers, wait ``grace_s``, kill what is left.
+
+        A launcher that was already sent SIGTERM is not sent another: its
+        ranks may be saving, or already shutting down, when a second notice
+        would kill them.
+        """
         for node in nodes:
-            node.signal(signal.SIGTERM)
+            if not node.signalled:
+                node.signal(signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         for node in nodes:
             node.wait(max(0.0, deadline - time.monotonic()))
