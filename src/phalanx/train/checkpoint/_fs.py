@@ -24,10 +24,13 @@ import secrets
 import shutil
 import socket
 import sys
+import threading
 import time
 from logging import Logger
 from pathlib import Path
 from typing import Any, BinaryIO
+
+from phalanx.train.heartbeat import heartbeat
 
 STEP_PREFIX = "step_"
 TMP_PREFIX = ".tmp-"
@@ -123,6 +126,7 @@ class HashingWriter:
             chunk = view[start : start + _CHUNK]
             self._hash.update(chunk)
             self._file.write(chunk)
+            _alive()
         self.size += len(view)
         return len(view)
 
@@ -148,7 +152,18 @@ def sha256_of(file: BinaryIO) -> tuple[int, str]:
     while chunk := file.read(1 << 22):
         digest.update(chunk)
         size += len(chunk)
+        _alive()
     return size, digest.hexdigest()
+
+
+def _alive() -> None:
+    """Tell phalanx's hang watchdog that a long save or load is progress.
+
+    From the main thread only: an async writer thread going on would hide a
+    training loop that is really stuck.
+    """
+    if threading.current_thread() is threading.main_thread():
+        heartbeat()
 
 
 def retire(path: Path) -> Path:
