@@ -646,6 +646,23 @@ WORKER = textwrap.dedent(
     record["fallback"] = loaded.step
     record["fallback_ok"] = torch.equal(target["w"].full_tensor(), full(2))
     ckpt.close()
+
+    # Replicated checkpoints: a step that fails on one rank only is skipped by all.
+    from phalanx.train.checkpoint.checkpointer import InvalidCheckpoint
+    rep = Checkpointer(directory / "replicated", keep_last=3)
+    for step in (1, 2):
+        rep.save({"x": torch.tensor([float(step)])}, step)
+    rep.close()
+    dist.barrier()
+    if ctx.rank == 1:
+        original = Checkpointer._load
+        def read_error_on_step_2(folder, step, map_location):
+            if step == 2:
+                raise InvalidCheckpoint("simulated read error on rank 1")
+            return original(folder, step, map_location)
+        Checkpointer._load = staticmethod(read_error_on_step_2)
+    agreed = rep.load_latest()
+    record["agreed"] = [agreed.step, agreed.state["x"].item()]
     del target, loaded, mesh
     cleanup()
     (out / str(ctx.rank)).write_text(json.dumps(record))
@@ -688,6 +705,7 @@ def test_sharded_save_and_load_with_two_gloo_processes(tmp_path: Path) -> None:
         assert record["loaded"] == 3 and record["w_ok"]
         assert record["rest"] == [[3.0, 3.0, 3.0], 3, "s3"]
         assert record["fallback"] == 2 and record["fallback_ok"]
+        assert record["agreed"] == [1, 1.0]  # rank 0 could read step 2; rank 1 could not
     files = records[0]["files"]
     assert ".metadata" in files
     assert any(f.startswith("__0_") for f in files) and any(f.startswith("__1_") for f in files)

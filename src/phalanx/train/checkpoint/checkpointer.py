@@ -253,29 +253,48 @@ class Checkpointer:
         """The steps of the committed checkpoints, oldest first (not verified)."""
         return list(_fs.committed_steps(self.directory))
 
-    def load_latest(self, map_location: MapLocation = "cpu") -> LoadedCheckpoint | None:
+    def load_latest(
+        self, map_location: MapLocation = "cpu", *, agree: bool | None = None
+    ) -> LoadedCheckpoint | None:
         """The newest checkpoint that passes every check, or ``None`` if there is none.
 
         Each candidate, newest first, must have a readable manifest whose
         sizes and sha256 match its files, and its state must load with
         ``torch.load(weights_only=True)``. One that fails is skipped with a
-        WARNING naming it and the reason. Every rank may call this. It does
-        not wait for this Checkpointer's own pending save; call :meth:`wait`
-        first for that.
+        WARNING naming it and the reason. It does not wait for this
+        Checkpointer's own pending save; call :meth:`wait` first for that.
+
+        With a process group, ranks *agree*: they take rank 0's list of
+        candidates and skip a candidate together if it fails on any rank, so
+        every rank resumes from the same step (a rank that fell back alone
+        would train from other weights). That makes the call a collective:
+        every rank must make it. ``agree=False`` loads independently.
 
         Args:
             map_location: Where tensors go, as for :func:`torch.load`.
+            agree: Agree across ranks; by default, when a process group exists.
 
         Raises:
             OSError: Only when the folder itself cannot be listed (a missing
                 folder is no checkpoint, not an error).
         """
-        candidates = _fs.committed_steps(self.directory)
-        for step, folder in reversed(candidates.items()):
+        group = _agreeing_group(agree)
+        candidates = list(_fs.committed_steps(self.directory).items())
+        if group:
+            candidates = _broadcast_from_rank_0(candidates)
+        for step, folder in reversed(candidates):
             try:
-                state = self._load(folder, step, map_location)
+                state: dict[str, Any] | None = self._load(folder, step, map_location)
             except InvalidCheckpoint as e:
                 log.warning("checkpoint %s is unusable (%s); trying the one before it", folder, e)
+                state = None
+            if group and not _everywhere(state is not None):
+                if state is not None:
+                    log.warning(
+                        "checkpoint %s failed on another rank; trying the one before", folder
+                    )
+                continue
+            if state is None:
                 continue
             log.info("loaded checkpoint %s", folder)
             return LoadedCheckpoint(step=step, state=state, path=folder)
@@ -360,3 +379,32 @@ class Checkpointer:
                 f"{what}() on rank {self.rank} needs the process group; call "
                 "phalanx.train.init() first"
             )
+
+
+def _agreeing_group(agree: bool | None) -> bool:
+    import torch.distributed as dist
+
+    ready = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    if agree and not ready:
+        raise ValueError("agree=True needs an initialised process group of more than one rank")
+    return ready if agree is None else bool(agree)
+
+
+def _broadcast_from_rank_0(candidates: list[tuple[int, Path]]) -> list[tuple[int, Path]]:
+    import torch.distributed as dist
+
+    box: list[Any] = [[(step, str(folder)) for step, folder in candidates]]
+    dist.broadcast_object_list(box, src=0)
+    return [(int(step), Path(folder)) for step, folder in box[0]]
+
+
+def _everywhere(ok: bool) -> bool:
+    """Whether ``ok`` holds on every rank (a collective)."""
+    import torch.distributed as dist
+
+    device = (
+        torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
+    )
+    flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
