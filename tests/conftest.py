@@ -22,6 +22,38 @@ PHALANX = str(BIN / "phalanx")
 REPO = Path(__file__).resolve().parents[1]
 
 
+# What a launcher sets; a test's own process must not pass them on by accident.
+LAUNCH_VARS = (
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
+    "MASTER_ADDR", "MASTER_PORT",
+)  # fmt: skip
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without launcher variables, for CPU gloo runs."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+    env.update(GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    env.update(extra)
+    return env
+
+
+def torchrun(
+    script: Path, *args: str, nproc: int = 2, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` under plain torchrun with ``nproc`` ranks on a free port.
+
+    A hung child fails the test through the timeout rather than hanging pytest.
+    """
+    from phalanx.launch.ports import free_port
+
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
+        "--master-addr=127.0.0.1", f"--master-port={free_port()}", "--max-restarts=0",
+        str(script), *args,
+    ]  # fmt: skip
+    return subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=timeout)
+
+
 def job_processes_under(home: Path) -> list[psutil.Process]:
     """Live processes whose environment says they belong to a job of ``home``."""
     found = []

@@ -18,8 +18,6 @@ import re
 import shlex
 import shutil
 import signal
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -33,11 +31,9 @@ import pytest
 import torch
 from torch import nn
 
-from phalanx.launch.ports import free_port
+from conftest import LAUNCH_VARS, torchrun
 from phalanx.train import Checkpointer, LoadedCheckpoint, rng_state, set_rng_state
 from phalanx.train.checkpoint import _fs
-
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 @pytest.fixture(autouse=True)
@@ -675,26 +671,7 @@ def test_sharded_save_and_load_with_two_gloo_processes(tmp_path: Path) -> None:
     script, out, directory = tmp_path / "worker.py", tmp_path / "out", tmp_path / "ck"
     script.write_text(WORKER)
     out.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
-    env.update(GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "2",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(free_port()),
-        "--max-restarts",
-        "0",
-        str(script),
-        str(out),
-        str(directory),
-    ]
-    # A hung child fails the test through the timeout rather than hanging pytest.
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    proc = torchrun(script, str(out), str(directory))
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
     records = {int(p.name): json.loads(p.read_text()) for p in out.iterdir()}

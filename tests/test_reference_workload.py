@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,11 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO, Cli
+from conftest import REPO, Cli, clean_env
 from phalanx.launch.ports import free_port
 
 TRAIN = Path(__file__).resolve().parents[1] / "examples" / "imagenet" / "train.py"
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK")
 TINY = [
     "--arch", "resnet18", "--num-classes", "10", "--image-size", "32", "--batch-size", "8",
     "--epochs", "2", "--steps-per-epoch", "8", "--log-interval", "4",
@@ -23,13 +21,7 @@ TINY = [
 
 
 def child_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
-    env.update(
-        OMP_NUM_THREADS="1",
-        GLOO_SOCKET_IFNAME="lo",
-        CUDA_VISIBLE_DEVICES="",
-        PYTHONUNBUFFERED="1",
-    )
+    env = clean_env(PYTHONUNBUFFERED="1")
     env.pop("PHALANX_OUTPUTS_DIR", None)
     return env
 

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -17,21 +14,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from conftest import LAUNCH_VARS, torchrun
 from phalanx.errors import PhalanxError
-from phalanx.launch.ports import free_port
 from phalanx.train import DistContext, all_reduce_sum, cleanup, get_logger, init
-
-LAUNCH_VARS = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "NODE_RANK",
-    "GROUP_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "PHALANX_LOG_ALL_RANKS",
-)
 
 
 @pytest.fixture
@@ -147,25 +132,7 @@ def test_two_process_gloo_run(tmp_path: Path) -> None:
     script.write_text(WORKER)
     out = tmp_path / "out"
     out.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
-    env.update(GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "2",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(free_port()),
-        "--max-restarts",
-        "0",
-        str(script),
-        str(out),
-    ]
-    # A hung child fails the test through the timeout rather than hanging pytest.
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    proc = torchrun(script, str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
     records = {int(p.name): json.loads(p.read_text()) for p in out.iterdir()}
