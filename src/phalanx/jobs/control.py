@@ -53,17 +53,19 @@ def submit(ws: Workspace, spec: JobSpec, spec_text: str) -> JobRecord:
 
 
 def supervisor_alive(job: JobRecord) -> bool:
-    """Whether the job's supervisor process still runs (a reused pid does not count)."""
+    """Whether the job's supervisor process still runs.
+
+    A reused pid does not count: the process must be this job's supervisor by
+    its command line. (Start times are no test: psutil derives them from the
+    wall clock, so a clock step would make a live supervisor look dead.)
+    """
     if job.supervisor_pid is None:
         return False
     try:
         proc = psutil.Process(job.supervisor_pid)
-        if (
-            job.supervisor_started is not None
-            and abs(proc.create_time() - job.supervisor_started) > 1
-        ):
-            return False
-        return proc.status() != psutil.STATUS_ZOMBIE
+        cmdline = proc.cmdline()
+        ours = "phalanx.jobs.supervisor" in cmdline and job.name in cmdline
+        return ours and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 

@@ -25,9 +25,7 @@ def check_inputs(spec: JobSpec) -> None:
     Raises:
         PhalanxError: naming the input and the path.
     """
-    for name, value in spec.inputs.items():
-        if not isinstance(value, InputSpec):
-            continue
+    for name, value in spec.data_inputs().items():
         if not value.is_local:
             raise PhalanxError(
                 f"inputs.{name}: {value.path!r} is not a local path; datastore URIs are not "
