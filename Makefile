@@ -5,14 +5,29 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.phalanx-installed
+# Azure's storage emulator, the real Blob API the tests run against.
+AZURITE_VERSION := 3.37.0
+TOOLS := .tools
+AZURITE := $(TOOLS)/node_modules/.bin/azurite-blob
 
-.PHONY: demo test lint format typecheck pytest bench clean
+.PHONY: demo test lint format typecheck pytest bench clean fuse
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,azure,s3,fuse]'
 	@touch $@
+
+$(AZURITE):
+	@command -v npm >/dev/null || { echo "make: npm is needed for Azurite (apt-get install npm)"; exit 1; }
+	npm install --silent --no-audit --no-fund --prefix $(TOOLS) azurite@$(AZURITE_VERSION)
+
+# FUSE for ro_mount/rw_mount inputs: libfuse3 and fusermount3, from apt where we are root.
+fuse:
+	@command -v fusermount3 >/dev/null || { [ "$$(id -u)" = 0 ] && \
+	  (apt-get install -y -qq fuse3 >/dev/null 2>&1 || \
+	   (apt-get update -qq && apt-get install -y -qq fuse3 >/dev/null)) ; } || \
+	  echo "make: fuse3 not installed (not root); the FUSE mount tests will report it"
 
 ## demo: the reference ResNet-50 workload on synthetic data, 2 nodes x 1 process, on this machine
 demo: $(STAMP)
@@ -32,12 +47,12 @@ format: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+pytest: $(STAMP) $(AZURITE) fuse
+	PHALANX_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## bench: phalanx's launch overhead against bare torchrun
 bench: $(STAMP)
 	$(BIN)/python benchmarks/launch_overhead.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Sharded datasets: the converter, the streaming loader and image transforms."""

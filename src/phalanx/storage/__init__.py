@@ -1,0 +1,1 @@
+"""Datastores, URI resolution, the node-local cache and transfers."""
