@@ -17,6 +17,8 @@ from typing import Any
 import psutil
 import pytest
 
+import servers
+
 BIN = Path(sys.executable).parent
 PHALANX = str(BIN / "phalanx")
 REPO = Path(__file__).resolve().parents[1]
@@ -92,6 +94,20 @@ class Cli:
             )
         return proc
 
+    def run_input(
+        self, stdin: str, *args: str, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """Run with ``stdin`` as standard input (how secrets are piped in)."""
+        return subprocess.run(
+            [PHALANX, *args],
+            env=self.env,
+            cwd=self.workdir,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
     def popen(self, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
             [PHALANX, *args],
@@ -129,6 +145,22 @@ class Cli:
         return path
 
 
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Azurite]:
+    """One Azurite for the session; tests use containers of their own."""
+    server = servers.start_azurite(tmp_path_factory.mktemp("azurite"))
+    yield server
+    servers.stop(server)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[servers.S3Server]:
+    """One moto S3 server for the session; tests use buckets of their own."""
+    server = servers.start_s3()
+    yield server
+    servers.stop(server)
+
+
 @pytest.fixture
 def cli(tmp_path: Path) -> Iterator[Cli]:
     home = tmp_path / "home"
@@ -142,6 +174,7 @@ def cli(tmp_path: Path) -> Iterator[Cli]:
             "GLOO_SOCKET_IFNAME": "lo",
             "OMP_NUM_THREADS": "1",
             "COLUMNS": "200",
+            "PHALANX_CACHE_DIR": str(tmp_path / "cache"),
         }
     )
     env.pop("PHALANX_DEBUG", None)

@@ -15,6 +15,8 @@ from pathlib import Path
 import click
 
 from phalanx import __version__
+from phalanx.cli.data import data_group
+from phalanx.cli.datastore import datastore_group
 from phalanx.cli.job import create_and_maybe_stream, job_group, set_option
 from phalanx.errors import PhalanxError
 
@@ -26,6 +28,8 @@ def cli() -> None:
 
 
 cli.add_command(job_group)
+cli.add_command(datastore_group)
+cli.add_command(data_group)
 
 
 @cli.command("run")

@@ -28,7 +28,9 @@ class Location:
     def child(self, name: str) -> Location:
         """The location of ``name`` inside this folder (``name`` uses ``/``)."""
         name = name.strip("/")
-        return Location(self.fs, f"{self.path.rstrip('/')}/{name}", f"{self.url.rstrip('/')}/{name}")
+        return Location(
+            self.fs, f"{self.path.rstrip('/')}/{name}", f"{self.url.rstrip('/')}/{name}"
+        )
 
     def __str__(self) -> str:
         return self.url

@@ -30,7 +30,7 @@ from phalanx.workspace.records import (
 )
 from phalanx.workspace.snapshot import snapshot_code
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     name TEXT PRIMARY KEY,
@@ -63,11 +63,30 @@ CREATE TABLE IF NOT EXISTS attempts (
     error_json TEXT,
     PRIMARY KEY (job_name, number)
 );
+CREATE TABLE IF NOT EXISTS datastores (
+    name TEXT PRIMARY KEY,
+    type TEXT NOT NULL,
+    config_json TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS data_assets (
+    name TEXT NOT NULL,
+    version TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    path TEXT NOT NULL,
+    description TEXT,
+    tags_json TEXT NOT NULL DEFAULT '{}',
+    created_at REAL NOT NULL,
+    PRIMARY KEY (name, version)
+);
 """
 # Each step upgrades a workspace from the version before it.
-_MIGRATIONS = {
-    2: "ALTER TABLE jobs ADD COLUMN preempt_json TEXT",
-    3: "ALTER TABLE attempts ADD COLUMN note TEXT",
+_MIGRATIONS: dict[int, list[str]] = {
+    2: ["ALTER TABLE jobs ADD COLUMN preempt_json TEXT"],
+    3: ["ALTER TABLE attempts ADD COLUMN note TEXT"],
+    # The datastores and data_assets tables, as in _SCHEMA.
+    4: [sql for sql in _SCHEMA.split(";") if "datastores (" in sql or "data_assets (" in sql],
 }
 
 
@@ -121,13 +140,25 @@ class Workspace:
             if version == 0:
                 steps = [sql for sql in _SCHEMA.split(";") if sql.strip()]
             else:
-                steps = [_MIGRATIONS[v] for v in range(version + 1, SCHEMA_VERSION + 1)]
+                steps = [
+                    sql for v in range(version + 1, SCHEMA_VERSION + 1) for sql in _MIGRATIONS[v]
+                ]
             for sql in steps:
                 db.execute(sql)
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def close(self) -> None:
         self._db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (``BEGIN IMMEDIATE``): committed on success, else rolled back."""
+        with self._transaction() as db:
+            yield db
+
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        """Rows of one read-only statement."""
+        return self._db.execute(sql, params).fetchall()
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:

@@ -1,0 +1,130 @@
+"""Data assets: a name and an immutable version pointing at a datastore path.
+
+``azureml:<name>:<version>`` and ``azureml:<name>@latest`` in a job's inputs
+resolve through here. ``latest`` is the most recently created version.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import time
+from dataclasses import dataclass, field
+
+from phalanx.errors import PhalanxError
+from phalanx.workspace import Workspace
+
+ASSET_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
+VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class DataAsset:
+    name: str
+    version: str
+    type: str
+    """``uri_folder`` or ``uri_file``."""
+    path: str
+    """A datastore URI, URL or absolute local path."""
+    description: str | None
+    created_at: float
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def uri(self) -> str:
+        return f"azureml:{self.name}:{self.version}"
+
+
+def create_asset(
+    ws: Workspace,
+    *,
+    name: str,
+    path: str,
+    version: str | None = None,
+    type: str = "uri_folder",
+    description: str | None = None,
+    tags: dict[str, str] | None = None,
+) -> DataAsset:
+    """Record a new version of ``name``; versions are never overwritten.
+
+    ``version=None`` takes the next integer after the highest integer version.
+
+    Raises:
+        PhalanxError: a bad name or version, or the version exists.
+    """
+    if not ASSET_NAME_RE.match(name):
+        raise PhalanxError(
+            f"data asset name {name!r} is invalid: use letters, digits, '_', '-' and '.'"
+        )
+    if version is not None and (not VERSION_RE.match(version) or version == "latest"):
+        raise PhalanxError(
+            f"data asset version {version!r} is invalid: use letters, digits, '_', '-' and "
+            "'.' (and not 'latest')"
+        )
+    try:
+        with ws.transaction() as db:
+            rows = db.execute(
+                "SELECT version, seq FROM data_assets WHERE name = ?", (name,)
+            ).fetchall()
+            seq = max((r["seq"] for r in rows), default=0) + 1
+            if version is None:
+                numbers = [int(r["version"]) for r in rows if r["version"].isdigit()]
+                version = str(max(numbers, default=0) + 1)
+            db.execute(
+                "INSERT INTO data_assets (name, version, seq, type, path, description, "
+                "tags_json, created_at) VALUES (?,?,?,?,?,?,?,?)",
+                (name, version, seq, type, path, description, json.dumps(tags or {}), time.time()),
+            )
+    except sqlite3.IntegrityError as exc:
+        raise PhalanxError(
+            f"data asset {name}:{version} already exists and versions are immutable; "
+            "give another --version or leave it out to get the next one"
+        ) from exc
+    return get_asset(ws, name, version)
+
+
+def get_asset(ws: Workspace, name: str, version: str = "latest") -> DataAsset:
+    """One version of an asset (``latest``: the newest).
+
+    Raises:
+        PhalanxError: no such asset or version.
+    """
+    if version == "latest":
+        rows = ws.query(
+            "SELECT * FROM data_assets WHERE name = ? ORDER BY seq DESC LIMIT 1", (name,)
+        )
+    else:
+        rows = ws.query("SELECT * FROM data_assets WHERE name = ? AND version = ?", (name, version))
+    if not rows:
+        versions = [a.version for a in list_assets(ws, name)]
+        if versions:
+            raise PhalanxError(
+                f"data asset {name} has no version {version!r} (versions: {', '.join(versions)})"
+            )
+        raise PhalanxError(
+            f"data asset {name!r} not found; create it with `phalanx data create --name {name} "
+            "--path …` or see `phalanx data list`"
+        )
+    return _asset(rows[0])
+
+
+def list_assets(ws: Workspace, name: str | None = None) -> list[DataAsset]:
+    """Every asset version (or those of ``name``), oldest first."""
+    if name is None:
+        rows = ws.query("SELECT * FROM data_assets ORDER BY name, seq")
+    else:
+        rows = ws.query("SELECT * FROM data_assets WHERE name = ? ORDER BY seq", (name,))
+    return [_asset(r) for r in rows]
+
+
+def _asset(row: sqlite3.Row) -> DataAsset:
+    return DataAsset(
+        name=row["name"],
+        version=row["version"],
+        type=row["type"],
+        path=row["path"],
+        description=row["description"],
+        created_at=row["created_at"],
+        tags=json.loads(row["tags_json"]),
+    )

@@ -1,0 +1,179 @@
+"""Datastores: named places where data lives, and the fsspec file system for each.
+
+Three types, after Azure ML's datastore kinds:
+
+``local``
+    A folder on this machine's (or a shared) file system. The workspace's
+    ``default`` datastore is ``$PHALANX_HOME/datastore``, always present.
+``azure_blob``
+    A container in an Azure Storage account, through adlfs. ``endpoint`` is the
+    Blob service URL: ``https://<account>.blob.core.windows.net`` unless given
+    (Azurite, sovereign clouds, private endpoints). Authentication: account
+    key, SAS token, connection string, or anonymous (public container).
+``s3``
+    A bucket on S3 or any S3-compatible store (``endpoint_url``), through s3fs.
+    Authentication: access key + secret, anonymous, or the AWS SDK's own chain
+    (environment, profile, instance role) when no credential is named.
+
+Credentials are :class:`~phalanx.storage.secrets.SecretRef` references, never
+values; cloud SDKs are imported only when a datastore of their type is opened.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+
+from phalanx.errors import PhalanxError
+from phalanx.storage.location import Location
+from phalanx.storage.secrets import SecretRef, SecretStore, resolve
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
+
+DEFAULT_DATASTORE = "default"
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$")
+
+# The credential kinds of each type, in the order `datastore show` lists them.
+AZURE_CREDENTIALS = ("account_key", "sas_token", "connection_string")
+S3_CREDENTIALS = ("key", "secret")
+
+
+class _Datastore(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name_ok(cls, value: str) -> str:
+        if not NAME_RE.match(value):
+            raise ValueError("use letters, digits, '_' and '-', starting with a letter or digit")
+        return value
+
+
+class LocalDatastore(_Datastore):
+    type: Literal["local"] = "local"
+    path: str
+    """Absolute folder."""
+
+    def location(self, path: str, secrets: SecretStore) -> Location:
+        from fsspec.implementations.local import LocalFileSystem
+
+        full = str(Path(self.path, path.lstrip("/")))
+        return Location(LocalFileSystem(), full, f"file://{full}")
+
+
+class AzureBlobDatastore(_Datastore):
+    type: Literal["azure_blob"] = "azure_blob"
+    account_name: str
+    container_name: str
+    endpoint: str = "core.windows.net"
+    """The storage suffix, as in Azure ML (``core.windows.net``, ``core.chinacloudapi.cn``),
+    or the whole Blob service URL (``http://127.0.0.1:10000/devstoreaccount1`` for Azurite)."""
+    protocol: Literal["https", "http"] = "https"
+    credentials: dict[str, SecretRef] = Field(default_factory=dict)
+    """At most one of ``account_key``, ``sas_token``, ``connection_string``; none = anonymous."""
+
+    @field_validator("credentials")
+    @classmethod
+    def _one_credential(cls, value: dict[str, SecretRef]) -> dict[str, SecretRef]:
+        unknown = set(value) - set(AZURE_CREDENTIALS)
+        if unknown or len(value) > 1:
+            raise ValueError(f"give at most one of {', '.join(AZURE_CREDENTIALS)}")
+        return value
+
+    @property
+    def service_url(self) -> str:
+        if "://" in self.endpoint:
+            return self.endpoint.rstrip("/")
+        return f"{self.protocol}://{self.account_name}.blob.{self.endpoint.strip('.')}"
+
+    def filesystem(self, secrets: SecretStore) -> AbstractFileSystem:
+        try:
+            from adlfs import AzureBlobFileSystem
+        except ImportError as exc:
+            raise PhalanxError(
+                f"datastore {self.name!r} needs Azure support: pip install 'phalanx[azure]'"
+            ) from exc
+        what = f"datastore {self.name!r}"
+        if "connection_string" in self.credentials:
+            conn = resolve(self.credentials["connection_string"], secrets, what)
+            return AzureBlobFileSystem(connection_string=conn)
+        # Always through a connection string, so a custom (http) endpoint works too:
+        # adlfs's account_host assumes https.
+        parts = [f"BlobEndpoint={self.service_url}", f"AccountName={self.account_name}"]
+        if "account_key" in self.credentials:
+            key = resolve(self.credentials["account_key"], secrets, f"{what}: account_key")
+            parts.append(f"AccountKey={key}")
+        elif "sas_token" in self.credentials:
+            sas = resolve(self.credentials["sas_token"], secrets, f"{what}: sas_token")
+            parts.append(f"SharedAccessSignature={sas.lstrip('?')}")
+        return AzureBlobFileSystem(connection_string=";".join(parts) + ";")
+
+    def location(self, path: str, secrets: SecretStore) -> Location:
+        path = path.strip("/")
+        fs_path = f"{self.container_name}/{path}".rstrip("/")
+        url = f"{self.service_url}/{self.container_name}/{path}".rstrip("/")
+        return Location(self.filesystem(secrets), fs_path, url)
+
+
+class S3Datastore(_Datastore):
+    type: Literal["s3"] = "s3"
+    bucket: str
+    endpoint_url: str | None = None
+    """An S3-compatible endpoint (MinIO, Ceph, …); AWS when absent."""
+    region: str | None = None
+    anonymous: bool = False
+    credentials: dict[str, SecretRef] = Field(default_factory=dict)
+    """``key`` and ``secret`` together; none = the AWS SDK's own credential chain."""
+
+    @field_validator("credentials")
+    @classmethod
+    def _pair(cls, value: dict[str, SecretRef]) -> dict[str, SecretRef]:
+        if value and set(value) != set(S3_CREDENTIALS):
+            raise ValueError("give both `key` and `secret`, or neither")
+        return value
+
+    def filesystem(self, secrets: SecretStore) -> AbstractFileSystem:
+        try:
+            from s3fs import S3FileSystem
+        except ImportError as exc:
+            raise PhalanxError(
+                f"datastore {self.name!r} needs S3 support: pip install 'phalanx[s3]'"
+            ) from exc
+        what = f"datastore {self.name!r}"
+        kwargs: dict[str, object] = {"anon": self.anonymous}
+        if self.endpoint_url:
+            kwargs["endpoint_url"] = self.endpoint_url
+        if self.region:
+            kwargs["client_kwargs"] = {"region_name": self.region}
+        if self.credentials:
+            kwargs["key"] = resolve(self.credentials["key"], secrets, f"{what}: key")
+            kwargs["secret"] = resolve(self.credentials["secret"], secrets, f"{what}: secret")
+        return S3FileSystem(**kwargs)
+
+    def location(self, path: str, secrets: SecretStore) -> Location:
+        path = path.strip("/")
+        fs_path = f"{self.bucket}/{path}".rstrip("/")
+        base = self.endpoint_url.rstrip("/") if self.endpoint_url else "s3:/"
+        return Location(self.filesystem(secrets), fs_path, f"{base}/{fs_path}")
+
+
+Datastore = Annotated[
+    LocalDatastore | AzureBlobDatastore | S3Datastore, Field(discriminator="type")
+]
+DATASTORE_ADAPTER: TypeAdapter[Datastore] = TypeAdapter(Datastore)
+
+
+def default_datastore(home: Path) -> LocalDatastore:
+    """The workspace's built-in datastore: ``$PHALANX_HOME/datastore``."""
+    return LocalDatastore(
+        name=DEFAULT_DATASTORE,
+        path=str(home / "datastore"),
+        description="the workspace's own folder",
+    )

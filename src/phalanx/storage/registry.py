@@ -1,0 +1,94 @@
+"""The workspace's datastores: create, look up, list, delete."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+
+from pydantic import ValidationError
+
+from phalanx.errors import PhalanxError
+from phalanx.storage.datastores import (
+    DATASTORE_ADAPTER,
+    DEFAULT_DATASTORE,
+    Datastore,
+    default_datastore,
+)
+from phalanx.storage.secrets import SecretStore
+from phalanx.workspace import Workspace
+
+
+def secrets_of(ws: Workspace) -> SecretStore:
+    return SecretStore(ws.home)
+
+
+def create_datastore(ws: Workspace, datastore: Datastore, *, replace: bool = False) -> None:
+    """Record ``datastore``; its credentials must already be references.
+
+    Raises:
+        PhalanxError: the name is ``default`` or taken (unless ``replace``).
+    """
+    if datastore.name == DEFAULT_DATASTORE:
+        raise PhalanxError(
+            f"datastore name {DEFAULT_DATASTORE!r} is the workspace's own; choose another name"
+        )
+    config = datastore.model_dump_json(exclude_none=True)
+    verb = "INSERT OR REPLACE" if replace else "INSERT"
+    try:
+        with ws.transaction() as db:
+            db.execute(
+                f"{verb} INTO datastores (name, type, config_json, created_at) VALUES (?,?,?,?)",
+                (datastore.name, datastore.type, config, time.time()),
+            )
+    except sqlite3.IntegrityError as exc:
+        raise PhalanxError(
+            f"datastore {datastore.name!r} already exists; use another name, or "
+            "`phalanx datastore delete` it first"
+        ) from exc
+
+
+def get_datastore(ws: Workspace, name: str) -> Datastore:
+    """The datastore called ``name`` (``default`` is always there).
+
+    Raises:
+        PhalanxError: no such datastore.
+    """
+    if name == DEFAULT_DATASTORE:
+        return default_datastore(ws.home)
+    rows = ws.query("SELECT config_json FROM datastores WHERE name = ?", (name,))
+    if not rows:
+        known = [DEFAULT_DATASTORE, *(d.name for d in list_datastores(ws)[1:])]
+        raise PhalanxError(
+            f"datastore {name!r} not found (known: {', '.join(known)}); "
+            "create it with `phalanx datastore create`"
+        )
+    return _load(rows[0]["config_json"])
+
+
+def list_datastores(ws: Workspace) -> list[Datastore]:
+    """Every datastore, ``default`` first."""
+    rows = ws.query("SELECT config_json FROM datastores ORDER BY name")
+    return [default_datastore(ws.home), *(_load(r["config_json"]) for r in rows)]
+
+
+def delete_datastore(ws: Workspace, name: str) -> None:
+    """Forget a datastore and its stored credentials (the data stays where it is)."""
+    get_datastore(ws, name)
+    if name == DEFAULT_DATASTORE:
+        raise PhalanxError(f"datastore {DEFAULT_DATASTORE!r} is built in; it cannot be deleted")
+    with ws.transaction() as db:
+        db.execute("DELETE FROM datastores WHERE name = ?", (name,))
+    secrets_of(ws).delete_prefix(secret_key(name, ""))
+
+
+def secret_key(datastore: str, credential: str) -> str:
+    """Where a stored credential of ``datastore`` lives in the secrets file."""
+    return f"datastore/{datastore}/{credential}"
+
+
+def _load(config_json: str) -> Datastore:
+    try:
+        return DATASTORE_ADAPTER.validate_python(json.loads(config_json))
+    except ValidationError as exc:  # written by a newer or broken phalanx
+        raise PhalanxError(f"a datastore record cannot be read: {exc}") from exc
