@@ -54,8 +54,6 @@ def create_cmd(
         from pathlib import Path
 
         path = str(Path(path.removeprefix("file://")).expanduser().resolve())
-    if path.startswith("azureml:") and not path.startswith("azureml://"):
-        raise PhalanxError("--path: give a datastore path or URL, not another asset")
     if not no_check:
         loc = resolve(path, ws)
         with storage_errors(loc.url):

@@ -34,7 +34,7 @@ _BLOB_HOST = re.compile(r"^(?P<account>[a-z0-9]+)\.blob\.(?P<suffix>.+)$")
 
 def is_uri(text: str) -> bool:
     """Whether ``text`` is a URI phalanx resolves, rather than a local path."""
-    return bool(ASSET_URI.match(text)) or ("://" in text and not text.startswith("file://"))
+    return text.startswith("azureml:") or ("://" in text and not text.startswith("file://"))
 
 
 def resolve(uri: str, ws: Workspace) -> Location:
