@@ -11,7 +11,7 @@ from rich.console import Console
 from phalanx.cli.render import job_json, list_jobs, show_job
 from phalanx.cli.stream import stream_job
 from phalanx.jobs.control import cancel, preempt, refresh, submit
-from phalanx.jobs.prepare import check_inputs, check_outputs
+from phalanx.jobs.prepare import check
 from phalanx.spec import JobSpec, load_spec
 from phalanx.workspace import JobRecord, JobStatus, Workspace
 
@@ -47,8 +47,11 @@ def load_for_run(spec_file: Path, overrides: tuple[str, ...]) -> tuple[JobSpec, 
     """
     spec = load_spec(spec_file, overrides)
     spec.check_supported()
-    check_inputs(spec)
-    check_outputs(spec)
+    ws = Workspace()
+    try:
+        check(spec, ws)
+    finally:
+        ws.close()
     text = spec.text or ""
     if overrides:
         text += "".join(f"\n# --set {item}" for item in overrides) + "\n"

@@ -1,57 +1,87 @@
-"""Turn a validated spec into what the launcher needs: paths, values, command."""
+"""Turn a validated spec into what the launcher needs: paths, values, command.
+
+Outputs: a local ``path`` (or none: the job's ``outputs/<name>`` folder) is
+written in place. A datastore ``path`` with ``mode: upload`` is written
+locally under ``outputs/<name>`` and copied to the datastore while the job runs
+(every :data:`UPLOAD_INTERVAL_S`, and when a rank asks with
+``phalanx.train.request_upload()``) and after every attempt, so a failed or
+preempted attempt's files are kept too.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from phalanx.errors import PhalanxError
+from phalanx.jobs.inputs import InputsReady, check_inputs, make_ready
 from phalanx.spec import InputSpec, JobSpec, interpolate, render_literal
+from phalanx.storage.location import Location
+from phalanx.storage.uri import resolve
+from phalanx.workspace import Workspace
 from phalanx.workspace.layout import JobPaths
 
+log = logging.getLogger(__name__)
 
-@dataclass(frozen=True)
+UPLOAD_INTERVAL_S = 60.0
+
+
+@dataclass
 class Prepared:
     command: str
     inputs: Mapping[str, str]
     outputs: Mapping[str, str]
     env: Mapping[str, str]
+    uploads: dict[str, tuple[Path, Location]] = field(default_factory=dict)
+    """Outputs copied to a datastore: name → (local folder, destination)."""
+    ready: InputsReady | None = None
+
+    def upload(self) -> None:
+        """Copy every upload-mode output's new and changed files to its datastore."""
+        from phalanx.storage.upload import upload_folder
+
+        for name, (folder, dest) in self.uploads.items():
+            try:
+                report = upload_folder(folder, dest)
+            except PhalanxError as exc:
+                log.error("outputs.%s: upload to %s failed: %s", name, dest.url, exc)
+                continue
+            if report.uploaded:
+                log.info(
+                    "outputs.%s: %d file(s), %.1f MB uploaded to %s",
+                    name, report.uploaded, report.bytes / 1e6, dest.url,
+                )  # fmt: skip
+
+    def close(self) -> None:
+        """Unmount the inputs that were mounted."""
+        if self.ready is not None:
+            self.ready.close()
 
 
-def check_inputs(spec: JobSpec) -> None:
-    """Fail before launch on an input this machine cannot provide.
-
-    Raises:
-        PhalanxError: naming the input and the path.
-    """
-    for name, value in spec.data_inputs().items():
-        if not value.is_local:
-            raise PhalanxError(
-                f"inputs.{name}: {value.path!r} is not a local path; datastore URIs are not "
-                "supported yet, so copy the data to a local folder and give its path"
-            )
-        path = value.local_path
-        if value.type == "uri_file" and not path.is_file():
-            raise PhalanxError(f"inputs.{name}: file {path} not found; fix `path` or create it")
-        if value.type == "uri_folder" and not path.is_dir():
-            raise PhalanxError(f"inputs.{name}: folder {path} not found; fix `path` or create it")
-
-
-def check_outputs(spec: JobSpec) -> None:
-    """Fail before launch on an output folder that cannot be written.
+def check_outputs(spec: JobSpec, ws: Workspace) -> dict[str, Location]:
+    """Fail before launch on an output that cannot be written; return the remote ones.
 
     Raises:
         PhalanxError: naming the output and the path.
     """
+    remote: dict[str, Location] = {}
     for name, out in spec.outputs.items():
         if out.path is None:
             continue
         if not out.is_local:
-            raise PhalanxError(
-                f"outputs.{name}: {out.path!r} is not a local path; datastore URIs are not "
-                "supported yet, so leave `path` out to write under the job's outputs folder"
-            )
+            if out.mode != "upload":
+                raise PhalanxError(
+                    f"outputs.{name}: mode {out.mode} of a datastore path is not supported yet; "
+                    "use mode: upload (written locally, copied while the job runs and at its end)"
+                )
+            try:
+                remote[name] = resolve(out.path, ws)
+            except PhalanxError as exc:
+                raise PhalanxError(f"outputs.{name}: {exc}") from exc
+            continue
         existing = out.local_path
         while not existing.exists():
             existing = existing.parent
@@ -60,28 +90,52 @@ def check_outputs(spec: JobSpec) -> None:
                 f"outputs.{name}: cannot write {out.local_path} ({existing} is not a writable "
                 "folder); fix `path` or its permissions"
             )
+    return remote
 
 
-def prepare(spec: JobSpec, paths: JobPaths) -> Prepared:
-    """Resolve inputs and outputs to local paths and substitute them into the command."""
-    check_inputs(spec)
-    check_outputs(spec)
-    inputs: dict[str, str] = {}
-    for name, value in spec.inputs.items():
-        inputs[name] = (
-            str(value.local_path) if isinstance(value, InputSpec) else render_literal(value)
-        )
-    outputs: dict[str, str] = {}
-    for name, out in spec.outputs.items():
-        folder = paths.outputs / name if out.path is None else out.local_path
-        target = folder.parent if out.type == "uri_file" else folder
-        try:
-            target.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise PhalanxError(f"outputs.{name}: cannot create {target}: {exc.strerror}") from exc
-        outputs[name] = str(folder)
+def check(spec: JobSpec, ws: Workspace) -> None:
+    """Everything :func:`prepare` would refuse, checked before a job is created."""
+    check_inputs(spec, ws)
+    check_outputs(spec, ws)
+
+
+def prepare(spec: JobSpec, paths: JobPaths, ws: Workspace) -> Prepared:
+    """Make inputs ready, create output folders and substitute them into the command."""
+    remote_outputs = check_outputs(spec, ws)
+    ready = make_ready(spec, ws, paths.root / "mounts")
+    try:
+        inputs: dict[str, str] = {}
+        for name, value in spec.inputs.items():
+            inputs[name] = (
+                ready.values[name] if isinstance(value, InputSpec) else render_literal(value)
+            )
+        outputs: dict[str, str] = {}
+        uploads: dict[str, tuple[Path, Location]] = {}
+        for name, out in spec.outputs.items():
+            dest = remote_outputs.get(name)
+            folder = (
+                out.local_path if out.path is not None and dest is None else paths.outputs / name
+            )
+            if dest is not None and out.type == "uri_file":
+                # Written as outputs/<name>/<file name>; that folder goes to the file's folder.
+                base = dest.path.rpartition("/")[2]
+                folder = folder / base
+                dest = Location(dest.fs, dest.path.rpartition("/")[0], dest.url.rpartition("/")[0])
+            target = folder.parent if out.type == "uri_file" else folder
+            try:
+                target.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise PhalanxError(
+                    f"outputs.{name}: cannot create {target}: {exc.strerror}"
+                ) from exc
+            outputs[name] = str(folder)
+            if dest is not None:
+                uploads[name] = (target, dest)
+    except BaseException:
+        ready.close()
+        raise
     # The built-in output (a spec cannot declare one of that name).
     references = {**outputs, "checkpoints": str(paths.checkpoints)}
     command = interpolate(spec.command, inputs, references)
     env = {k: str(v) for k, v in spec.environment_variables.items()}
-    return Prepared(command=command, inputs=inputs, outputs=outputs, env=env)
+    return Prepared(command, inputs, outputs, env, uploads=uploads, ready=ready)

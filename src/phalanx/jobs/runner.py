@@ -37,6 +37,7 @@ from phalanx.compute.local import LocalCompute, LocalNode
 from phalanx.errors import PhalanxError
 from phalanx.jobs.policy import decide
 from phalanx.jobs.prepare import Prepared, prepare
+from phalanx.jobs.uploads import UPLOAD_REQUEST, UploadLoop
 from phalanx.jobs.watchdog import STACK_DUMP_WAIT_S, Watchdog, dump_stacks
 from phalanx.launch.exitcodes import PREEMPTED_EXIT_CODE
 from phalanx.launch.node import NodeLaunch
@@ -108,15 +109,26 @@ class JobRunner:
         if not self.ws.set_status(self.name, JobStatus.PREPARING):
             return self.ws.get_job(self.name).status  # ended meanwhile (canceled)
         try:
-            prepared = prepare(spec, self.paths)
+            prepared = prepare(spec, self.paths, self.ws)
         except PhalanxError as exc:
             log.error("preparing failed: %s", exc)
             return self._finish(JobStatus.FAILED, RootCause(message=str(exc)))
+        syncer = UploadLoop(prepared, self.paths.root / UPLOAD_REQUEST)
+        try:
+            return self._attempts(spec, prepared, deadline, syncer)
+        finally:
+            syncer.stop()
+            prepared.close()
 
+    def _attempts(
+        self, spec: JobSpec, prepared: Prepared, deadline: float | None, syncer: UploadLoop
+    ) -> JobStatus:
         while True:
             if self._cancelled():
                 return self._finish(JobStatus.CANCELED, None)
             outcome = self._run_attempt(spec, prepared, deadline)
+            # What the attempt wrote reaches its datastore, whatever became of it.
+            syncer.sync_now()
             if outcome.status is AttemptStatus.SUCCEEDED:
                 self.ws.set_status(self.name, JobStatus.FINALIZING)
                 return self._finish(JobStatus.COMPLETED, None)

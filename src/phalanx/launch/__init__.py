@@ -32,9 +32,11 @@ Environment of every worker process
 ``PHALANX_ATTEMPT``          attempt number, from 1; a retry resumes from checkpoints
 ``PHALANX_CHECKPOINT_DIR``   the job's checkpoint folder, the same in every attempt
 ``PHALANX_OUTPUTS_DIR``      the job's outputs folder
-``PHALANX_INPUT_<NAME>``     each input's value or local path (name upper-cased)
+``PHALANX_INPUT_<NAME>``     each input's value: a local path (download, ro_mount, local
+                             data) or the URI as written (``direct``); name upper-cased
 ``PHALANX_OUTPUT_<NAME>``    each output's folder
 ``PHALANX_JOB_DIR``          the job's folder in the workspace
+``PHALANX_HOME``             the workspace, so ``phalanx.data`` resolves datastore URIs
 ``PYTHONUNBUFFERED=1``       so log lines reach the log files as they are printed
 ``PHALANX_HEARTBEAT_FILE``   where ``phalanx.train.heartbeat()`` records progress (hang watchdog)
 ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1``  a failed NCCL collective raises rather than hangs

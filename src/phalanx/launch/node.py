@@ -71,6 +71,8 @@ class NodeLaunch:
                 "NODE_RANK": str(self.node_rank),
                 "PHALANX_JOB_NAME": self.job_name,
                 "PHALANX_JOB_DIR": str(self.job_dir),
+                # The workspace, so a script resolves datastore URIs (`direct` inputs).
+                "PHALANX_HOME": str(self.job_dir.parent.parent),
                 "PHALANX_ATTEMPT": str(self.attempt),
                 "PHALANX_CHECKPOINT_DIR": str(self.checkpoint_dir),
                 "PHALANX_OUTPUTS_DIR": str(self.outputs_dir),

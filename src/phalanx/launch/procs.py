@@ -45,6 +45,19 @@ def _is_supervisor(proc: psutil.Process) -> bool:
         return False
 
 
+# Helpers of the supervisor that outlive attempts (an input's FUSE mount): never swept.
+_PROTECTED: set[int] = set()
+
+
+def protect(pid: int) -> None:
+    """Keep the supervisor's child ``pid`` out of every sweep of this process."""
+    _PROTECTED.add(pid)
+
+
+def unprotect(pid: int) -> None:
+    _PROTECTED.discard(pid)
+
+
 def job_processes(
     job_dir: str, attempt: int | None = None, *, descendants: bool = False
 ) -> list[psutil.Process]:
@@ -59,7 +72,7 @@ def job_processes(
     me = os.getpid()
     found: dict[int, psutil.Process] = {}
     for proc in psutil.process_iter():
-        if proc.pid == me:
+        if proc.pid == me or proc.pid in _PROTECTED:
             continue
         marker, proc_attempt = _marker(proc)
         if marker == job_dir and (attempt is None or proc_attempt == str(attempt)):
@@ -69,6 +82,8 @@ def job_processes(
             for proc in psutil.Process(me).children(recursive=True):
                 marker, _ = _marker(proc)
                 # A job started from inside this one has a supervisor of its own.
+                if proc.pid in _PROTECTED:
+                    continue
                 if marker in (None, job_dir) and not _is_supervisor(proc):
                     found.setdefault(proc.pid, proc)
     return [p for p in found.values() if _alive(p)]

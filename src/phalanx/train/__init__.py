@@ -19,6 +19,7 @@ from phalanx.train.dist import DistContext, all_reduce_sum, cleanup, init
 from phalanx.train.heartbeat import heartbeat
 from phalanx.train.log import ALL_RANKS_ENV, get_logger
 from phalanx.train.preemption import PREEMPTED_EXIT_CODE, PreemptionWatcher, watch_preemption
+from phalanx.train.uploads import request_upload
 
 __all__ = [
     "ALL_RANKS_ENV",
@@ -30,6 +31,7 @@ __all__ = [
     "get_logger",
     "heartbeat",
     "init",
+    "request_upload",
     "watch_preemption",
 ]
 

@@ -1,0 +1,177 @@
+"""Data inputs: checked before a job is created, made ready before any rank starts.
+
+Per input, after its path is resolved (datastore URI, data asset, URL or
+local path):
+
+- on this machine's file system, every mode passes the path itself: there is
+  nothing to copy or mount;
+- ``direct`` passes the URI as written; the script reads it (``phalanx.data``
+  resolves datastore URIs and reads through the node cache);
+- ``download`` copies the folder (or file) into the node cache's
+  ``downloads/`` area, in parallel; files unchanged since an earlier job are
+  skipped;
+- ``ro_mount`` mounts the folder read-only with FUSE, backed by the node cache:
+  listings come from one listing at mount time, a file is fetched on first read
+  and read locally after that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from phalanx.errors import PhalanxError
+from phalanx.spec import InputSpec, JobSpec
+from phalanx.storage.cache import NodeCache
+from phalanx.storage.errors import storage_errors
+from phalanx.storage.location import Location
+from phalanx.storage.uri import resolve
+from phalanx.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+
+def _is_local(loc: Location) -> bool:
+    return "file" in (loc.fs.protocol if isinstance(loc.fs.protocol, tuple) else (loc.fs.protocol,))
+
+
+def locate(name: str, value: InputSpec, ws: Workspace) -> Location:
+    """Resolve one input and check that it exists and has the declared type.
+
+    Raises:
+        PhalanxError: naming ``inputs.<name>`` and the path.
+    """
+    where = f"inputs.{name}"
+    try:
+        loc = resolve(value.path, ws)
+        with storage_errors(loc.url):
+            info = loc.fs.info(loc.path)
+    except PhalanxError as exc:
+        raise PhalanxError(f"{where}: {exc}") from exc
+    is_dir = info.get("type") == "directory"
+    if value.type == "uri_folder" and not is_dir:
+        raise PhalanxError(
+            f"{where}: {loc.url} is a file, not a folder; fix `path` or use type: uri_file"
+        )
+    if value.type == "uri_file" and is_dir:
+        raise PhalanxError(
+            f"{where}: {loc.url} is a folder, not a file; fix `path` or use type: uri_folder"
+        )
+    return loc
+
+
+def check_inputs(spec: JobSpec, ws: Workspace) -> dict[str, Location]:
+    """Fail before launch on an input that cannot be provided; return where each one is."""
+    return {name: locate(name, value, ws) for name, value in spec.data_inputs().items()}
+
+
+def download_dir(cache: NodeCache, loc: Location) -> Path:
+    """Where ``download`` puts a copy of ``loc``: stable per URL, so later jobs reuse it."""
+    digest = hashlib.sha256(loc.url.encode()).hexdigest()[:24]
+    return cache.root / "downloads" / digest
+
+
+class InputsReady:
+    """The inputs of one job, ready on this node; :meth:`close` unmounts what was mounted."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+        self._stack = ExitStack()
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+def make_ready(
+    spec: JobSpec, ws: Workspace, mount_root: Path, cache: NodeCache | None = None
+) -> InputsReady:
+    """Download or mount every data input; return the value each input takes in the command.
+
+    Raises:
+        PhalanxError: an input is missing, cannot be fetched, or cannot be mounted.
+    """
+    ready = InputsReady()
+    try:
+        for name, value in spec.data_inputs().items():
+            loc = locate(name, value, ws)
+            if _is_local(loc):
+                ready.values[name] = loc.path
+            elif value.mode == "direct":
+                ready.values[name] = value.path
+            elif value.mode == "download":
+                cache = cache or NodeCache.from_env()
+                ready.values[name] = str(_download(name, value, loc, cache))
+            else:
+                cache = cache or NodeCache.from_env()
+                ready.values[name] = str(_mount(name, value, loc, cache, mount_root, ready))
+    except BaseException:
+        ready.close()
+        raise
+    return ready
+
+
+def _download(name: str, value: InputSpec, loc: Location, cache: NodeCache) -> Path:
+    from phalanx.storage.transfer import fetch_folder
+
+    started = time.monotonic()
+    if value.type == "uri_file":
+        # One file: through the cache itself (verified, shared, evictable).
+        try:
+            path = cache.fetch(loc)
+        except PhalanxError as exc:
+            raise PhalanxError(f"inputs.{name}: {exc}") from exc
+        log.info("inputs.%s: %s ready at %s", name, loc.url, path)
+        return path
+    dest = download_dir(cache, loc)
+    last = [0.0]
+
+    def progress(done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 5 or done == total:
+            last[0] = now
+            log.info("inputs.%s: %d/%d files", name, done, total)
+
+    try:
+        sync = fetch_folder(loc, dest, progress=progress)
+    except PhalanxError as exc:
+        raise PhalanxError(f"inputs.{name}: {exc}") from exc
+    log.info(
+        "inputs.%s: %s downloaded to %s: %d file(s), %d unchanged skipped, %.1f MB in %.1f s",
+        name, loc.url, dest, sync.downloaded, sync.skipped, sync.bytes / 1e6,
+        time.monotonic() - started,
+    )  # fmt: skip
+    return dest
+
+
+def _mount(
+    name: str,
+    value: InputSpec,
+    loc: Location,
+    cache: NodeCache,
+    mount_root: Path,
+    ready: InputsReady,
+) -> Path:
+    from phalanx.storage.mount import fuse_available, start_mount
+
+    reason = fuse_available()
+    if reason is not None:
+        raise PhalanxError(f"inputs.{name}: ro_mount needs FUSE ({reason}); use mode: download")
+    # A single file is mounted as its folder's view of that one name.
+    folder = loc
+    if value.type == "uri_file":
+        parent, _, _ = loc.path.rpartition("/")
+        folder = Location(loc.fs, parent, loc.url.rpartition("/")[0])
+    mountpoint = mount_root / name
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    try:
+        handle = start_mount(folder, mountpoint, cache)
+    except PhalanxError as exc:
+        raise PhalanxError(f"inputs.{name}: {exc}") from exc
+    ready._stack.callback(handle.unmount)
+    log.info("inputs.%s: %s mounted read-only at %s", name, loc.url, mountpoint)
+    if value.type == "uri_file":
+        return mountpoint / loc.path.rpartition("/")[2]
+    return mountpoint
