@@ -30,9 +30,10 @@ def submit(ws: Workspace, spec: JobSpec, spec_text: str) -> JobRecord:
     # A job submitted from inside another job is not that job's: drop its markers.
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
     env[HOME_ENV] = str(ws.home)
-    for keep in ("PHALANX_DEBUG", LIMIT_ENV):
-        if keep in os.environ:
-            env[keep] = os.environ[keep]
+    # Settings of this user, not markers of a job: the node cache's are kept.
+    for keep, value in os.environ.items():
+        if keep in ("PHALANX_DEBUG", LIMIT_ENV) or keep.startswith("PHALANX_CACHE_"):
+            env[keep] = value
     with open(paths.supervisor_log, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "phalanx.jobs.supervisor", job.name],

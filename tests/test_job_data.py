@@ -1,0 +1,150 @@
+"""Jobs reading datastore inputs and writing datastore outputs, against a real Azurite."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from pathlib import Path
+
+from conftest import Cli
+from servers import AZURITE_ACCOUNT, AZURITE_KEY, Azurite
+
+# Each rank writes what it sees of the input: its value and every file's sha256.
+READ_SCRIPT = """
+import hashlib, json, os, sys
+from pathlib import Path
+value = os.environ["PHALANX_INPUT_DATA"]
+seen = {"value": value, "files": {}}
+if "://" in value:
+    from phalanx.storage.uri import resolve
+    from phalanx.workspace import Workspace
+    loc = resolve(value, Workspace())
+    for path in loc.fs.find(loc.path):
+        rel = path[len(loc.path):].lstrip("/")
+        seen["files"][rel] = hashlib.sha256(loc.fs.cat_file(path)).hexdigest()
+else:
+    root = Path(value)
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not path.name.startswith("."):
+            seen["files"][path.relative_to(root).as_posix()] = hashlib.sha256(
+                path.read_bytes()).hexdigest()
+out = Path(os.environ["PHALANX_OUTPUT_RESULT"])
+(out / f"rank_{os.environ['RANK']}.json").write_text(json.dumps(seen))
+"""
+
+JOB = """
+type: command
+code: src
+command: python read.py
+inputs:
+  data: {{type: uri_folder, path: "{path}", mode: {mode}}}
+outputs:
+  result: {{type: uri_folder{result}}}
+resources: {{instance_count: 1}}
+distribution: {{type: pytorch, process_count_per_instance: 2}}
+limits: {{timeout: 120}}
+"""
+
+FILES = {
+    "train/a.bin": b"alpha" * 100,
+    "train/sub/b.bin": b"beta" * 1000,
+    "val/c.bin": b"gamma",
+}
+
+
+def _setup(cli: Cli, azurite: Azurite) -> str:
+    """A container with FILES and a datastore `blobs` on it; returns the container's name."""
+    container = f"c{uuid.uuid4().hex[:12]}"
+    azurite.container(container)
+    azurite.upload(container, FILES)
+    cli.env["AZ_KEY"] = AZURITE_KEY
+    cli.run(
+        "datastore", "create", "--name", "blobs", "--type", "azure_blob",
+        "--account-name", AZURITE_ACCOUNT, "--container-name", container,
+        "--endpoint", azurite.endpoint, "--credential-env", "AZ_KEY", check=True,
+    )  # fmt: skip
+    cli.write("src/read.py", READ_SCRIPT)
+    return container
+
+
+def _run(cli: Cli, path: str, mode: str, result: str = "") -> dict:
+    spec = cli.write("job.yml", JOB.format(path=path, mode=mode, result=result))
+    name = cli.create(spec)
+    job = cli.wait(name, ("Completed", "Failed", "Canceled"), timeout=180)
+    log = (Path(job["job_dir"]) / "system_logs" / "supervisor.txt").read_text()
+    assert job["status"] == "Completed", log
+    job["supervisor_log"] = log
+    return job
+
+
+def _seen(job: dict, rank: int) -> dict:
+    return json.loads((Path(job["outputs_dir"]) / "result" / f"rank_{rank}.json").read_text())
+
+
+def _expected(prefix: str) -> dict[str, str]:
+    return {
+        k[len(prefix) :]: hashlib.sha256(v).hexdigest()
+        for k, v in FILES.items()
+        if k.startswith(prefix)
+    }
+
+
+def test_download_input_every_rank_sees_the_files_and_a_second_job_skips_them(
+    cli: Cli, azurite: Azurite
+) -> None:
+    _setup(cli, azurite)
+    job = _run(cli, "azureml://datastores/blobs/paths/train", "download")
+    for rank in (0, 1):
+        seen = _seen(job, rank)
+        assert seen["files"] == _expected("train/")
+        assert seen["value"].startswith(cli.env["PHALANX_CACHE_DIR"])
+    assert "2 file(s), 0 unchanged skipped" in job["supervisor_log"]
+    again = _run(cli, "azureml://datastores/blobs/paths/train", "download")
+    assert "0 file(s), 2 unchanged skipped" in again["supervisor_log"]
+    assert _seen(again, 0)["files"] == _expected("train/")
+
+
+def test_direct_input_passes_the_uri_and_the_script_reads_it(cli: Cli, azurite: Azurite) -> None:
+    _setup(cli, azurite)
+    uri = "azureml://datastores/blobs/paths/train"
+    job = _run(cli, uri, "direct")
+    seen = _seen(job, 1)
+    assert seen["value"] == uri
+    assert seen["files"] == _expected("train/")
+
+
+def test_data_asset_input(cli: Cli, azurite: Azurite) -> None:
+    _setup(cli, azurite)
+    cli.run("data", "create", "--name", "val", "--path",
+            "azureml://datastores/blobs/paths/val", check=True)  # fmt: skip
+    job = _run(cli, "azureml:val@latest", "download")
+    assert _seen(job, 0)["files"] == _expected("val/")
+
+
+def test_missing_input_fails_before_launch_naming_the_path(cli: Cli, azurite: Azurite) -> None:
+    _setup(cli, azurite)
+    spec = cli.write(
+        "job.yml",
+        JOB.format(path="azureml://datastores/blobs/paths/nope", mode="download", result=""),
+    )
+    proc = cli.run("job", "create", "-f", str(spec))
+    assert proc.returncode == 2
+    assert "inputs.data:" in proc.stderr and "/nope not found" in proc.stderr
+    listed = json.loads(cli.run("job", "list", "--json", check=True).stdout)
+    assert listed == []
+
+
+def test_upload_output_reaches_the_datastore(cli: Cli, azurite: Azurite) -> None:
+    container = _setup(cli, azurite)
+    uri = "azureml://datastores/blobs/paths/runs/one"
+    _run(cli, "azureml://datastores/blobs/paths/val", "download",
+         result=f', path: "{uri}", mode: upload')  # fmt: skip
+    from azure.storage.blob import BlobServiceClient
+
+    service = BlobServiceClient.from_connection_string(azurite.connection_string)
+    client = service.get_container_client(container)
+    names = sorted(b.name for b in client.list_blobs(name_starts_with="runs/one/"))
+    assert names == ["runs/one/rank_0.json", "runs/one/rank_1.json"]
+    body = json.loads(client.download_blob("runs/one/rank_1.json").readall())
+    assert body["files"] == _expected("val/")
