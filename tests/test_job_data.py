@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import uuid
 from pathlib import Path
 
@@ -148,3 +149,29 @@ def test_upload_output_reaches_the_datastore(cli: Cli, azurite: Azurite) -> None
     assert names == ["runs/one/rank_0.json", "runs/one/rank_1.json"]
     body = json.loads(client.download_blob("runs/one/rank_1.json").readall())
     assert body["files"] == _expected("val/")
+
+
+def test_ro_mount_input_survives_a_retry_and_is_unmounted_at_the_end(
+    cli: Cli, azurite: Azurite
+) -> None:
+    _setup(cli, azurite)
+    # Attempt 1 reads the mount then fails; attempt 2 must find the mount still there.
+    cli.write(
+        "src/read_then_fail.py",
+        "import os, runpy, sys\n"
+        "runpy.run_path('read.py')\n"
+        "if os.environ['PHALANX_ATTEMPT'] == '1':\n"
+        "    sys.exit(7)\n",
+    )
+    text = JOB.format(path="azureml://datastores/blobs/paths/train", mode="ro_mount", result="")
+    text = text.replace("python read.py", "python read_then_fail.py")
+    text += "retry: {max_attempts: 2, retry_on_exit_codes: [7]}\n"
+    name = cli.create(cli.write("job.yml", text))
+    job = cli.wait(name, ("Completed", "Failed", "Canceled"), timeout=180)
+    assert job["status"] == "Completed", job
+    assert len(job["attempts"]) == 2
+    seen = _seen(job, 1)
+    mountpoint = Path(job["job_dir"]) / "mounts" / "data"
+    assert seen["value"] == str(mountpoint)
+    assert seen["files"] == _expected("train/")
+    assert not os.path.ismount(mountpoint)

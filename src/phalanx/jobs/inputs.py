@@ -154,7 +154,8 @@ def _mount(
     mount_root: Path,
     ready: InputsReady,
 ) -> Path:
-    from phalanx.storage.mount import fuse_available, start_mount
+    from phalanx.launch.procs import protect, unprotect
+    from phalanx.storage.mount import cleanup_stale, fuse_available, start_mount
 
     reason = fuse_available()
     if reason is not None:
@@ -165,11 +166,18 @@ def _mount(
         parent, _, _ = loc.path.rpartition("/")
         folder = Location(loc.fs, parent, loc.url.rpartition("/")[0])
     mountpoint = mount_root / name
+    cleanup_stale(mountpoint)  # left by a supervisor that died
     mountpoint.mkdir(parents=True, exist_ok=True)
+    log_path = mount_root.parent / "system_logs" / f"mount_{name}.txt"
     try:
-        handle = start_mount(folder, mountpoint, cache)
+        handle = start_mount(folder, mountpoint, cache, log_path=log_path)
     except PhalanxError as exc:
         raise PhalanxError(f"inputs.{name}: {exc}") from exc
+    # The mount serves every attempt: the sweep after an attempt must leave it alone.
+    pid = handle.process.pid
+    if pid is not None:
+        protect(pid)
+        ready._stack.callback(unprotect, pid)
     ready._stack.callback(handle.unmount)
     log.info("inputs.%s: %s mounted read-only at %s", name, loc.url, mountpoint)
     if value.type == "uri_file":
