@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import click
@@ -51,8 +52,6 @@ def create_cmd(
     """Register a new version of a data asset (versions are immutable)."""
     ws = Workspace()
     if not is_uri(path):
-        from pathlib import Path
-
         path = str(Path(path.removeprefix("file://")).expanduser().resolve())
     if not no_check:
         loc = resolve(path, ws)
@@ -115,3 +114,77 @@ def _split(asset: str) -> tuple[str, str]:
         return name, "latest"
     name, _, version = asset.partition(":")
     return name, version or "latest"
+
+
+@data_group.group("convert")
+def convert_group() -> None:
+    """Convert a dataset into phalanx's tar shards (index.json + shard-NNNNNN.tar)."""
+
+
+@convert_group.command("imagefolder")
+@click.argument("src", type=click.Path(path_type=Path))
+@click.argument("dest")
+@click.option("--shard-size", default="256M", show_default=True, help="Target bytes per shard.")
+@click.option("--workers", type=int, help="Processes; all cores when left out.")
+@click.option("--resize", type=int, help="Shrink images to at most this shorter side (px).")
+@click.option("--overwrite", is_flag=True, help="Replace a complete dataset already at DEST.")
+@click.option("--register", "asset", help="Also register DEST as a new version of this asset.")
+def convert_imagefolder_cmd(
+    src: Path,
+    dest: str,
+    shard_size: str,
+    workers: int | None,
+    resize: int | None,
+    overwrite: bool,
+    asset: str | None,
+) -> int:
+    """SRC (one folder per class, ImageNet layout) → shards at DEST (any datastore URI or folder).
+
+    An interrupted conversion resumes where it stopped when run again.
+    Unreadable images are listed, counted and left out, never silently.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    from phalanx.data.convert import convert_imagefolder
+    from phalanx.storage.cache import parse_size
+
+    try:
+        shard_bytes = parse_size(shard_size)
+    except ValueError as exc:
+        raise PhalanxError(f"--shard-size {shard_size!r}: {exc}") from exc
+    ws = Workspace()
+    if not is_uri(dest):
+        dest = str(Path(dest.removeprefix("file://")).expanduser().resolve())
+    loc = resolve(dest, ws)
+    columns = (*Progress.get_default_columns()[:1], BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, TimeRemainingColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("converting", total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        report = convert_imagefolder(
+            src.expanduser().resolve(),
+            loc,
+            shard_bytes=shard_bytes,
+            workers=workers,
+            progress=progress,
+            resize=resize,
+            overwrite=overwrite,
+        )
+    console.print(
+        f"{report.samples} images in {report.shards} shard(s), {report.bytes / 1e6:.1f} MB, "
+        f"{len(report.classes)} classes, {report.seconds:.1f} s"
+        + (f" ({report.resumed} shard(s) resumed)" if report.resumed else "")
+        + f" → {report.index_url}"
+    )
+    if report.skipped:
+        console.print(f"[yellow]{len(report.skipped)} file(s) skipped:[/yellow]")
+        for item in report.skipped[:20]:
+            console.print(f"  {item.path}: {item.reason}")
+        if len(report.skipped) > 20:
+            console.print(f"  … and {len(report.skipped) - 20} more (see index.json)")
+    if asset:
+        created = create_asset(ws, name=asset, path=dest, description=f"converted from {src}")
+        console.print(f"data asset [bold]{created.uri}[/bold] created")
+    return 0

@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from phalanx import __version__
+from phalanx.cli.cache import cache_group
 from phalanx.cli.data import data_group
 from phalanx.cli.datastore import datastore_group
 from phalanx.cli.job import create_and_maybe_stream, job_group, set_option
@@ -30,6 +31,7 @@ def cli() -> None:
 cli.add_command(job_group)
 cli.add_command(datastore_group)
 cli.add_command(data_group)
+cli.add_command(cache_group)
 
 
 @cli.command("run")
