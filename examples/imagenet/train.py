@@ -1,4 +1,4 @@
-"""ResNet on ImageNet-shaped synthetic data, data-parallel with DDP: phalanx's reference workload.
+"""ResNet on ImageNet (shards or folders) or synthetic data, with DDP: the reference workload.
 
 The workload of the Azure ML distributed-training reference architecture
 (ResNet-50 v1.5, 224x224 images, SGD with momentum), written to be read top to
@@ -25,12 +25,15 @@ The small demo of the README (2 nodes x 1 process, a few minutes on CPU)::
 
     phalanx run examples/imagenet/job-demo.yml
 
-Data. Only synthetic data for now, as the reference implementation's benchmark
-mode does it: one random batch of images and labels is made on the device once
-and fed at every step, so the figure measures the model and the all-reduce,
-never data loading. It is seeded with ``--seed + rank``: every run is
-reproducible, and ranks hold different samples, as they would in real
-data-parallel training. ``--data PATH`` (real ImageNet) arrives with the data work.
+Data. Without ``--data``, synthetic data, as the reference implementation's
+benchmark mode does it: one random batch of images and labels is made on the
+device once and fed at every step, so the figure measures the model and the
+all-reduce, never data loading (seeded with ``--seed + rank``). With ``--data
+ROOT``, ``ROOT/train`` (and ``ROOT/val`` when present, for top-1/top-5 accuracy
+after each epoch) are phalanx shards — local, or on any datastore through the
+node cache — or raw ImageNet-layout folders for comparison; see ``batches.py``.
+The loader's position is part of every checkpoint, so a resumed run continues
+mid-epoch with no sample repeated or skipped.
 
 Recipe (Goyal et al. 2017, "Accurate, Large Minibatch SGD"): learning rate
 ``base_lr x global_batch / 256``, a linear warm-up per step, no weight decay on
@@ -48,12 +51,13 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 import torch
+from batches import default_workers, make_batches
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -142,21 +146,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="write checkpoints in the background (the loop pays only for a copy)",
     )
     p.add_argument(
-        "--synthetic",
-        action="store_true",
-        default=True,
-        help="random data made once on the device (the default, and for now the only source)",
+        "--data",
+        metavar="ROOT",
+        help="dataset root with train/ (and val/): phalanx shards (local or any datastore URI) "
+        "or an ImageNet-layout folder; synthetic data when left out",
     )
-    p.add_argument("--data", metavar="PATH", help="ImageNet folder (not yet supported)")
+    p.add_argument(
+        "--workers", type=int, default=None, help="DataLoader workers per process (real data)"
+    )
     args = p.parse_args(argv)
-    if args.data is not None:
-        # A user error, so one line and exit code 2, before any process group exists.
-        print(
-            f"train.py: --data {args.data}: real ImageNet data is not supported yet "
-            "(it arrives with the data work); run without --data to use synthetic data",
-            file=sys.stderr,
-        )
-        sys.exit(2)
+    if args.workers is None:
+        args.workers = default_workers()
+    if args.workers < 0:
+        p.error("--workers must not be negative")
     for name in ("num_classes", "batch_size", "epochs", "steps_per_epoch", "log_interval"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -223,6 +225,30 @@ def synchronize(device: torch.device) -> None:
 # Training
 
 
+def evaluate(
+    model: nn.Module, data: Any, ctx: DistContext, autocast: Any
+) -> dict[str, float] | None:
+    """Top-1 and top-5 accuracy over the validation set, summed over every rank."""
+    batches = data.val()
+    if batches is None:
+        return None
+    model.eval()
+    counts = torch.zeros(3, dtype=torch.float64)
+    with torch.no_grad():
+        for images, targets in batches:
+            with autocast:
+                logits = model(images)
+            top5 = logits.topk(min(5, logits.shape[1]), dim=1).indices
+            hits = top5 == targets[:, None]
+            counts += torch.tensor(
+                [hits[:, 0].sum().item(), hits.any(dim=1).sum().item(), len(targets)],
+                dtype=torch.float64,
+            )
+    model.train()
+    total = [all_reduce_sum(float(c), ctx) for c in counts]
+    return {"top1": total[0] / total[2], "top5": total[1] / total[2], "images": int(total[2])}
+
+
 def train(args: argparse.Namespace, ctx: DistContext) -> None:
     device = ctx.device
     cuda = device.type == "cuda"
@@ -239,8 +265,11 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
 
     # The same seed on every rank gives every rank the same initial weights;
     # DDP would broadcast rank 0's anyway, this just makes it obvious.
+    data = make_batches(args, ctx.rank, ctx.world_size, device, memory_format)
+    spe = data.steps_per_epoch  # the same on every rank, so DDP never waits on a missing batch
+    args.steps_per_epoch = spe  # the learning-rate schedule counts in these steps
     torch.manual_seed(args.seed)
-    model = build_model(args.arch, args.num_classes, zero_init_residual=args.zero_init_residual)
+    model = build_model(args.arch, data.num_classes, zero_init_residual=args.zero_init_residual)
     model = model.to(device=device, memory_format=memory_format)
     n_params = sum(p.numel() for p in model.parameters())
     # BatchNorm statistics stay per process (as in the reference and in Goyal
@@ -262,14 +291,6 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
         torch.autocast(device.type, dtype=amp_dtype) if amp_dtype is not None else nullcontext()
     )
 
-    # Synthetic data: one batch, made on the device once and reused at every step.
-    gen = torch.Generator(device=device)
-    gen.manual_seed(args.seed + ctx.rank)
-    shape = (args.batch_size, 3, args.image_size, args.image_size)
-    images = torch.randn(shape, generator=gen, device=device)
-    images = images.contiguous(memory_format=memory_format)
-    targets = torch.randint(0, args.num_classes, (args.batch_size,), generator=gen, device=device)
-
     log.info(
         "%s (%.1fM params), %d process(es) x %d images = global batch %d, %dx%d px, %s%s, "
         "lr %.4g (%.3g x %d / 256), %d epochs x %d steps, device %s",
@@ -286,13 +307,13 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
         args.base_lr,
         global_batch,
         args.epochs,
-        args.steps_per_epoch,
+        spe,
         device,
     )
 
     # Checkpoints: resume where the last attempt stopped (phalanx restarts the
     # whole gang after a failure or a preemption, with the same folder).
-    total_steps = args.epochs * args.steps_per_epoch
+    total_steps = args.epochs * spe
     ckpt = (
         Checkpointer(
             args.checkpoint_dir, keep_last=args.keep_last, async_save=args.async_checkpoint
@@ -312,6 +333,7 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
         optimizer.load_state_dict(loaded.state["optimizer"])
         scaler.load_state_dict(loaded.state["scaler"])
         set_rng_state(loaded.state["rng"])
+        data.load_state_dict(loaded.state.get("data", {}))
         first_loss = float(loaded.state["first_loss"])
         last_loss = float(loaded.state["last_loss"])
         step = loaded.step
@@ -325,6 +347,7 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
             "optimizer": optimizer.state_dict(),
             "scaler": scaler.state_dict(),
             "rng": rng_state(),
+            "data": data.state_dict(),  # where the loader is: a resume repeats no sample
             "first_loss": first_loss,
             "last_loss": last_loss,
         }
@@ -339,9 +362,10 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
     # images / total timed seconds over every epoch this process ran.
     timed_from = step + min(args.timing_warmup_steps, max(0, total_steps - step - 1))
     epoch_stats: list[dict[str, float]] = []
+    val_stats: list[dict[str, float]] = []
     timed_images = 0
     timed_seconds = 0.0
-    for epoch in range(step // args.steps_per_epoch, args.epochs):
+    for epoch in range(step // spe, args.epochs):
         ddp_model.train()
         epoch_start: float | None = None
         epoch_steps = 0
@@ -349,7 +373,9 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
             synchronize(device)
             epoch_start = time.perf_counter()
         interval_start, interval_steps = time.perf_counter(), 0
-        for i in range(step - epoch * args.steps_per_epoch, args.steps_per_epoch):
+        batches = data.epoch(epoch)
+        for i in range(step - epoch * spe, spe):
+            images, targets = next(batches)
             lr = lr_at(step, args, peak_lr)
             for group in optimizer.param_groups:
                 group["lr"] = lr
@@ -390,7 +416,7 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
                     "epoch %d step %d/%d loss %.4f lr %.4g  %.1f img/s per rank",
                     epoch + 1,
                     i + 1,
-                    args.steps_per_epoch,
+                    spe,
                     current,
                     lr,
                     ips,
@@ -398,6 +424,14 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
                 interval_start, interval_steps = now, 0
         synchronize(device)
         last_loss = all_reduce_sum(loss.item(), ctx) / ctx.world_size
+        accuracy = evaluate(ddp_model, data, ctx, autocast)
+        if accuracy is not None:
+            val_stats.append({"epoch": epoch + 1, **accuracy})
+            log.info(
+                "epoch %d/%d: validation top-1 %.2f%%, top-5 %.2f%% (%d images)",
+                epoch + 1, args.epochs, 100 * accuracy["top1"], 100 * accuracy["top5"],
+                accuracy["images"],
+            )  # fmt: skip
         if not (args.checkpoint_every and step % args.checkpoint_every == 0):
             save(step)  # the end of every epoch, unless that step was just saved
         if epoch_start is None or epoch_steps == 0:
@@ -447,7 +481,9 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
     report = {
         **overall,
         "epochs": args.epochs,
-        "steps_per_epoch": args.steps_per_epoch,
+        "steps_per_epoch": spe,
+        "data": args.data or "synthetic",
+        "validation": val_stats,
         "timing_warmup_steps": args.timing_warmup_steps,
         "resumed_from_step": loaded.step if loaded is not None else None,
         "per_epoch": epoch_stats,
