@@ -29,8 +29,9 @@ fuse:
 	   (apt-get update -qq && apt-get install -y -qq fuse3 >/dev/null)) ; } || \
 	  echo "make: fuse3 not installed (not root); the FUSE mount tests will report it"
 
-## demo: the reference ResNet-50 workload on synthetic data, 2 nodes x 1 process, on this machine
+## demo: the reference ResNet-50 workload on a small sharded dataset, 2 nodes x 1 process, here
 demo: $(STAMP)
+	$(BIN)/python examples/imagenet/prepare_demo_data.py
 	$(BIN)/phalanx run examples/imagenet/job-demo.yml
 
 ## test: lint, type-check and the whole test suite

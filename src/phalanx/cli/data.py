@@ -128,6 +128,14 @@ def convert_group() -> None:
 @click.option("--workers", type=int, help="Processes; all cores when left out.")
 @click.option("--resize", type=int, help="Shrink images to at most this shorter side (px).")
 @click.option("--overwrite", is_flag=True, help="Replace a complete dataset already at DEST.")
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Order of the samples in the shards (seeded shuffle, so shards mix the classes).",
+)
+@click.option("--no-shuffle", is_flag=True, help="Keep the folders' order (class by class).")
 @click.option("--register", "asset", help="Also register DEST as a new version of this asset.")
 def convert_imagefolder_cmd(
     src: Path,
@@ -136,6 +144,8 @@ def convert_imagefolder_cmd(
     workers: int | None,
     resize: int | None,
     overwrite: bool,
+    seed: int,
+    no_shuffle: bool,
     asset: str | None,
 ) -> int:
     """SRC (one folder per class, ImageNet layout) → shards at DEST (any datastore URI or folder).
@@ -171,6 +181,7 @@ def convert_imagefolder_cmd(
             progress=progress,
             resize=resize,
             overwrite=overwrite,
+            shuffle_seed=None if no_shuffle else seed,
         )
     console.print(
         f"{report.samples} images in {report.shards} shard(s), {report.bytes / 1e6:.1f} MB, "

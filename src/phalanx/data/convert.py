@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from PIL import Image
 
 from phalanx.data.images import JPEG_QUALITY, ImageDecodeError, prepare_jpeg
@@ -166,21 +167,33 @@ def sample_key(class_name: str, index: int) -> str:
 
 
 def plan_shards(
-    scan: SourceScan, shard_bytes: int = DEFAULT_SHARD_BYTES, resize: int | None = None
+    scan: SourceScan,
+    shard_bytes: int = DEFAULT_SHARD_BYTES,
+    resize: int | None = None,
+    shuffle_seed: int | None = 0,
 ) -> list[ShardPlan]:
-    """Split ``scan.files`` into shards; a pure function of the listing and options."""
+    """Split ``scan.files`` into shards; a pure function of the listing and options.
+
+    With a ``shuffle_seed`` the samples are written in a seeded random order, so
+    every shard mixes the classes: a streaming loader's shuffle window then never
+    hands a rank a batch of one class. ``None`` keeps the folders' order.
+    """
     scale = _resize_scale(scan, resize) if resize else 1.0
     plans: list[ShardPlan] = []
     current: list[tuple[str, str, int]] = []
     stamps: list[tuple[int, int]] = []
     size = 0
+    order = list(range(len(scan.files)))
+    if shuffle_seed is not None:
+        order = [int(i) for i in np.random.default_rng(shuffle_seed).permutation(len(order))]
 
     def flush() -> None:
-        stamp = json.dumps([VERSION, JPEG_QUALITY, resize, current, stamps])
+        stamp = json.dumps([VERSION, JPEG_QUALITY, resize, shuffle_seed, current, stamps])
         fingerprint = hashlib.sha256(stamp.encode()).hexdigest()
         plans.append(ShardPlan(shard_name(len(plans)), list(current), fingerprint))
 
-    for index, f in enumerate(scan.files):
+    for index in order:
+        f = scan.files[index]
         estimate = int(f.size * scale) + _SAMPLE_OVERHEAD
         if current and size + estimate > shard_bytes:
             flush()
@@ -305,6 +318,7 @@ def convert_imagefolder(
     resize: int | None = None,
     overwrite: bool = False,
     tmp_dir: Path | None = None,
+    shuffle_seed: int | None = 0,
 ) -> ConvertReport:
     """Convert the ImageNet-style folder ``src`` into a sharded dataset at ``dest``.
 
@@ -319,6 +333,8 @@ def convert_imagefolder(
         resize: Scale images down so their shorter side is at most this many pixels.
         overwrite: Replace a complete dataset already at ``dest``.
         tmp_dir: Where shards are staged before upload to a remote ``dest``.
+        shuffle_seed: Seed of the order samples are written in (shards then mix the
+            classes); ``None`` keeps the folders' class-by-class order.
 
     Returns:
         What was written, including every skipped source file and why.
@@ -334,7 +350,7 @@ def convert_imagefolder(
         raise PhalanxError(f"resize must be a positive number of pixels, got {resize}")
     workers = workers or os.cpu_count() or 1
     scan = scan_imagefolder(src)
-    plans = plan_shards(scan, shard_bytes, resize)
+    plans = plan_shards(scan, shard_bytes, resize, shuffle_seed)
     index_loc, state = dest.child(INDEX_NAME), dest.child(STATE_DIR)
     if dest.fs.exists(index_loc.path):
         if not overwrite:

@@ -35,6 +35,8 @@ order). With a plain DataLoader of ``num_workers`` 0 or 1,
 ``ds.state_dict(consumed=n)`` with ``n`` samples seen does the same.
 ``persistent_workers`` and ``in_order=False`` are not supported: the first
 hides ``set_epoch`` from the workers, the second makes the order depend on timing.
+A plain DataLoader works too, but does not tell the dataset its batch size, so
+each of its workers may end on a short batch (more batches than its ``len``).
 
 **Bytes** come from a :class:`ShardSource`; the dataset holds only that, so it
 pickles into worker processes. In each worker a background thread opens the
@@ -452,10 +454,11 @@ class ShardDataset(IterableDataset[Any]):
     def state_dict(self, consumed: int = 0) -> dict[str, Any]:
         """The position after this rank has consumed ``consumed`` samples of the epoch.
 
-        ``consumed`` counts from the epoch's start, in the order delivered. The
-        order depends on the loader; this assumes one stream (a DataLoader with
-        ``num_workers`` 0 or 1, or plain iteration) unless :class:`StatefulLoader`,
-        which fills ``consumed`` in, drives the dataset.
+        ``consumed`` counts from the epoch's start (a loaded state's samples
+        included), in the order delivered. The order depends on the loader; this
+        assumes one stream (a DataLoader with ``num_workers`` 0 or 1, or plain
+        iteration) unless :class:`StatefulLoader`, which fills ``consumed`` in,
+        drives the dataset.
         """
         # A resumed epoch keeps the order it has followed so far.
         shape = self._resume.shape if self._resume else self._loader or LoaderShape()
@@ -483,6 +486,13 @@ class ShardDataset(IterableDataset[Any]):
         """
         try:
             values = {k: int(state[k]) for k in (*_STATE_KEYS, "samples")}
+            shape = LoaderShape(
+                workers=values["workers"],
+                batch_size=values["batch_size"],
+                drop_last=bool(values["drop_last"]),
+            )
+            if min(values.values()) < 0:
+                raise ValueError("negative value")
         except (KeyError, TypeError, ValueError) as exc:
             raise PhalanxError(
                 f"loader state is malformed ({exc!r}); expected {_STATE_KEYS}"
@@ -498,11 +508,6 @@ class ShardDataset(IterableDataset[Any]):
                 f"has {self.world_size}; resume from a checkpoint taken at an epoch boundary"
             )
         self._seed, self._epoch = values["seed"], values["epoch"]
-        shape = LoaderShape(
-            workers=values["workers"],
-            batch_size=values["batch_size"],
-            drop_last=bool(values["drop_last"]),
-        )
         self._resume = None
         if values["consumed"]:
             self._resume = Resume(consumed=values["consumed"], shape=shape)
