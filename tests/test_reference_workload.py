@@ -87,18 +87,27 @@ def test_output_dir_defaults_to_phalanx_outputs_dir(tmp_path: Path) -> None:
     assert not (tmp_path / "outputs").exists()
 
 
-def test_real_data_is_a_one_line_user_error(tmp_path: Path) -> None:
+def test_a_data_root_without_train_is_a_one_line_user_error(tmp_path: Path) -> None:
     cmd = [sys.executable, str(TRAIN), "--data", "x", "--output-dir", str(tmp_path / "o")]
     proc = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert "--data x" in proc.stderr and "synthetic" in proc.stderr
+    assert "--data x" in proc.stderr and "no folder x/train" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "o").exists()
 
 
 def test_demo_job_runs_through_phalanx(cli: Cli) -> None:
-    """The README's demo spec, shrunk by --set, runs as 2 nodes x 1 process and learns."""
+    """The README's demo: its dataset made as shards in the default datastore, then the
+    spec, shrunk by --set, runs as 2 nodes x 1 process, learns and reports accuracy."""
+    prepare = REPO / "examples" / "imagenet" / "prepare_demo_data.py"
+    made = subprocess.run(
+        [sys.executable, str(prepare), "--classes", "4", "--train", "24", "--val", "8"],
+        env=cli.env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert "data asset azureml:imagenet-demo:1 created" in made.stdout
+    assert (cli.home / "datastore" / "imagenet-demo" / "train" / "index.json").is_file()
     demo = REPO / "examples" / "imagenet" / "job-demo.yml"
     sets = {
         "name": "demo",
@@ -106,7 +115,6 @@ def test_demo_job_runs_through_phalanx(cli: Cli) -> None:
         "inputs.image_size": "32",
         "inputs.batch_size": "8",
         "inputs.epochs": "2",
-        "inputs.steps_per_epoch": "6",
     }
     args = ["run", str(demo)]
     for key, value in sets.items():
@@ -119,4 +127,7 @@ def test_demo_job_runs_through_phalanx(cli: Cli) -> None:
     assert job["instance_count"] == 2
     result = json.loads((Path(job["outputs_dir"]) / "model" / "throughput.json").read_text())
     assert result["world_size"] == 2
-    assert result["final_loss"] < result["first_loss"]
+    assert result["steps_per_epoch"] == 6  # 96 images / (2 ranks x 8)
+    assert result["data"] == str(cli.home / "datastore" / "imagenet-demo")
+    assert [v["epoch"] for v in result["validation"]] == [1, 2]
+    assert all(v["images"] == 32 and 0 <= v["top1"] <= v["top5"] <= 1 for v in result["validation"])

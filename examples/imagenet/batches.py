@@ -163,6 +163,7 @@ class Real(Batches):
             self.folder = folder
             self.num_classes = len(folder.classes)
             self.sampler = DistributedSampler(folder, world, rank, seed=args.seed, drop_last=True)
+            kw["worker_init_fn"] = _ignore_sigterm
             self.loader = DataLoader(folder, sampler=self.sampler, drop_last=True, **kw)
             self.val_loader = None
             if Path(val).is_dir():
@@ -199,6 +200,26 @@ class Real(Batches):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self.shards and state:
             self.loader.load_state_dict(state)
+
+
+def check_data_root(root: str) -> str | None:
+    """What is wrong with ``--data`` (for a local root; a URI is checked when it is read)."""
+    if is_uri(root):
+        return None
+    train = Path(root.removeprefix("file://")) / "train"
+    if not train.is_dir():
+        return (
+            f"no folder {train}; give a root holding train/ (and val/), as phalanx shards "
+            "(phalanx data convert imagefolder) or one folder per class"
+        )
+    return None
+
+
+def _ignore_sigterm(worker_id: int) -> None:
+    # A preemption notice is for the main process, which checkpoints; workers end with it.
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def make_batches(

@@ -51,13 +51,14 @@ import argparse
 import json
 import math
 import os
+import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import torch
-from batches import default_workers, make_batches
+from batches import check_data_root, default_workers, make_batches
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -159,6 +160,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.workers = default_workers()
     if args.workers < 0:
         p.error("--workers must not be negative")
+    if args.data is not None and (problem := check_data_root(args.data)):
+        # A user error, so one line and exit code 2, before any process group exists.
+        print(f"train.py: --data {args.data}: {problem}", file=sys.stderr)
+        sys.exit(2)
     for name in ("num_classes", "batch_size", "epochs", "steps_per_epoch", "log_interval"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")

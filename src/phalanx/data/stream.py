@@ -588,6 +588,25 @@ class ShardDataset(IterableDataset[Any]):
             prefetch.close()
 
 
+class _WorkerInit:
+    """A DataLoader worker ignores SIGTERM, then runs the user's ``worker_init_fn``.
+
+    A preemption notice (SIGTERM) may reach every process of a rank; a worker that
+    died of it would make the DataLoader raise in the main process before that
+    process could save its emergency checkpoint. Workers end with their parent.
+    """
+
+    def __init__(self, user: Callable[[int], None] | None) -> None:
+        self.user = user
+
+    def __call__(self, worker_id: int) -> None:
+        import signal
+
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if self.user is not None:
+            self.user(worker_id)
+
+
 class StatefulLoader:
     """A DataLoader over a :class:`ShardDataset` that can save and restore its position.
 
@@ -660,12 +679,14 @@ class StatefulLoader:
         # A finished pass run again reads its epoch from the start.
         self._done = ds._begin_pass(self._shape, restart=self._finished)
         self._epoch, self._yielded, self._finished = ds.epoch, 0, False
+        kwargs = dict(self._kwargs)
+        kwargs["worker_init_fn"] = _WorkerInit(kwargs.get("worker_init_fn"))
         loader = DataLoader(
             ds,
             batch_size=self.batch_size,
             num_workers=self.num_workers,
             drop_last=self.drop_last,
-            **self._kwargs,
+            **kwargs,
         )
         for batch in loader:
             self._yielded += 1
