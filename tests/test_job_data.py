@@ -175,3 +175,20 @@ def test_ro_mount_input_survives_a_retry_and_is_unmounted_at_the_end(
     assert seen["value"] == str(mountpoint)
     assert seen["files"] == _expected("train/")
     assert not os.path.ismount(mountpoint)
+
+
+def test_rw_mount_output_lands_on_the_datastore(cli: Cli, azurite: Azurite) -> None:
+    container = _setup(cli, azurite)
+    uri = "azureml://datastores/blobs/paths/runs/mounted"
+    job = _run(cli, "azureml://datastores/blobs/paths/val", "download",
+               result=f', path: "{uri}", mode: rw_mount')  # fmt: skip
+    mountpoint = Path(job["job_dir"]) / "mounts" / "out_result"
+    assert not os.path.ismount(mountpoint)
+    from azure.storage.blob import BlobServiceClient
+
+    service = BlobServiceClient.from_connection_string(azurite.connection_string)
+    client = service.get_container_client(container)
+    names = sorted(b.name for b in client.list_blobs(name_starts_with="runs/mounted/"))
+    assert names == ["runs/mounted/rank_0.json", "runs/mounted/rank_1.json"]
+    body = json.loads(client.download_blob("runs/mounted/rank_0.json").readall())
+    assert body["files"] == _expected("val/")

@@ -444,10 +444,11 @@ def _run(
 def _resumable(dest: Location, plans: list[ShardPlan]) -> dict[str, _Done]:
     """Shards an earlier run finished that match this plan, by name."""
     state = dest.child(STATE_DIR)
-    sizes = {
-        str(e["name"]).rsplit("/", 1)[-1]: int(e.get("size") or 0)
-        for e in dest.fs.ls(dest.path, detail=True)
-    }
+    try:
+        listing = dest.fs.ls(dest.path, detail=True)
+    except FileNotFoundError:  # an object store has no empty folders: nothing written yet
+        return {}
+    sizes = {str(e["name"]).rsplit("/", 1)[-1]: int(e.get("size") or 0) for e in listing}
     try:
         records = {str(p).rsplit("/", 1)[-1] for p in dest.fs.ls(state.path, detail=False)}
     except FileNotFoundError:

@@ -13,6 +13,7 @@ worker of the node shares the copy), later epochs read local disk.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,15 +42,25 @@ class CachedShardSource:
         self.cache_dir = cache_dir
         self._loc: Location | None = None
         self._cache: Any = None
+        self._pid = 0
 
     def __repr__(self) -> str:
         return f"CachedShardSource({self.uri!r})"
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"uri": self.uri, "cache_dir": self.cache_dir, "_loc": None, "_cache": None}
+        return {
+            "uri": self.uri,
+            "cache_dir": self.cache_dir,
+            "_loc": None,
+            "_cache": None,
+            "_pid": 0,
+        }
 
     def _open(self) -> tuple[Location, Any]:
-        if self._loc is None:
+        # A forked DataLoader worker inherits the parent's file system object, whose
+        # event loop cannot run in the child (fsspec's async stores are not fork-safe).
+        if self._loc is None or self._pid != os.getpid():
+            self._pid = os.getpid()
             from phalanx.storage.cache import NodeCache
             from phalanx.storage.uri import resolve
             from phalanx.workspace import Workspace

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -80,6 +81,10 @@ class InputsReady:
     def __init__(self) -> None:
         self.values: dict[str, str] = {}
         self._stack = ExitStack()
+
+    def on_close(self, fn: Callable[..., object], *args: object) -> None:
+        """Run ``fn(*args)`` at :meth:`close` (last registered, first run)."""
+        self._stack.callback(fn, *args)
 
     def close(self) -> None:
         self._stack.close()
@@ -177,8 +182,8 @@ def _mount(
     pid = handle.process.pid
     if pid is not None:
         protect(pid)
-        ready._stack.callback(unprotect, pid)
-    ready._stack.callback(handle.unmount)
+        ready.on_close(unprotect, pid)
+    ready.on_close(handle.unmount)
     log.info("inputs.%s: %s mounted read-only at %s", name, loc.url, mountpoint)
     if value.type == "uri_file":
         return mountpoint / loc.path.rpartition("/")[2]

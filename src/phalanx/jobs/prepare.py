@@ -56,9 +56,13 @@ class Prepared:
                 )  # fmt: skip
 
     def close(self) -> None:
-        """Unmount the inputs that were mounted."""
-        if self.ready is not None:
+        """Unmount what was mounted (a read-write mount first uploads what is left)."""
+        if self.ready is None:
+            return
+        try:
             self.ready.close()
+        except PhalanxError as exc:
+            log.error("unmounting: %s", exc)
 
 
 def check_outputs(spec: JobSpec, ws: Workspace) -> dict[str, Location]:
@@ -72,11 +76,18 @@ def check_outputs(spec: JobSpec, ws: Workspace) -> dict[str, Location]:
         if out.path is None:
             continue
         if not out.is_local:
-            if out.mode != "upload":
-                raise PhalanxError(
-                    f"outputs.{name}: mode {out.mode} of a datastore path is not supported yet; "
-                    "use mode: upload (written locally, copied while the job runs and at its end)"
-                )
+            if out.mode == "rw_mount":
+                from phalanx.storage.mount import fuse_available
+
+                if out.type == "uri_file":
+                    raise PhalanxError(
+                        f"outputs.{name}: rw_mount mounts folders; use type: uri_folder, "
+                        "or mode: upload for a single file"
+                    )
+                if (reason := fuse_available()) is not None:
+                    raise PhalanxError(
+                        f"outputs.{name}: rw_mount needs FUSE ({reason}); use mode: upload"
+                    )
             try:
                 remote[name] = resolve(out.path, ws)
             except PhalanxError as exc:
@@ -91,6 +102,29 @@ def check_outputs(spec: JobSpec, ws: Workspace) -> dict[str, Location]:
                 "folder); fix `path` or its permissions"
             )
     return remote
+
+
+def _rw_mount(name: str, dest: Location, paths: JobPaths, ready: InputsReady) -> Path:
+    """Mount a datastore folder read-write for the whole job; files land there on close."""
+    from phalanx.launch.procs import protect, unprotect
+    from phalanx.storage.mount import cleanup_stale
+    from phalanx.storage.rwmount import start_rw_mount
+
+    mountpoint = paths.root / "mounts" / f"out_{name}"
+    cleanup_stale(mountpoint)
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    log_path = paths.system_logs / f"mount_out_{name}.txt"
+    try:
+        handle = start_rw_mount(dest, mountpoint, paths.root / "staging" / name, log_path=log_path)
+    except PhalanxError as exc:
+        raise PhalanxError(f"outputs.{name}: {exc}") from exc
+    pid = handle.process.pid
+    if pid is not None:
+        protect(pid)
+        ready.on_close(unprotect, pid)
+    ready.on_close(handle.unmount)  # uploads what is still open, then unmounts
+    log.info("outputs.%s: %s mounted read-write at %s", name, dest.url, mountpoint)
+    return mountpoint
 
 
 def check(spec: JobSpec, ws: Workspace) -> None:
@@ -113,6 +147,9 @@ def prepare(spec: JobSpec, paths: JobPaths, ws: Workspace) -> Prepared:
         uploads: dict[str, tuple[Path, Location]] = {}
         for name, out in spec.outputs.items():
             dest = remote_outputs.get(name)
+            if dest is not None and out.mode == "rw_mount":
+                outputs[name] = str(_rw_mount(name, dest, paths, ready))
+                continue
             folder = (
                 out.local_path if out.path is not None and dest is None else paths.outputs / name
             )

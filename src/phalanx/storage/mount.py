@@ -97,12 +97,7 @@ class ReadOnlyMount:
         self._checked: set[str] = set()
 
     def init(self, path: str) -> None:
-        # An async fsspec file system (adlfs, s3fs) refuses to run in a forked child: build
-        # a fresh one here from the same arguments, credentials included.
-        fs = self.loc.fs
-        if getattr(fs, "async_impl", False):
-            fresh = type(fs)(*fs.storage_args, **fs.storage_options)
-            self.loc = replace(self.loc, fs=fresh)
+        self.loc = _fork_safe(self.loc)
 
     def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
         node = self._node(path)
@@ -236,9 +231,28 @@ def start_mount(
         PhalanxError: FUSE is unavailable, the folder cannot be listed, the mount point is
             taken, or the mount did not come up.
     """
+    mountpoint = _prepare(mountpoint, "ro_mount", "download")
+    ops = ReadOnlyMount(loc, cache)
+    child = multiprocessing.get_context("fork").Process(
+        target=_run_child, args=(ops, mountpoint, log_path), name="phalanx-mount", daemon=True
+    )
+    child.start()
+    handle = MountHandle(mountpoint, child, log_path)
+    _wait_mounted(handle, loc.url, timeout, "download")
+    return handle
+
+
+def _prepare(mountpoint: Path, mode: str, fallback: str) -> Path:
+    """Check FUSE works here and make ``mountpoint``; its absolute path.
+
+    ``mode`` and ``fallback`` name the mode asked for and the one to use without FUSE.
+
+    Raises:
+        PhalanxError: FUSE is unavailable, or the mount point is taken or cannot be made.
+    """
     reason = fuse_available()
     if reason is not None:
-        raise PhalanxError(f"ro_mount needs FUSE ({reason}); use mode: download")
+        raise PhalanxError(f"{mode} needs FUSE ({reason}); use mode: {fallback}")
     mountpoint = Path(os.path.abspath(mountpoint))
     if _mount_type(mountpoint) is not None:
         raise PhalanxError(
@@ -249,27 +263,30 @@ def start_mount(
         mountpoint.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise PhalanxError(f"cannot make mount point {mountpoint}: {exc.strerror}") from exc
-    ops = ReadOnlyMount(loc, cache)
-    child = multiprocessing.get_context("fork").Process(
-        target=_run_child, args=(ops, mountpoint, log_path), name="phalanx-mount", daemon=True
-    )
-    child.start()
-    handle = MountHandle(mountpoint, child, log_path)
-    deadline = time.monotonic() + timeout
-    while not os.path.ismount(mountpoint):
+    return mountpoint
+
+
+def _wait_mounted(handle: MountHandle, url: str, timeout: float, fallback: str) -> None:
+    """Wait for the mount ``handle`` serves to answer.
+
+    Raises:
+        PhalanxError: Its server exited, or it did not come up within ``timeout`` seconds;
+            the mount is then removed.
+    """
+    child, deadline = handle.process, time.monotonic() + timeout
+    while not os.path.ismount(handle.mountpoint):
         if not child.is_alive() or time.monotonic() > deadline:
-            handle.unmount()
+            MountHandle.unmount(handle)  # the plain unmount: nothing was written through it
             problem = (
                 f"its FUSE process exited with code {child.exitcode}"
                 if child.exitcode not in (None, -signal.SIGTERM)
                 else f"it did not come up within {timeout:g} s"
             )
             raise PhalanxError(
-                f"cannot mount {loc.url} at {mountpoint}: {problem}; see "
-                f"{log_path or 'the stderr above'} for why, or use mode: download"
+                f"cannot mount {url} at {handle.mountpoint}: {problem}; see "
+                f"{handle.log_path or 'the stderr above'} for why, or use mode: {fallback}"
             )
         time.sleep(0.01)
-    return handle
 
 
 def cleanup_stale(mountpoint: Path) -> bool:
@@ -287,8 +304,23 @@ def cleanup_stale(mountpoint: Path) -> bool:
     return True
 
 
-def _list_tree(loc: Location) -> dict[str, _Node]:
-    """Every file and folder under ``loc``, keyed ``/rel/path`` (the root is ``/``)."""
+def _fork_safe(loc: Location) -> Location:
+    """``loc`` with a file system usable in this forked child.
+
+    An async fsspec file system (adlfs, s3fs) refuses to run in a forked child: build a
+    fresh one from the same arguments, credentials included.
+    """
+    fs = loc.fs
+    if getattr(fs, "async_impl", False):
+        return replace(loc, fs=type(fs)(*fs.storage_args, **fs.storage_options))
+    return loc
+
+
+def _list_tree(loc: Location, mode: str = "ro_mount") -> dict[str, _Node]:
+    """Every file and folder under ``loc``, keyed ``/rel/path`` (the root is ``/``).
+
+    ``mode`` names the output or input mode in messages.
+    """
     found: Mapping[str, Mapping[str, Any]] = retrying(
         loc.url, "list", lambda: loc.fs.find(loc.path, detail=True, withdirs=True)
     )
@@ -298,12 +330,12 @@ def _list_tree(loc: Location) -> dict[str, _Node]:
     for path, info in sorted(found.items()):
         is_dir, path = info.get("type") == "directory", path.rstrip("/")
         if path == root and not is_dir:
-            raise PhalanxError(f"{loc.url} is a file; ro_mount mounts folders")
+            raise PhalanxError(f"{loc.url} is a file; {mode} mounts folders")
         parts = path[len(root) + 1 :].split("/") if path.startswith(root + "/") else [""]
         if path == root:
             continue
         if any(part in ("", ".", "..") for part in parts):
-            log.warning("ro_mount %s: skipping %r, not a path inside the folder", loc.url, path)
+            log.warning("%s %s: skipping %r, not a path inside the folder", mode, loc.url, path)
             continue
         parent = nodes["/"]
         for depth, name in enumerate(parts, 1):
@@ -313,7 +345,7 @@ def _list_tree(loc: Location) -> dict[str, _Node]:
                 node = nodes[key] = parent.children[name] = _Node(want_dir, mtime_ns=now)
             elif node.is_dir != want_dir:
                 # Object stores allow both "a" and "a/b"; a folder cannot hold both.
-                log.warning("ro_mount %s: skipping %r, which clashes with %s", loc.url, path, key)
+                log.warning("%s %s: skipping %r, which clashes with %s", mode, loc.url, path, key)
                 break
             parent = node
         else:
@@ -334,23 +366,42 @@ def _mtime_ns(info: Mapping[str, Any], default: int) -> int:
 
 
 def _serve(ops: ReadOnlyMount, mountpoint: Path) -> None:
+    _fuse(
+        ops, mountpoint, ro=True, kernel_cache=True, attr_timeout=_TIMEOUT,
+        entry_timeout=_TIMEOUT, negative_timeout=_TIMEOUT,
+    )  # fmt: skip
+
+
+def _fuse(ops: Any, mountpoint: Path, **options: Any) -> None:
+    """Serve ``ops`` (which has ``loc``) at ``mountpoint`` in the foreground until unmounted.
+
+    ``options`` are libfuse's, added to those every phalanx mount shares.
+    """
     import mfusepy
 
     version = (mfusepy.fuse_version_major, mfusepy.fuse_version_minor)
     # Set, also because libfuse 3.14 warns about its own default for max_idle_threads.
-    threads = {"max_idle_threads": 8} if version[0] == 3 else {}
+    threads: dict[str, Any] = {"max_idle_threads": 8} if version[0] == 3 else {}
     if version >= (3, 12):
         threads["max_threads"] = 64
     name = re.sub(r"[,\s\\]", "_", ops.loc.url)  # -o splits on commas
     mfusepy.FUSE(
-        ops, str(mountpoint), foreground=True, ro=True, default_permissions=True,
-        auto_unmount=True, fsname=f"phalanx:{name}", subtype=FSTYPE.split(".")[1],
-        kernel_cache=True, attr_timeout=_TIMEOUT, entry_timeout=_TIMEOUT,
-        negative_timeout=_TIMEOUT, **threads,
+        ops, str(mountpoint), foreground=True, default_permissions=True, auto_unmount=True,
+        fsname=f"phalanx:{name}", subtype=FSTYPE.split(".")[1], **threads, **options,
     )  # fmt: skip
 
 
 def _run_child(ops: ReadOnlyMount, mountpoint: Path, log_path: Path | None) -> None:
+    _child_logging(log_path)
+    try:
+        _serve(ops, mountpoint)
+    except RuntimeError as exc:  # mfusepy: libfuse failed to mount, or a signal ended it
+        log.warning("ro_mount %s at %s: libfuse exited with %s", ops.loc.url, mountpoint, exc)
+        raise SystemExit(1) from None
+
+
+def _child_logging(log_path: Path | None) -> None:
+    """Detach a mount's server child into its own session, logging to ``log_path``."""
     # A session of its own: Ctrl-C in the terminal must not pull the mount from under ranks
     # still shutting down; the parent unmounts it when they are done.
     os.setsid()
@@ -364,11 +415,6 @@ def _run_child(ops: ReadOnlyMount, mountpoint: Path, log_path: Path | None) -> N
         logger = logging.getLogger(name)
         logger.handlers, logger.propagate = [handler], False
         logger.setLevel(logging.INFO)
-    try:
-        _serve(ops, mountpoint)
-    except RuntimeError as exc:  # mfusepy: libfuse failed to mount, or a signal ended it
-        log.warning("ro_mount %s at %s: libfuse exited with %s", ops.loc.url, mountpoint, exc)
-        raise SystemExit(1) from None
 
 
 def _mount_type(mountpoint: Path) -> str | None:
