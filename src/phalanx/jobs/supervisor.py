@@ -17,6 +17,7 @@ import traceback
 from phalanx.compute.local import LocalCompute
 from phalanx.jobs.runner import JobRunner
 from phalanx.launch.procs import become_subreaper
+from phalanx.storage.redact import RedactingFormatter, redact
 from phalanx.workspace import FailureCause, JobStatus, RootCause, Workspace
 
 
@@ -25,11 +26,12 @@ def main(argv: list[str]) -> int:
         print("usage: python -m phalanx.jobs.supervisor JOB_NAME", file=sys.stderr)
         return 2
     name = argv[0]
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s supervisor[%(process)d] %(message)s",
-        stream=sys.stderr,
+    handler = logging.StreamHandler(sys.stderr)
+    # Credentials resolved for the job's datastores never reach the log, tracebacks included.
+    handler.setFormatter(
+        RedactingFormatter("%(asctime)s %(levelname)s supervisor[%(process)d] %(message)s")
     )
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     ws = Workspace()
     become_subreaper()
     compute = LocalCompute()
@@ -40,7 +42,7 @@ def main(argv: list[str]) -> int:
     try:
         status = runner.run()
     except Exception:
-        tb = traceback.format_exc()
+        tb = redact(traceback.format_exc())
         logging.getLogger(__name__).error("supervisor failed:\n%s", tb)
         compute.sweep(ws.paths(name).root, None, grace_s=2.0, descendants=True)
         error = RootCause(

@@ -36,6 +36,7 @@ from typing import Any
 from phalanx.errors import PhalanxError
 from phalanx.storage.cache import NodeCache
 from phalanx.storage.location import Location
+from phalanx.storage.redact import redact
 from phalanx.storage.transfer import retrying
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,11 @@ class ReadOnlyMount:
             fd = os.open(copy, os.O_RDONLY | os.O_CLOEXEC)
         except Exception as exc:
             pin.close()
-            reason = str(exc) if isinstance(exc, PhalanxError) else f"{type(exc).__name__}: {exc}"
+            reason = (
+                str(exc)
+                if isinstance(exc, PhalanxError)
+                else redact(f"{type(exc).__name__}: {exc}")
+            )
             log.error("ro_mount %s: cannot read %s (EIO): %s", self.loc.url, path, reason)
             log.debug("fetch of %s failed", path, exc_info=True)
             raise OSError(errno.EIO, os.strerror(errno.EIO)) from exc

@@ -45,6 +45,7 @@ from typing import Any, NoReturn
 from phalanx.errors import PhalanxError
 from phalanx.storage import mount
 from phalanx.storage.location import Location
+from phalanx.storage.redact import redact
 from phalanx.storage.transfer import retrying
 
 log = logging.getLogger(__name__)
@@ -524,7 +525,7 @@ def _within(path: str, folder: str) -> bool:
 
 
 def _reason(exc: BaseException) -> str:
-    return str(exc) if isinstance(exc, PhalanxError) else f"{type(exc).__name__}: {exc}"
+    return str(exc) if isinstance(exc, PhalanxError) else redact(f"{type(exc).__name__}: {exc}")
 
 
 def _remove(fs: Any, path: str, folder: bool = False) -> None:

@@ -18,6 +18,7 @@ from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from phalanx.errors import PhalanxError
+from phalanx.storage.redact import remember
 
 SECRETS_FILE = "secrets.json"
 
@@ -115,6 +116,8 @@ def resolve(ref: SecretRef, store: SecretStore, what: str) -> str:
     """
     if ref.env is not None:
         value = os.environ.get(ref.env)
+        if value:
+            remember(value)
         if not value:
             raise PhalanxError(
                 f"{what}: environment variable {ref.env} is not set; export it, or store the "
@@ -123,6 +126,8 @@ def resolve(ref: SecretRef, store: SecretStore, what: str) -> str:
         return value
     assert ref.secret is not None  # the validator guarantees one of the two
     value = store.get(ref.secret)
+    if value is not None:
+        remember(value)
     if value is None:
         raise PhalanxError(
             f"{what}: the stored credential is missing from {store.path}; create the datastore "
