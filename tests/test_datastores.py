@@ -84,6 +84,15 @@ def test_azure_account_key_from_env(cli: Cli, azurite: Azurite) -> None:
     cli.run(*args, check=True)
     shown = json.loads(cli.run("datastore", "show", "blobs", "--json", check=True).stdout)
     assert shown["credentials"] == {"account_key": "environment variable MY_AZ_KEY"}
+    top = json.loads(cli.run("datastore", "ls", "blobs", "--json", check=True).stdout)
+    assert top == [{"name": "data", "type": "folder", "size": 0}]
+    below = json.loads(cli.run("datastore", "ls", "blobs", "data", "--json", check=True).stdout)
+    assert below == [
+        {"name": "sub", "type": "folder", "size": 0},
+        {"name": "a.txt", "type": "file", "size": 5},
+    ]
+    missing = cli.run("datastore", "ls", "blobs", "nothing")
+    assert missing.returncode == 2 and "not found" in missing.stderr
     assert _read(cli, "azureml://datastores/blobs/paths/data/sub/b.txt") == b"beta"
     _no_secret_anywhere(cli, AZURITE_KEY)
     assert not (cli.home / "secrets.json").exists()

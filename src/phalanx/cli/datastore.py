@@ -266,3 +266,34 @@ def delete_cmd(name: str) -> int:
 
 
 __all__ = ["datastore_group"]
+
+
+@datastore_group.command("ls")
+@click.argument("name")
+@click.argument("path", default="")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def ls_cmd(name: str, path: str, as_json: bool) -> int:
+    """List PATH (default: the top) of datastore NAME: folders first, then files with sizes."""
+    ws = Workspace()
+    loc = get_datastore(ws, name).location(path, secrets_of(ws))
+    with storage_errors(loc.url, action="list"):
+        entries = loc.fs.ls(loc.path, detail=True)
+    rows = sorted(
+        (
+            {
+                "name": str(e["name"]).rstrip("/").rsplit("/", 1)[-1],
+                "type": "folder" if e.get("type") == "directory" else "file",
+                "size": int(e.get("size") or 0),
+            }
+            for e in entries
+        ),
+        key=lambda r: (r["type"] != "folder", r["name"]),
+    )
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return 0
+    for row in rows:
+        size = "" if row["type"] == "folder" else f"{row['size']:>12,}"
+        suffix = "/" if row["type"] == "folder" else ""
+        console.print(f"{size:>12}  {row['name']}{suffix}", highlight=False)
+    return 0
