@@ -16,6 +16,8 @@ import itertools
 import json
 import os
 import pickle
+import subprocess
+import sys
 import tarfile
 import threading
 import time
@@ -442,3 +444,35 @@ def test_bad_arguments_are_refused(root: Path, tmp_path: Path) -> None:
     (tmp_path / "index.json").write_text(json.dumps({"format": "other", "version": 1}))
     with pytest.raises(PhalanxError, match="phalanx-shards"):
         dataset(tmp_path)
+
+
+PREEMPT_SCRIPT = """
+import os, signal, sys
+sys.path.insert(0, {tests!r})
+from test_stream import dataset
+from phalanx.data.stream import StatefulLoader
+
+got = []
+signal.signal(signal.SIGTERM, lambda *_: got.append("SIGTERM"))
+
+def notice(worker_id):
+    # A preemption notice to the whole process group while the workers start.
+    os.killpg(os.getpgid(0), signal.SIGTERM)
+
+loader = StatefulLoader(dataset({root!r}, seed=1), batch_size=4, num_workers=2,
+                        worker_init_fn=notice)
+seen = [int(x) for batch in loader for x in batch]
+print(len(seen), sorted(seen) == list(range(len(seen))), got[:1])
+"""
+
+
+def test_a_preemption_notice_reaches_the_main_process_not_the_workers(root: Path) -> None:
+    """Workers ignore SIGTERM (else the DataLoader raises before the emergency checkpoint)."""
+    script = PREEMPT_SCRIPT.format(tests=str(Path(__file__).parent), root=str(root))
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+        start_new_session=True,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    total = sum(SIZES)
+    assert proc.stdout.split() == [str(total), "True", "['SIGTERM']"]

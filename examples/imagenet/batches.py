@@ -32,7 +32,7 @@ from phalanx.data.images import (
     sample_rng,
 )
 from phalanx.data.sources import open_source
-from phalanx.data.stream import ShardDataset, StatefulLoader
+from phalanx.data.stream import ShardDataset, StatefulLoader, ignore_sigterm, start_workers
 from phalanx.storage.uri import is_uri
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp"}
@@ -163,7 +163,8 @@ class Real(Batches):
             self.folder = folder
             self.num_classes = len(folder.classes)
             self.sampler = DistributedSampler(folder, world, rank, seed=args.seed, drop_last=True)
-            kw["worker_init_fn"] = _ignore_sigterm
+            # A preemption notice is for this process, which checkpoints; workers ignore it.
+            kw["worker_init_fn"] = ignore_sigterm
             self.loader = DataLoader(folder, sampler=self.sampler, drop_last=True, **kw)
             self.val_loader = None
             if Path(val).is_dir():
@@ -189,7 +190,7 @@ class Real(Batches):
         else:
             self.sampler.set_epoch(epoch)
             self.folder.epoch = epoch
-        return self._to_device(self.loader)
+        return self._to_device(self.loader if self.shards else start_workers(self.loader))
 
     def val(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]] | None:
         return None if self.val_loader is None else self._to_device(self.val_loader)
@@ -213,13 +214,6 @@ def check_data_root(root: str) -> str | None:
             "(phalanx data convert imagefolder) or one folder per class"
         )
     return None
-
-
-def _ignore_sigterm(worker_id: int) -> None:
-    # A preemption notice is for the main process, which checkpoints; workers end with it.
-    import signal
-
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def make_batches(

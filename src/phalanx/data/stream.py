@@ -51,6 +51,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import tarfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -75,7 +76,15 @@ from phalanx.data.sampling import (
 )
 from phalanx.errors import PhalanxError
 
-__all__ = ["LocalShardSource", "ShardDataset", "ShardSource", "StatefulLoader", "Transform"]
+__all__ = [
+    "LocalShardSource",
+    "ShardDataset",
+    "ShardSource",
+    "StatefulLoader",
+    "Transform",
+    "ignore_sigterm",
+    "start_workers",
+]
 
 Transform = Callable[[bytes, int, np.random.Generator], Any]
 """Turns ``(jpeg_bytes, label, rng)`` into what the dataset yields; ``rng`` is per sample."""
@@ -600,11 +609,33 @@ class _WorkerInit:
         self.user = user
 
     def __call__(self, worker_id: int) -> None:
-        import signal
-
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        # Blocked since the fork (see start_workers); a notice that came meanwhile is dropped.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         if self.user is not None:
             self.user(worker_id)
+
+
+def start_workers(loader: DataLoader[Any]) -> Iterator[Any]:
+    """``iter(loader)``, with SIGTERM held back while its worker processes start.
+
+    A worker forked just as a preemption notice arrives would die of it before its
+    ``worker_init_fn`` could ignore it; blocked here, the signal stays pending: the
+    worker drops it, this process handles it once the workers are up. Pair with a
+    ``worker_init_fn`` that ignores SIGTERM and unblocks it (``StatefulLoader``'s does).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return iter(loader)
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        return iter(loader)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def ignore_sigterm(worker_id: int) -> None:
+    """A ``worker_init_fn`` for :func:`start_workers` with a plain DataLoader."""
+    _WorkerInit(None)(worker_id)
 
 
 class StatefulLoader:
@@ -688,7 +719,7 @@ class StatefulLoader:
             drop_last=self.drop_last,
             **kwargs,
         )
-        for batch in loader:
+        for batch in start_workers(loader):
             self._yielded += 1
             yield batch
         self._finished = True

@@ -69,6 +69,21 @@ What is guaranteed:
   ``load_sharded_latest()`` use ``torch.distributed.checkpoint``: every rank
   writes its part, rank 0 commits (see :mod:`._sharded`).
 
+**On an object store.** The directory (or ``$PHALANX_CHECKPOINT_DIR``) may be
+a URI: ``azureml://datastores/<name>/paths/<path>`` of a registered datastore,
+or ``az://…``, ``abfs://…``, ``s3://…`` (see :mod:`phalanx.storage.uri`). The
+layout and the guarantees above hold, kept by the order of the uploads rather
+than by renames (see :mod:`._remote`): each checkpoint is written to a staging
+folder in ``$TMPDIR`` (room for one checkpoint), then uploaded, data first,
+manifest next, ``COMMITTED`` last; an asynchronous save uploads in its
+background thread. Loading downloads a checkpoint to ``$TMPDIR`` and checks it
+there. What a writer killed mid-upload leaves has no marker: readers ignore it,
+and a later prune removes it once it is stale and older than the newest
+checkpoint. A refused credential or an unreachable store raises a one-line
+:class:`~phalanx.errors.PhalanxError` (transient errors are retried first), and
+is never a reason to fall back to an older checkpoint. A datastore of type
+``local`` is used as a plain folder. Sharded checkpoints need a folder for now.
+
 Not reentrant: call it from the training loop, not from a signal handler
 (:mod:`phalanx.train.preemption` sets a flag that the loop checks).
 """

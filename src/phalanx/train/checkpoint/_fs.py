@@ -71,6 +71,12 @@ def step_dirname(step: int) -> str:
     return f"{STEP_PREFIX}{step:012d}"
 
 
+def step_of(name: str) -> int | None:
+    """The step a ``step_<step>`` folder name stands for; ``None`` for any other name."""
+    match = _STEP_RE.match(name)
+    return int(match.group(1)) if match else None
+
+
 def tmp_dirname(step: int) -> str:
     """A private folder to write ``step`` into, naming its writer (pid space and pid)."""
     return f"{TMP_PREFIX}step_{step:012d}-{_PID_SPACE}.{os.getpid()}-{secrets.token_hex(4)}"

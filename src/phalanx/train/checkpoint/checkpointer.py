@@ -1,16 +1,21 @@
-"""``Checkpointer``: save, prune and load the checkpoints of one job's folder."""
+"""``Checkpointer``: save, prune and load the checkpoints of one job's folder.
+
+The folder is local (or shared) here; on an object store, :mod:`._remote` moves
+the same files in an order that keeps the same guarantees.
+"""
 
 from __future__ import annotations
 
 import operator
 import os
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -19,6 +24,9 @@ from phalanx.train.checkpoint import _fs, _manifest
 from phalanx.train.checkpoint._manifest import FileEntry, InvalidCheckpoint, describe
 from phalanx.train.checkpoint._state import Stager, check
 from phalanx.train.log import get_logger
+
+if TYPE_CHECKING:
+    from phalanx.train.checkpoint._remote import RemoteFolder
 
 __all__ = ["CHECKPOINT_DIR_ENV", "Checkpointer", "LoadedCheckpoint"]
 
@@ -37,12 +45,13 @@ class LoadedCheckpoint:
     Attributes:
         step: The step it was saved at.
         state: What was given to ``save()``, tensors on ``map_location``.
-        path: Its folder, ``<directory>/step_<step:012d>``.
+        path: Its folder, ``<directory>/step_<step:012d>``; a ``str`` (its URI)
+            when the directory is on an object store.
     """
 
     step: int
     state: dict[str, Any] = field(repr=False)
-    path: Path
+    path: Path | str
 
 
 def _default_rank() -> int:
@@ -58,7 +67,9 @@ class Checkpointer:
 
     Args:
         directory: The folder; default ``$PHALANX_CHECKPOINT_DIR`` (set by
-            phalanx, the same in every attempt), else ``./checkpoints``.
+            phalanx, the same in every attempt), else ``./checkpoints``. A
+            URI (``azureml://datastores/<name>/paths/<path>``, ``az://…``,
+            ``s3://…``) keeps the checkpoints on that store: see :mod:`._remote`.
         keep_last: Committed checkpoints to keep, at least 2, so that a
             corrupt newest one leaves one to fall back to.
         async_save: Copy the state to CPU in ``save()`` and write it in a
@@ -66,8 +77,14 @@ class Checkpointer:
         rank: This process's global rank, default ``$RANK`` or 0. Only rank 0
             writes with :meth:`save`; every rank may load.
 
+    Attributes:
+        directory: The folder as a ``Path``, or the URI (a ``str``) of one on
+            an object store.
+
     Raises:
         ValueError: ``keep_last`` is below 2, or ``rank`` is negative.
+        PhalanxError: ``directory`` is a URI that names no datastore phalanx
+            knows, or whose endpoint does not answer.
     """
 
     def __init__(
@@ -84,12 +101,18 @@ class Checkpointer:
             )
         if directory is None:
             directory = os.environ.get(CHECKPOINT_DIR_ENV, "").strip() or "checkpoints"
-        self.directory = Path(directory).expanduser().absolute()
         self.keep_last = keep_last
         self.async_save = async_save
         self.rank = _default_rank() if rank is None else rank
         if self.rank < 0:
             raise ValueError(f"rank must be >= 0; got {self.rank}")
+        self.directory: Path | str
+        self._remote: RemoteFolder | None
+        found = _open(directory)
+        if isinstance(found, Path):
+            self.directory, self._remote = found, None
+        else:
+            self.directory, self._remote = found.uri, found
         self._executor: ThreadPoolExecutor | None = None
         self._pending: list[Future[None]] = []
         self._stager = Stager()
@@ -203,41 +226,51 @@ class Checkpointer:
 
     def _write(self, state: dict[str, Any], step: int) -> None:
         start = time.perf_counter()
-        fresh = not self.directory.exists()
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if isinstance(self.directory, str):
+            # Staged by the same code as locally, then uploaded in commit order.
+            with tempfile.TemporaryDirectory(prefix="phalanx-checkpoint-") as staging:
+                size = _write_files(Path(staging), state, step)
+                replaced = self._store.upload(Path(staging), step, [STATE_FILE])
+            name = self._store.step_uri(step)
+        else:
+            size, replaced = self._write_local(self.directory, state, step)
+            name = _fs.step_dirname(step)
+        self._committed.add(step)
+        log.info(
+            "saved checkpoint %s (%.1f MB, %.2f s%s)",
+            name,
+            size / 1e6,
+            time.perf_counter() - start,
+            ", replacing an earlier one" if replaced else "",
+        )
+
+    @staticmethod
+    def _write_local(directory: Path, state: dict[str, Any], step: int) -> tuple[int, bool]:
+        """Write and commit a checkpoint; its size and whether it replaced one."""
+        fresh = not directory.exists()
+        directory.mkdir(parents=True, exist_ok=True)
         if fresh:
-            _fs.fsync_dir(self.directory.parent)
-        _fs.sweep(self.directory, log)
-        tmp = self.directory / _fs.tmp_dirname(step)
-        final = self.directory / _fs.step_dirname(step)
+            _fs.fsync_dir(directory.parent)
+        _fs.sweep(directory, log)
+        tmp = directory / _fs.tmp_dirname(step)
+        final = directory / _fs.step_dirname(step)
         tmp.mkdir()
         try:
-            with open(tmp / STATE_FILE, "xb") as f:
-                writer = _fs.HashingWriter(f)
-                torch.save(state, writer)  # type: ignore[arg-type]  # a write-only file object
-                f.flush()
-                os.fsync(f.fileno())
-            files = {STATE_FILE: FileEntry(writer.size, writer.hexdigest())}
-            manifest = _manifest.encode(_manifest.REPLICATED, step, files)
-            _fs.write_file(tmp / _fs.MANIFEST, manifest)
+            size = _write_files(tmp, state, step)
             _fs.fsync_dir(tmp)
             replaced = final.exists()
             _fs.commit(tmp, final)
         except BaseException:
             _fs.remove_tree(tmp, log)
             raise
-        self._committed.add(step)
-        log.info(
-            "saved checkpoint %s (%.1f MB, %.2f s%s)",
-            final.name,
-            writer.size / 1e6,
-            time.perf_counter() - start,
-            ", replacing an earlier one" if replaced else "",
-        )
+        return size, replaced
 
     def _prune(self, step: int) -> None:
         try:
-            _fs.prune(self.directory, self.keep_last, step, log)
+            if isinstance(self.directory, str):
+                self._store.prune(self.keep_last, step, log)
+            else:
+                _fs.prune(self.directory, self.keep_last, step, log)
         except Exception as e:
             # Pruning must never fail a save, nor kill the thread that prunes
             # after the next commit, which tries again.
@@ -249,8 +282,19 @@ class Checkpointer:
 
     # Loading -----------------------------------------------------------------
 
+    @property
+    def _store(self) -> RemoteFolder:
+        assert self._remote is not None, "set whenever the directory is a URI"
+        return self._remote
+
     def list_steps(self) -> list[int]:
-        """The steps of the committed checkpoints, oldest first (not verified)."""
+        """The steps of the committed checkpoints, oldest first (not verified).
+
+        Raises:
+            PhalanxError: The object store holding the folder refused or failed.
+        """
+        if isinstance(self.directory, str):
+            return list(self._store.committed_steps())
         return list(_fs.committed_steps(self.directory))
 
     def load_latest(
@@ -277,17 +321,30 @@ class Checkpointer:
         Raises:
             OSError: Only when the folder itself cannot be listed (a missing
                 folder is no checkpoint, not an error).
+            PhalanxError: The object store holding the folder refused or
+                failed (raised on every rank when they agree): that is no
+                reason to fall back to an older checkpoint.
         """
         group = _agreeing_group(agree)
-        candidates = list(_fs.committed_steps(self.directory).items())
-        if group:
-            candidates = _broadcast_from_rank_0(candidates)
+        # A store can fail for one rank only (its network): then every rank
+        # raises, rather than one waiting alone or all falling back a step.
+        share_failures = group and self._remote is not None
+        candidates = self._candidates(group)
         for step, folder in reversed(candidates):
+            failure: Exception | None = None
             try:
-                state: dict[str, Any] | None = self._load(folder, step, map_location)
+                state: dict[str, Any] | None = self._read(folder, step, map_location)
             except InvalidCheckpoint as e:
                 log.warning("checkpoint %s is unusable (%s); trying the one before it", folder, e)
                 state = None
+            except Exception as e:
+                if not share_failures:
+                    raise
+                failure, state = e, None
+            if share_failures and not _everywhere(failure is None):
+                raise failure or PhalanxError(
+                    f"loading checkpoint {folder} failed on another rank; its log says why"
+                )
             if group and not _everywhere(state is not None):
                 if state is not None:
                     log.warning(
@@ -301,6 +358,22 @@ class Checkpointer:
         if candidates:
             log.warning("no usable checkpoint among the %d in %s", len(candidates), self.directory)
         return None
+
+    def _candidates(self, group: bool) -> list[tuple[int, Path | str]]:
+        """The committed checkpoints, oldest first; rank 0's when ranks agree."""
+        if isinstance(self.directory, str):
+            store = self._store
+            return [*_from_rank_0(lambda: list(store.committed_steps().items()), group)]
+        local = list(_fs.committed_steps(self.directory).items())
+        return [*(_broadcast_from_rank_0(local) if group else local)]
+
+    def _read(self, folder: Path | str, step: int, map_location: MapLocation) -> dict[str, Any]:
+        """The state of one candidate; from an object store, through a local copy."""
+        if isinstance(folder, Path):
+            return self._load(folder, step, map_location)
+        with tempfile.TemporaryDirectory(prefix="phalanx-checkpoint-") as copy:
+            self._store.download(step, Path(copy))
+            return self._load(Path(copy), step, map_location)
 
     @staticmethod
     def _load(folder: Path, step: int, map_location: MapLocation) -> dict[str, Any]:
@@ -336,6 +409,7 @@ class Checkpointer:
             RuntimeError: The save failed on some rank, or some rank's state
                 holds a value ``weights_only`` would refuse (raised on every
                 rank), or there are several processes but no process group.
+            PhalanxError: The directory is on an object store (not supported yet).
         """
         from phalanx.train.checkpoint import _sharded
 
@@ -344,6 +418,8 @@ class Checkpointer:
             raise ValueError(f"step must be >= 0; got {step}")
         if self._closed:
             raise RuntimeError("save_sharded() on a closed Checkpointer")
+        if isinstance(self.directory, str):
+            raise _sharded_needs_a_folder(self.directory)
         self._need_group("save_sharded")
         self.wait()
         if _sharded.save(self.directory, state, step, log):
@@ -360,9 +436,14 @@ class Checkpointer:
 
         Returns:
             The checkpoint loaded (its ``state`` is ``state``), or ``None``.
+
+        Raises:
+            PhalanxError: The directory is on an object store (not supported yet).
         """
         from phalanx.train.checkpoint import _sharded
 
+        if isinstance(self.directory, str):
+            raise _sharded_needs_a_folder(self.directory)
         self._need_group("load_sharded_latest")
         found = _sharded.load_latest(self.directory, state, log)
         if found is None:
@@ -381,6 +462,39 @@ class Checkpointer:
             )
 
 
+def _write_files(folder: Path, state: dict[str, Any], step: int) -> int:
+    """Write ``state.pt`` and its manifest into ``folder``, both fsynced; the state's size."""
+    with open(folder / STATE_FILE, "xb") as f:
+        writer = _fs.HashingWriter(f)
+        torch.save(state, writer)  # type: ignore[arg-type]  # a write-only file object
+        f.flush()
+        os.fsync(f.fileno())
+    files = {STATE_FILE: FileEntry(writer.size, writer.hexdigest())}
+    manifest = _manifest.encode(_manifest.REPLICATED, step, files)
+    _fs.write_file(folder / _fs.MANIFEST, manifest)
+    return writer.size
+
+
+def _sharded_needs_a_folder(uri: str) -> PhalanxError:
+    return PhalanxError(
+        f"{uri}: sharded checkpoints need a local or shared folder for now; give "
+        "save_sharded() a Checkpointer on a folder, or save() replicated state here"
+    )
+
+
+def _open(directory: str | os.PathLike[str]) -> Path | RemoteFolder:
+    """The folder ``directory`` names: a local one, or one on an object store."""
+    if isinstance(directory, str):
+        from phalanx.storage.uri import is_uri
+
+        if is_uri(directory):
+            from phalanx.train.checkpoint._remote import open_folder
+
+            return open_folder(directory)
+        directory = directory.removeprefix("file://")
+    return Path(directory).expanduser().absolute()
+
+
 def _agreeing_group(agree: bool | None) -> bool:
     import torch.distributed as dist
 
@@ -396,6 +510,30 @@ def _broadcast_from_rank_0(candidates: list[tuple[int, Path]]) -> list[tuple[int
     box: list[Any] = [[(step, str(folder)) for step, folder in candidates]]
     dist.broadcast_object_list(box, src=0)
     return [(int(step), Path(folder)) for step, folder in box[0]]
+
+
+def _from_rank_0(
+    list_steps: Callable[[], list[tuple[int, str]]], group: bool
+) -> list[tuple[int, str]]:
+    """Candidates on an object store, listed once (by rank 0) for a group.
+
+    A listing that fails on rank 0 fails on every rank, none left waiting.
+    """
+    if not group:
+        return list(list_steps())
+    import torch.distributed as dist
+
+    found: list[tuple[int, str]] | str | None = None
+    if dist.get_rank() == 0:
+        try:
+            found = list_steps()
+        except PhalanxError as e:
+            found = str(e)
+    box: list[Any] = [found]
+    dist.broadcast_object_list(box, src=0)
+    if isinstance(box[0], str):
+        raise PhalanxError(box[0])
+    return [(int(step), str(uri)) for step, uri in box[0]]
 
 
 def _everywhere(ok: bool) -> bool:
