@@ -376,7 +376,7 @@ def test_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = NodeCache.from_env({"PHALANX_HOME": str(tmp_path / "h"), "PHALANX_CACHE_MAX": ""})
     assert home.root == (tmp_path / "h" / "cache").resolve() and home.max_bytes is None
     monkeypatch.setenv("HOME", str(tmp_path / "user"))
-    assert NodeCache.from_env({}).root == (tmp_path / "user" / ".cache" / "phalanx").resolve()
+    assert NodeCache.from_env({}).root == (tmp_path / "user" / ".phalanx" / "cache").resolve()
     with pytest.raises(PhalanxError, match=r"^PHALANX_CACHE_MAX='lots': 'lots' is not a size"):
         NodeCache.from_env({"PHALANX_CACHE_DIR": str(tmp_path), "PHALANX_CACHE_MAX": "lots"})
     with pytest.raises(PhalanxError, match=r"^PHALANX_CACHE_LOCK_TIMEOUT='0'"):

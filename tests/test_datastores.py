@@ -129,6 +129,33 @@ def test_azure_wrong_key_is_refused_and_nothing_kept(cli: Cli, azurite: Azurite)
     assert not secrets.exists() or wrong not in secrets.read_text()
 
 
+def test_malformed_key_and_taken_name_keep_the_old_credential(cli: Cli, azurite: Azurite) -> None:
+    container = _container(azurite)
+    args = _azure_args(azurite, "blobs", container, "--auth", "account_key", "--store")
+    assert cli.run_input(AZURITE_KEY + "\n", *args).returncode == 0
+    # The same name again: refused before anything is written or undone.
+    again = cli.run_input("A" * 88 + "\n", *args)
+    assert again.returncode == 2 and "already exists" in again.stderr
+    assert AZURITE_KEY in (cli.home / "secrets.json").read_text()
+    assert _read(cli, "azureml://datastores/blobs/paths/data/a.txt") == b"alpha"
+    # A key that is not even base64 (a SAS pasted as a key): one line, not a traceback.
+    bad = _azure_args(azurite, "bad", container, "--auth", "account_key", "--store")
+    proc = cli.run_input("sv=2024&sig=abc\n", *bad)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "access denied" in proc.stderr and "sig=abc" not in proc.stderr
+
+
+def test_urls_with_a_query_or_dotdot_are_refused(cli: Cli) -> None:
+    sas_url = "https://acct.blob.core.windows.net/c/data?sv=2024&sig=SECRET"
+    proc = cli.run("data", "create", "--name", "x", "--path", sas_url)
+    assert proc.returncode == 2 and "query string" in proc.stderr
+    assert "SECRET" not in proc.stderr
+    up = cli.run(
+        "data", "create", "--name", "x", "--path", "azureml://datastores/default/paths/../.."
+    )
+    assert up.returncode == 2 and "'..' is not allowed" in up.stderr
+
+
 def test_azure_sas_token(cli: Cli, azurite: Azurite) -> None:
     container = _container(azurite)
     sas = azurite.sas(container, "rl")

@@ -192,3 +192,26 @@ def test_rw_mount_output_lands_on_the_datastore(cli: Cli, azurite: Azurite) -> N
     assert names == ["runs/mounted/rank_0.json", "runs/mounted/rank_1.json"]
     body = json.loads(client.download_blob("runs/mounted/rank_0.json").readall())
     assert body["files"] == _expected("val/")
+
+
+def test_an_output_that_cannot_be_uploaded_fails_the_job(cli: Cli, azurite: Azurite) -> None:
+    container = _setup(cli, azurite)
+    cli.env["RO_SAS"] = azurite.sas(container, "rl")  # read and list, no write
+    cli.run(
+        "datastore", "create", "--name", "readonly", "--type", "azure_blob",
+        "--account-name", AZURITE_ACCOUNT, "--container-name", container,
+        "--endpoint", azurite.endpoint, "--auth", "sas_token", "--credential-env", "RO_SAS",
+        check=True,
+    )  # fmt: skip
+    text = JOB.format(
+        path="azureml://datastores/blobs/paths/val",
+        mode="download",
+        result=', path: "azureml://datastores/readonly/paths/out", mode: upload',
+    )
+    name = cli.create(cli.write("job.yml", text))
+    job = cli.wait(name, ("Completed", "Failed", "Canceled"), timeout=180)
+    assert job["status"] == "Failed"
+    assert [a["status"] for a in job["attempts"]] == ["Succeeded"]  # the ranks did their part
+    message = job["error"]["message"]
+    assert "outputs could not be saved" in message and "outputs.result" in message
+    assert "access denied" in message and cli.env["RO_SAS"] not in message

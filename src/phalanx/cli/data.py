@@ -13,7 +13,13 @@ from rich.console import Console
 from rich.table import Table
 
 from phalanx.errors import PhalanxError
-from phalanx.storage.assets import DataAsset, create_asset, get_asset, list_assets
+from phalanx.storage.assets import (
+    ASSET_NAME_RE,
+    DataAsset,
+    create_asset,
+    get_asset,
+    list_assets,
+)
 from phalanx.storage.errors import storage_errors
 from phalanx.storage.uri import is_uri, resolve
 from phalanx.workspace import Workspace
@@ -163,11 +169,19 @@ def convert_imagefolder_cmd(
     except ValueError as exc:
         raise PhalanxError(f"--shard-size {shard_size!r}: {exc}") from exc
     ws = Workspace()
+    if asset and not ASSET_NAME_RE.match(asset):
+        raise PhalanxError(
+            f"--register {asset!r}: use letters, digits, '_', '-' and '.' (checked before "
+            "converting, which can take long)"
+        )
     if not is_uri(dest):
         dest = str(Path(dest.removeprefix("file://")).expanduser().resolve())
     loc = resolve(dest, ws)
     columns = (*Progress.get_default_columns()[:1], BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, TimeRemainingColumn(), console=console, transient=True) as bar:
+    with (
+        storage_errors(loc.url, action="write"),
+        Progress(*columns, TimeRemainingColumn(), console=console, transient=True) as bar,
+    ):
         task = bar.add_task("converting", total=None)
 
         def progress(done: int, total: int) -> None:

@@ -112,6 +112,11 @@ def create_cmd(name: str, kind: str, store: bool, no_check: bool, **opts: Any) -
     """Register a datastore; it is listed once first, so a wrong credential fails here."""
     ws = Workspace()
     secrets = secrets_of(ws)
+    if any(d.name == name for d in list_datastores(ws)):
+        raise PhalanxError(
+            f"datastore {name!r} already exists; use another name, or "
+            "`phalanx datastore delete` it first"
+        )
     values: dict[str, str] = {}
     datastore = _build(name, kind, opts, store, values)
     pending = _Pending(secrets, values)
@@ -125,7 +130,9 @@ def create_cmd(name: str, kind: str, store: bool, no_check: bool, **opts: Any) -
     try:
         create_datastore(ws, datastore)
     except BaseException:
-        secrets.delete_prefix(secret_key(name, ""))
+        # Only what this call wrote (the name was free, so no other datastore's).
+        for key in values:
+            secrets.delete_prefix(key)
         raise
     console.print(f"datastore [bold]{name}[/bold] created ({datastore.location('', pending).url})")
     return 0

@@ -21,8 +21,9 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
+from typing import TypeVar
 
 from phalanx.errors import PhalanxError
 from phalanx.spec import InputSpec, JobSpec
@@ -33,6 +34,7 @@ from phalanx.storage.uri import resolve
 from phalanx.workspace import Workspace
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def _is_local(loc: Location) -> bool:
@@ -66,7 +68,16 @@ def locate(name: str, value: InputSpec, ws: Workspace) -> Location:
 
 def check_inputs(spec: JobSpec, ws: Workspace) -> dict[str, Location]:
     """Fail before launch on an input that cannot be provided; return where each one is."""
-    return {name: locate(name, value, ws) for name, value in spec.data_inputs().items()}
+    found = {name: locate(name, value, ws) for name, value in spec.data_inputs().items()}
+    for name, loc in found.items():
+        if spec.data_inputs()[name].mode == "ro_mount" and not _is_local(loc):
+            from phalanx.storage.mount import fuse_available
+
+            if (reason := fuse_available()) is not None:
+                raise PhalanxError(
+                    f"inputs.{name}: ro_mount needs FUSE ({reason}); use mode: download"
+                )
+    return found
 
 
 def download_dir(cache: NodeCache, loc: Location) -> Path:
@@ -81,6 +92,10 @@ class InputsReady:
     def __init__(self) -> None:
         self.values: dict[str, str] = {}
         self._stack = ExitStack()
+
+    def hold(self, context: AbstractContextManager[T]) -> T:
+        """Enter ``context`` until :meth:`close` (a pin on a cached file, say)."""
+        return self._stack.enter_context(context)
 
     def on_close(self, fn: Callable[..., object], *args: object) -> None:
         """Run ``fn(*args)`` at :meth:`close` (last registered, first run)."""
@@ -108,7 +123,7 @@ def make_ready(
                 ready.values[name] = value.path
             elif value.mode == "download":
                 cache = cache or NodeCache.from_env()
-                ready.values[name] = str(_download(name, value, loc, cache))
+                ready.values[name] = str(_download(name, value, loc, cache, ready))
             else:
                 cache = cache or NodeCache.from_env()
                 ready.values[name] = str(_mount(name, value, loc, cache, mount_root, ready))
@@ -118,14 +133,17 @@ def make_ready(
     return ready
 
 
-def _download(name: str, value: InputSpec, loc: Location, cache: NodeCache) -> Path:
+def _download(
+    name: str, value: InputSpec, loc: Location, cache: NodeCache, ready: InputsReady
+) -> Path:
     from phalanx.storage.transfer import fetch_folder
 
     started = time.monotonic()
     if value.type == "uri_file":
         # One file: through the cache itself (verified, shared, evictable).
         try:
-            path = cache.fetch(loc)
+            # Pinned for the whole job: no eviction may remove it under a rank.
+            path = ready.hold(cache.pinned(loc))
         except PhalanxError as exc:
             raise PhalanxError(f"inputs.{name}: {exc}") from exc
         log.info("inputs.%s: %s ready at %s", name, loc.url, path)

@@ -55,6 +55,30 @@ class Prepared:
                     name, report.uploaded, report.bytes / 1e6, dest.url,
                 )  # fmt: skip
 
+    def finish(self) -> None:
+        """Make the outputs final before the job is called Completed: every upload-mode
+        output copied, every mount unmounted (a read-write one uploads what is left).
+
+        Raises:
+            PhalanxError: naming each output that could not be made final.
+        """
+        from phalanx.storage.upload import upload_folder
+
+        problems: list[str] = []
+        for name, (folder, dest) in self.uploads.items():
+            try:
+                upload_folder(folder, dest)
+            except PhalanxError as exc:
+                problems.append(f"outputs.{name}: {exc}")
+        ready, self.ready = self.ready, None
+        if ready is not None:
+            try:
+                ready.close()
+            except PhalanxError as exc:
+                problems.append(str(exc))
+        if problems:
+            raise PhalanxError("; ".join(problems))
+
     def close(self) -> None:
         """Unmount what was mounted (a read-write mount first uploads what is left)."""
         if self.ready is None:

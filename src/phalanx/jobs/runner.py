@@ -131,6 +131,13 @@ class JobRunner:
             syncer.sync_now()
             if outcome.status is AttemptStatus.SUCCEEDED:
                 self.ws.set_status(self.name, JobStatus.FINALIZING)
+                syncer.stop()
+                try:
+                    prepared.finish()
+                except PhalanxError as exc:
+                    log.error("finalizing outputs failed: %s", exc)
+                    message = f"the job's outputs could not be saved: {exc}"
+                    return self._finish(JobStatus.FAILED, RootCause(message=message))
                 return self._finish(JobStatus.COMPLETED, None)
             if outcome.status is AttemptStatus.CANCELED:
                 return self._finish(JobStatus.CANCELED, None)

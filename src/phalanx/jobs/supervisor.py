@@ -32,6 +32,9 @@ def main(argv: list[str]) -> int:
         RedactingFormatter("%(asctime)s %(levelname)s supervisor[%(process)d] %(message)s")
     )
     logging.basicConfig(level=logging.INFO, handlers=[handler])
+    # Cloud SDKs log every HTTP request at INFO: one line per file a mount opens.
+    for sdk in ("azure", "botocore", "s3fs", "aiobotocore", "urllib3"):
+        logging.getLogger(sdk).setLevel(logging.WARNING)
     ws = Workspace()
     become_subreaper()
     compute = LocalCompute()

@@ -50,8 +50,17 @@ _PROTECTED: set[int] = set()
 
 
 def protect(pid: int) -> None:
-    """Keep the supervisor's child ``pid`` out of every sweep of this process."""
+    """Keep the supervisor's child ``pid`` (and what it starts) out of every sweep."""
     _PROTECTED.add(pid)
+
+
+def _protected(proc: psutil.Process) -> bool:
+    if proc.pid in _PROTECTED:
+        return True
+    # A protected helper's own children (fusermount3 of a FUSE mount) are protected too.
+    with contextlib.suppress(psutil.Error):
+        return any(parent.pid in _PROTECTED for parent in proc.parents())
+    return False
 
 
 def unprotect(pid: int) -> None:
@@ -72,7 +81,7 @@ def job_processes(
     me = os.getpid()
     found: dict[int, psutil.Process] = {}
     for proc in psutil.process_iter():
-        if proc.pid == me or proc.pid in _PROTECTED:
+        if proc.pid == me or (_PROTECTED and _protected(proc)):
             continue
         marker, proc_attempt = _marker(proc)
         if marker == job_dir and (attempt is None or proc_attempt == str(attempt)):
@@ -82,7 +91,7 @@ def job_processes(
             for proc in psutil.Process(me).children(recursive=True):
                 marker, _ = _marker(proc)
                 # A job started from inside this one has a supervisor of its own.
-                if proc.pid in _PROTECTED:
+                if _PROTECTED and _protected(proc):
                     continue
                 if marker in (None, job_dir) and not _is_supervisor(proc):
                     found.setdefault(proc.pid, proc)

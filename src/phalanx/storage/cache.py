@@ -3,7 +3,7 @@
 Ranks, DataLoader workers and jobs on one node share the folder; each remote file is
 downloaded once, verified, and kept until evicted, least recently used first. Layout::
 
-    <root>/                  $PHALANX_CACHE_DIR, else $PHALANX_HOME/cache, else ~/.cache/phalanx
+    <root>/                  $PHALANX_CACHE_DIR, else $PHALANX_HOME/cache, else ~/.phalanx/cache
       _lock                  held briefly while the size ledger changes or entries are evicted
       _ledger.json           bytes held and reserved: a hint, corrected by a full scan
       ab/abcd…/              one folder per URL, named sha256(url), sharded on two digits
@@ -194,7 +194,8 @@ class NodeCache:
         elif env.get(HOME_ENV):
             root = Path(env[HOME_ENV]).expanduser() / "cache"
         else:
-            root = Path.home() / ".cache" / "phalanx"
+            # The workspace's default home, as the supervisor passes it to every rank.
+            root = Path.home() / ".phalanx" / "cache"
         sizes: dict[str, int | None] = {}
         for var in (MAX_ENV, MIN_FREE_ENV):
             try:

@@ -25,9 +25,16 @@ _DENIED_CODES = frozenset(
 _UNREACHABLE = ("ServiceRequestError", "ClientConnectorError", "EndpointConnectionError")
 
 
+# Raised before any request when a credential cannot be used at all.
+_BAD_CREDENTIAL = frozenset(
+    {"ClientAuthenticationError", "AzureSigningError", "NoCredentialsError",
+     "PartialCredentialsError"}
+)  # fmt: skip
+
+
 def denied(exc: BaseException) -> bool:
-    """Whether ``exc`` says the store refused the credential."""
-    if isinstance(exc, PermissionError) or type(exc).__name__ == "ClientAuthenticationError":
+    """Whether ``exc`` says the store refused the credential (or it cannot be used)."""
+    if isinstance(exc, PermissionError) or type(exc).__name__ in _BAD_CREDENTIAL:
         return True
     code = getattr(exc, "error_code", None) or getattr(exc, "code", None)
     status = getattr(exc, "status_code", None)

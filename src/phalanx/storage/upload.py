@@ -52,9 +52,12 @@ def upload_folder(folder: Path, dest: Location, *, workers: int = 8) -> UploadRe
         todo: list[tuple[str, Path, list[int]]] = []
         unchanged = 0
         for path in sorted(folder.rglob("*")):
-            if not path.is_file() or path.name == MANIFEST or path.name.startswith(".tmp"):
+            if not path.is_file() or path.name == MANIFEST:
                 continue
             rel = path.relative_to(folder).as_posix()
+            # Work in progress (a checkpoint's .tmp-* staging folder, a writer's .tmp file).
+            if any(part.startswith(".tmp") for part in rel.split("/")):
+                continue
             st = path.stat()
             stamp = [st.st_size, st.st_mtime_ns]
             if sent.get(rel) == stamp:

@@ -43,6 +43,16 @@ def resolve(uri: str, ws: Workspace) -> Location:
     Raises:
         PhalanxError: an unknown datastore or asset, or a scheme phalanx cannot read.
     """
+    parts = urlsplit(uri)
+    if parts.query:
+        # A SAS token in a URL would be kept in specs and records in clear text.
+        raise PhalanxError(
+            f"{parts.scheme}://{parts.netloc}{parts.path}: a URL with a query string (a SAS "
+            "token?) is not accepted; register a datastore with `phalanx datastore create "
+            "--auth sas_token --credential-env VAR` and use azureml://datastores/<name>/paths/…"
+        )
+    if ".." in parts.path.split("/"):
+        raise PhalanxError(f"{uri!r}: '..' is not allowed in a datastore path; write it out")
     if match := DATASTORE_URI.match(uri):
         datastore = get_datastore(ws, match["name"])
         return datastore.location(match["path"], secrets_of(ws))
@@ -57,7 +67,6 @@ def resolve(uri: str, ws: Workspace) -> Location:
             "azureml://datastores/<name>/paths/<path>, azureml:<asset>:<version> or "
             "azureml:<asset>@latest"
         )
-    parts = urlsplit(uri)
     scheme = parts.scheme.lower()
     if scheme in ("", "file"):
         return local(parts.path if scheme else uri)
