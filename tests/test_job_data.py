@@ -215,3 +215,42 @@ def test_an_output_that_cannot_be_uploaded_fails_the_job(cli: Cli, azurite: Azur
     message = job["error"]["message"]
     assert "outputs could not be saved" in message and "outputs.result" in message
     assert "access denied" in message and cli.env["RO_SAS"] not in message
+
+
+def test_a_killed_supervisor_leaves_no_mount_behind(cli: Cli, azurite: Azurite) -> None:
+    import signal
+    import time
+
+    import psutil
+
+    _setup(cli, azurite)
+    cli.write(
+        "src/read_then_wait.py", "import runpy, time\nrunpy.run_path('read.py')\ntime.sleep(120)\n"
+    )
+    text = JOB.format(path="azureml://datastores/blobs/paths/train", mode="ro_mount", result="")
+    name = cli.create(
+        cli.write("job.yml", text.replace("python read.py", "python read_then_wait.py"))
+    )
+    job_dir = cli.home / "jobs" / name
+    mountpoint = job_dir / "mounts" / "data"
+    deadline = time.monotonic() + 60
+    while not (job_dir / "outputs" / "result" / "rank_1.json").exists():
+        assert time.monotonic() < deadline, cli.show(name)
+        time.sleep(0.2)
+    assert os.path.ismount(mountpoint)
+    running = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if "phalanx.jobs.supervisor" in (p.info["cmdline"] or []) and name in p.info["cmdline"]
+    ]
+    # The supervisor and its forked mount server carry the same command line.
+    children = {c.pid for p in running for c in p.children()}
+    supervisor = next(p for p in running if p.pid not in children)
+    servers = [p for p in running if p.pid != supervisor.pid]
+    assert servers, "the mount's server is a child of the supervisor"
+    supervisor.send_signal(signal.SIGKILL)
+    job = cli.wait(name, ("Failed",), timeout=60)  # `job show` notices the dead supervisor
+    assert "supervisor process ended unexpectedly" in job["error"]["message"]
+    assert not os.path.ismount(mountpoint)
+    _, alive = psutil.wait_procs(servers, timeout=10)
+    assert not alive, f"mount servers left running: {[p.pid for p in alive]}"

@@ -78,6 +78,7 @@ def refresh(ws: Workspace, job: JobRecord) -> JobRecord:
     if job.supervisor_pid is None and time.time() - job.created_at < _START_TIMEOUT_S:
         return job  # still starting
     LocalCompute().sweep(Path(job.job_dir), None, grace_s=2.0)
+    _unmount_leftovers(Path(job.job_dir))
     ws.set_status(
         job.name,
         JobStatus.FAILED,
@@ -87,6 +88,17 @@ def refresh(ws: Workspace, job: JobRecord) -> JobRecord:
         ),
     )
     return ws.get_job(job.name)
+
+
+def _unmount_leftovers(job_dir: Path) -> None:
+    """Lift the FUSE mounts a dead supervisor left in the job folder."""
+    mounts = job_dir / "mounts"
+    if not mounts.is_dir():
+        return
+    from phalanx.storage.mount import cleanup_stale
+
+    for mountpoint in mounts.iterdir():
+        cleanup_stale(mountpoint)
 
 
 def cancel(ws: Workspace, name: str, *, wait_s: float = 30.0) -> JobRecord:

@@ -405,11 +405,31 @@ def _run_child(ops: ReadOnlyMount, mountpoint: Path, log_path: Path | None) -> N
         raise SystemExit(1) from None
 
 
+def _end_with_parent() -> None:
+    """Have the kernel send SIGTERM to this server when its parent dies (Linux).
+
+    A supervisor killed outright (SIGKILL, the OOM killer) never unmounts; without
+    this its mount servers would outlive it, and their mounts with them.
+    """
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the supervisor's unmount is all there is
+        return
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:  # it died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def _child_logging(log_path: Path | None) -> None:
     """Detach a mount's server child into its own session, logging to ``log_path``."""
     # A session of its own: Ctrl-C in the terminal must not pull the mount from under ranks
     # still shutting down; the parent unmounts it when they are done.
     os.setsid()
+    _end_with_parent()
     handler: logging.Handler = logging.StreamHandler()
     if log_path is not None:
         sink = open(log_path, "a", buffering=1)  # noqa: SIM115 (open while the process lives)
