@@ -354,6 +354,9 @@ class Checkpointer:
             if state is None:
                 continue
             log.info("loaded checkpoint %s", folder)
+            # Saving this step again (a preemption right after the resume) would only
+            # rewrite it, and on an object store delete the good copy first.
+            self._committed.add(step)
             return LoadedCheckpoint(step=step, state=state, path=folder)
         if candidates:
             log.warning("no usable checkpoint among the %d in %s", len(candidates), self.directory)
