@@ -408,6 +408,14 @@ def test_fetch_folder(tmp_path: Path, store: Path) -> None:
     assert (dest / "sub/deeper/c").read_bytes() == b"c" * 10
     assert not [p for p in dest.rglob("*") if "phalanx-tmp" in p.name]
 
+    # Deleted on the store: deleted from the copy; a file the copy got elsewhere stays.
+    (store / "a.txt").unlink()
+    (dest / "mine.txt").write_bytes(b"not from the store")
+    fourth = fetch_folder(local(str(store)), dest)
+    assert (fourth.downloaded, fourth.skipped) == (0, 2)
+    assert not (dest / "a.txt").exists() and (dest / "mine.txt").exists()
+
+    put(store, "a.txt", b"alpha")
     single = fetch_folder(local(str(store / "a.txt")), tmp_path / "one")
     assert single.downloaded == 1 and (tmp_path / "one" / "a.txt").read_bytes() == b"alpha"
     with pytest.raises(PhalanxError, match=r"file://.*/nowhere not found"):

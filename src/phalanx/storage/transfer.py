@@ -211,7 +211,8 @@ def fetch_folder(
 
     A file already in ``dest`` is skipped when its size and the store's identity of it
     (ETag or mtime) are those recorded by the run that downloaded it, in ``dest/MANIFEST``,
-    and it was not modified locally since. Files land as hidden temporary files renamed
+    and it was not modified locally since. A file an earlier run downloaded that is no
+    longer on the store is deleted (files ``dest`` got some other way are left alone). Files land as hidden temporary files renamed
     into place. Concurrent calls for the same ``dest`` run one after the other.
 
     Args:
@@ -239,6 +240,10 @@ def fetch_folder(
         for stale in dest.rglob(".*.phalanx-tmp-*"):  # left by a killed run; we hold the lock
             stale.unlink(missing_ok=True)
         recorded = _read_manifest(dest, loc.url)
+        # A mirror: what an earlier run downloaded and the store no longer has goes too
+        # (a class folder or a shard deleted upstream must not linger in the copy).
+        for rel in recorded.keys() - files.keys():
+            (dest / rel).unlink(missing_ok=True)
         kept = {
             rel: recorded[rel]
             for rel, (_, remote) in files.items()
