@@ -37,6 +37,10 @@ class CachedShardSource:
         cache_dir: The node cache's folder; from ``PHALANX_CACHE_*`` when ``None``.
     """
 
+    verifies_sha256 = True
+    """The cache checks a shard's SHA-256 when it downloads it (and its size and stamp on
+    every hit), so the dataset need not hash it again each epoch."""
+
     def __init__(self, uri: str, cache_dir: str | None = None) -> None:
         self.uri = uri
         self.cache_dir = cache_dir

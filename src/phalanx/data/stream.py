@@ -376,7 +376,9 @@ class ShardDataset(IterableDataset[Any]):
         world_size: Number of ranks; default from the process group, else
             ``$WORLD_SIZE``, else 1.
         prefetch_shards: Shards each worker opens ahead of the one it reads.
-        verify: Check each opened shard's SHA-256 (sizes are always checked).
+        verify: Check each opened shard's SHA-256 (sizes are always checked). ``None``
+            (the default): unless the source already does (``source.verifies_sha256``,
+            as the node cache does when it downloads), so a warm epoch hashes nothing.
 
     Raises:
         PhalanxError: The index is malformed, the rank is out of range, or dropping
@@ -395,7 +397,7 @@ class ShardDataset(IterableDataset[Any]):
         rank: int | None = None,
         world_size: int | None = None,
         prefetch_shards: int = 2,
-        verify: bool = True,
+        verify: bool | None = None,
     ) -> None:
         super().__init__()
         if seed < 0 or shuffle_window < 1 or prefetch_shards < 0:
@@ -422,6 +424,8 @@ class ShardDataset(IterableDataset[Any]):
                 f"ranks with drop_last=True; pad instead (drop_last=False)"
             )
         self.shuffle, self.shuffle_window = shuffle, shuffle_window
+        if verify is None:
+            verify = not getattr(source, "verifies_sha256", False)
         self.transform, self.prefetch_shards, self.verify = transform, prefetch_shards, verify
         self.rank, self.world_size = rank, world_size
         self._seed, self._epoch = seed, 0
