@@ -456,8 +456,8 @@ got = []
 signal.signal(signal.SIGTERM, lambda *_: got.append("SIGTERM"))
 
 def notice(worker_id):
-    # A preemption notice to the whole process group while the workers start.
-    os.killpg(os.getpgid(0), signal.SIGTERM)
+    # A preemption notice to the rank's process group (torchrun's killpg) as workers start.
+    os.killpg(os.getpgid(os.getppid()), signal.SIGTERM)
 
 loader = StatefulLoader(dataset({root!r}, seed=1), batch_size=4, num_workers=2,
                         worker_init_fn=notice)
@@ -476,3 +476,39 @@ def test_a_preemption_notice_reaches_the_main_process_not_the_workers(root: Path
     assert proc.returncode == 0, proc.stderr
     total = sum(SIZES)
     assert proc.stdout.split() == [str(total), "True", "['SIGTERM']"]
+
+
+class _Broken:
+    """A source whose shards cannot be opened (module level: it pickles into workers)."""
+
+    def __init__(self, root: Path) -> None:
+        self.inner = LocalShardSource(root)
+
+    def index(self) -> dict[str, Any]:
+        return self.inner.index()
+
+    def open_shard(self, name: str, sha256: str, size: int, *, refetch: bool = False) -> Any:
+        raise PhalanxError(f"{name}: the store is gone")
+
+
+FAILING_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+from pathlib import Path
+from test_stream import _Broken, sample_id
+from phalanx.data.stream import ShardDataset, StatefulLoader
+
+ds = ShardDataset(_Broken(Path({root!r})), transform=sample_id)
+for batch in StatefulLoader(ds, batch_size=4, num_workers=2):
+    pass
+"""
+
+
+def test_a_failing_worker_fails_the_process_instead_of_hanging_it(root: Path) -> None:
+    script = FAILING_SCRIPT.format(tests=str(Path(__file__).parent), root=str(root))
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+        start_new_session=True,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "the store is gone" in proc.stderr

@@ -602,20 +602,26 @@ class ShardDataset(IterableDataset[Any]):
 
 
 class _WorkerInit:
-    """A DataLoader worker ignores SIGTERM, then runs the user's ``worker_init_fn``.
+    """Moves a DataLoader worker out of its rank's process group, then runs the user's
+    ``worker_init_fn``.
 
-    A preemption notice (SIGTERM) may reach every process of a rank; a worker that
-    died of it would make the DataLoader raise in the main process before that
-    process could save its emergency checkpoint. Workers end with their parent.
+    A preemption notice is SIGTERM to the rank's whole process group (torchrun's
+    ``killpg``); a worker that died of it would make the DataLoader raise in the main
+    process before that process could save its emergency checkpoint. In a group of its
+    own the worker never gets the notice, yet a SIGTERM sent to it alone (Python ending
+    its children at exit) still ends it, and it ends by itself when its parent is gone.
     """
 
     def __init__(self, user: Callable[[int], None] | None) -> None:
         self.user = user
 
     def __call__(self, worker_id: int) -> None:
+        # SIGTERM is blocked since the fork (see start_workers). Ignored while it is
+        # unblocked, a notice that reached the old group meanwhile is dropped.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        # Blocked since the fork (see start_workers); a notice that came meanwhile is dropped.
+        os.setpgid(0, 0)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if self.user is not None:
             self.user(worker_id)
 
@@ -638,7 +644,8 @@ def start_workers(loader: DataLoader[Any]) -> Iterator[Any]:
 
 
 def ignore_sigterm(worker_id: int) -> None:
-    """A ``worker_init_fn`` for :func:`start_workers` with a plain DataLoader."""
+    """A ``worker_init_fn`` for :func:`start_workers` with a plain DataLoader: the worker
+    leaves the rank's process group, so a preemption notice reaches only the rank."""
     _WorkerInit(None)(worker_id)
 
 
