@@ -212,8 +212,9 @@ def fetch_folder(
     A file already in ``dest`` is skipped when its size and the store's identity of it
     (ETag or mtime) are those recorded by the run that downloaded it, in ``dest/MANIFEST``,
     and it was not modified locally since. A file an earlier run downloaded that is no
-    longer on the store is deleted (files ``dest`` got some other way are left alone). Files land as hidden temporary files renamed
-    into place. Concurrent calls for the same ``dest`` run one after the other.
+    longer on the store is deleted (files ``dest`` got some other way are left alone).
+    Files land as hidden temporary files renamed into place. Concurrent calls for the
+    same ``dest`` run one after the other.
 
     Args:
         loc: A folder (or a single file) on a datastore.
