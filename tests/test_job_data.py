@@ -254,3 +254,33 @@ def test_a_killed_supervisor_leaves_no_mount_behind(cli: Cli, azurite: Azurite) 
     assert not os.path.ismount(mountpoint)
     _, alive = psutil.wait_procs(servers, timeout=10)
     assert not alive, f"mount servers left running: {[p.pid for p in alive]}"
+
+
+def test_a_cancel_stops_a_download_between_files(
+    cli: Cli, azurite: Azurite, tmp_path: Path
+) -> None:
+    """In process (the supervisor's code path): a cancel noticed mid-download ends it."""
+    from unittest import mock
+
+    from phalanx.jobs.inputs import PreparationCanceled, make_ready
+    from phalanx.spec import load_spec
+    from phalanx.storage.cache import NodeCache
+    from phalanx.workspace import Workspace
+
+    _setup(cli, azurite)
+    text = JOB.format(path="azureml://datastores/blobs/paths/train", mode="download", result="")
+    spec = load_spec(cli.write("job.yml", text))
+    answers = iter([False, True])  # not before the first input; yes once files are listed
+    with mock.patch.dict(os.environ, cli.env, clear=True):
+        ws = Workspace(cli.home)
+        cache = NodeCache(tmp_path / "cache")
+        try:
+            try:
+                make_ready(spec, ws, tmp_path / "mounts", cache, canceled=lambda: next(answers))
+            except PreparationCanceled as exc:
+                assert "inputs.data: canceled after 0 of 2 files" in str(exc)
+            else:
+                raise AssertionError("the download was not canceled")
+        finally:
+            ws.close()
+    assert not list((cache.root / "downloads").rglob("*.bin"))

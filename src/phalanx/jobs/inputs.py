@@ -91,6 +91,7 @@ class InputsReady:
 
     def __init__(self) -> None:
         self.values: dict[str, str] = {}
+        self.canceled: Callable[[], bool] = lambda: False
         self._stack = ExitStack()
 
     def hold(self, context: AbstractContextManager[T]) -> T:
@@ -105,17 +106,33 @@ class InputsReady:
         self._stack.close()
 
 
+class PreparationCanceled(PhalanxError):
+    """The job was canceled while its inputs were being made ready."""
+
+
 def make_ready(
-    spec: JobSpec, ws: Workspace, mount_root: Path, cache: NodeCache | None = None
+    spec: JobSpec,
+    ws: Workspace,
+    mount_root: Path,
+    cache: NodeCache | None = None,
+    canceled: Callable[[], bool] = lambda: False,
 ) -> InputsReady:
     """Download or mount every data input; return the value each input takes in the command.
 
+    Args:
+        canceled: Asked between files of a download and between inputs; when it answers
+            ``True`` the work stops (files already down are kept for the next job).
+
     Raises:
+        PreparationCanceled: ``canceled()`` said so.
         PhalanxError: an input is missing, cannot be fetched, or cannot be mounted.
     """
     ready = InputsReady()
+    ready.canceled = canceled
     try:
         for name, value in spec.data_inputs().items():
+            if canceled():
+                raise PreparationCanceled("canceled while preparing the inputs")
             loc = locate(name, value, ws)
             if _is_local(loc):
                 ready.values[name] = loc.path
@@ -151,14 +168,23 @@ def _download(
     dest = download_dir(cache, loc)
     last = [0.0]
 
+    checked = [0.0]
+
     def progress(done: int, total: int) -> None:
         now = time.monotonic()
+        if now - checked[0] >= 0.5:  # asking may read the workspace: twice a second at most
+            checked[0] = now
+            if ready.canceled():
+                # Raised on fetch_folder's calling thread, which then stops its pool.
+                raise PreparationCanceled(f"inputs.{name}: canceled after {done} of {total} files")
         if now - last[0] >= 5 or done == total:
             last[0] = now
             log.info("inputs.%s: %d/%d files", name, done, total)
 
     try:
         sync = fetch_folder(loc, dest, progress=progress)
+    except PreparationCanceled:
+        raise
     except PhalanxError as exc:
         raise PhalanxError(f"inputs.{name}: {exc}") from exc
     log.info(

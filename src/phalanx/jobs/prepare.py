@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -157,10 +157,17 @@ def check(spec: JobSpec, ws: Workspace) -> None:
     check_outputs(spec, ws)
 
 
-def prepare(spec: JobSpec, paths: JobPaths, ws: Workspace) -> Prepared:
-    """Make inputs ready, create output folders and substitute them into the command."""
+def prepare(
+    spec: JobSpec, paths: JobPaths, ws: Workspace, canceled: Callable[[], bool] = lambda: False
+) -> Prepared:
+    """Make inputs ready, create output folders and substitute them into the command.
+
+    Raises:
+        PreparationCanceled: ``canceled()`` answered ``True`` while inputs were prepared.
+        PhalanxError: an input or output cannot be provided.
+    """
     remote_outputs = check_outputs(spec, ws)
-    ready = make_ready(spec, ws, paths.root / "mounts")
+    ready = make_ready(spec, ws, paths.root / "mounts", canceled=canceled)
     try:
         inputs: dict[str, str] = {}
         for name, value in spec.inputs.items():

@@ -35,6 +35,7 @@ from typing import Any
 
 from phalanx.compute.local import LocalCompute, LocalNode
 from phalanx.errors import PhalanxError
+from phalanx.jobs.inputs import PreparationCanceled
 from phalanx.jobs.policy import decide
 from phalanx.jobs.prepare import Prepared, prepare
 from phalanx.jobs.uploads import UPLOAD_REQUEST, UploadLoop
@@ -109,7 +110,9 @@ class JobRunner:
         if not self.ws.set_status(self.name, JobStatus.PREPARING):
             return self.ws.get_job(self.name).status  # ended meanwhile (canceled)
         try:
-            prepared = prepare(spec, self.paths, self.ws)
+            prepared = prepare(spec, self.paths, self.ws, canceled=self._cancelled)
+        except PreparationCanceled:
+            return self._finish(JobStatus.CANCELED, None)
         except PhalanxError as exc:
             log.error("preparing failed: %s", exc)
             return self._finish(JobStatus.FAILED, RootCause(message=str(exc)))
