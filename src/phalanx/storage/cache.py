@@ -25,7 +25,6 @@ process's download (default 600).
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
@@ -33,15 +32,14 @@ import os
 import re
 import secrets
 import shutil
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
 from phalanx.errors import PhalanxError
+from phalanx.storage import cache_entries as disk
 from phalanx.storage.location import Location
 from phalanx.storage.transfer import RemoteInfo, copy_problem, download, remote_info
 
@@ -53,7 +51,6 @@ MIN_FREE_ENV = "PHALANX_CACHE_MIN_FREE"
 TIMEOUT_ENV = "PHALANX_CACHE_LOCK_TIMEOUT"
 HOME_ENV = "PHALANX_HOME"  # as phalanx.workspace.layout, not imported: ranks need no SQLite
 
-_LOCK, _PIN, _META, _LEDGER, _TMP = "_lock", "_pin", "_meta.json", "_ledger.json", "_tmp"
 _SIZE_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(?:([kmgtp])(i?))?b?", re.IGNORECASE)
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
@@ -96,51 +93,6 @@ class CacheUsage:
     """Entries pinned by some process right now."""
     max_bytes: int | None
     min_free_bytes: int | None
-
-
-@dataclass
-class _Ledger:
-    """Bytes cached plus reserved by downloads in progress, and the reserved part alone."""
-
-    bytes: int = 0
-    pending: int = 0
-
-
-@dataclass(frozen=True)
-class _Entry:
-    """One entry folder as a scan found it."""
-
-    folder: Path
-    data: Path | None
-    size: int
-    reserved: int
-    """Bytes announced by live downloads into the folder."""
-    used_ns: int
-
-
-@dataclass(frozen=True)
-class _Meta:
-    url: str
-    remote: RemoteInfo
-    stamp: tuple[int, int, int]
-    """Size, mtime_ns and inode of the copy when it was last verified."""
-    sha256: str | None
-
-    @classmethod
-    def load(cls, folder: Path) -> _Meta | None:
-        try:
-            raw = json.loads((folder / _META).read_text())
-            size, mtime_ns, ino = (int(x) for x in raw["stamp"])
-            return cls(
-                raw["url"], RemoteInfo(**raw["remote"]), (size, mtime_ns, ino), raw["sha256"]
-            )
-        except (OSError, ValueError, KeyError, TypeError):
-            return None  # missing or torn: the entry is simply not valid
-
-    def save(self, folder: Path) -> None:
-        body = {"url": self.url, "remote": self.remote.to_json(), "stamp": list(self.stamp)}
-        _write_json(folder / _META, {**body, "sha256": self.sha256})
-        _touch(folder)
 
 
 class NodeCache:
@@ -251,11 +203,11 @@ class NodeCache:
         remote = remote_info(loc) if etag_check else None
         folder = self._folder(loc.url)
         folder.mkdir(parents=True, exist_ok=True)
-        with self._hold(folder / _LOCK, f"download {loc.url}"):
-            meta = _Meta.load(folder)
-            data = folder / _data_name(loc.url)
+        with self._hold(folder / disk.LOCK, f"download {loc.url}"):
+            meta = disk.Meta.load(folder)
+            data = folder / disk.data_name(loc.url)
             if meta is not None and self._valid(data, meta, loc.url, remote, size, sha256, verify):
-                _touch(folder)
+                disk.touch(folder)
                 return data
             self._drop(data, folder)
             return self._download(loc, data, remote, size, sha256)
@@ -278,7 +230,7 @@ class NodeCache:
         """
         folder = self._folder(loc.url)
         folder.mkdir(parents=True, exist_ok=True)
-        with self._hold(folder / _PIN, f"pin {loc.url}", shared=True):
+        with self._hold(folder / disk.PIN, f"pin {loc.url}", shared=True):
             yield self.fetch(loc, size=size, sha256=sha256, etag_check=etag_check, verify=verify)
 
     def usage(self) -> CacheUsage:
@@ -288,7 +240,7 @@ class NodeCache:
             complete = [e for e in entries if e.data is not None]
             pinned = 0
             for entry in complete:
-                fd = _acquire(entry.folder / _PIN, shared=False, timeout=0)
+                fd = disk.acquire(entry.folder / disk.PIN, shared=False, timeout=0)
                 pinned += fd is None
                 if fd is not None:
                     os.close(fd)
@@ -306,7 +258,7 @@ class NodeCache:
         freed = 0
         with self._ledger() as ledger:
             for entry in self._rescan(ledger):
-                if _remove_entry(entry.folder):
+                if disk.remove_entry(entry.folder):
                     freed += entry.size
                     ledger.bytes -= entry.size
         return freed
@@ -332,7 +284,7 @@ class NodeCache:
     def _valid(
         self,
         data: Path,
-        meta: _Meta,
+        meta: disk.Meta,
         url: str,
         remote: RemoteInfo | None,
         size: int | None,
@@ -356,7 +308,7 @@ class NodeCache:
         if st.st_size != meta.remote.size:
             log.warning("cached copy of %s is %d bytes, not %d", url, st.st_size, meta.remote.size)
             return False
-        changed = _stamp(st) != meta.stamp
+        changed = disk.stamp(st) != meta.stamp
         reference = sha256 or meta.sha256
         if not (verify or changed or (sha256 is not None and meta.sha256 is None)):
             return True
@@ -366,7 +318,7 @@ class NodeCache:
         if problem is not None:
             log.warning("cached copy of %s is damaged (%s); downloading it again", url, problem)
             return False
-        _Meta(url, meta.remote, _stamp(data.stat()), reference).save(data.parent)
+        disk.Meta(url, meta.remote, disk.stamp(data.stat()), reference).save(data.parent)
         return True
 
     def _drop(self, data: Path, folder: Path) -> None:
@@ -375,8 +327,8 @@ class NodeCache:
         Files that count towards the ledger change only under its lock, with the ledger:
         a scan in between would otherwise count them once too few or too many.
         """
-        (folder / _META).unlink(missing_ok=True)
-        stale = list(folder.glob(f"{_TMP}*"))
+        (folder / disk.META).unlink(missing_ok=True)
+        stale = list(folder.glob(f"{disk.TMP}*"))
         if not stale and not data.exists():
             return  # the usual miss: nothing to account for
         with self._ledger() as ledger:
@@ -386,8 +338,8 @@ class NodeCache:
                 ledger.bytes -= size
             for tmp in stale:
                 tmp.unlink()
-                ledger.bytes -= _announced(tmp.name)
-                ledger.pending -= _announced(tmp.name)
+                ledger.bytes -= disk.announced(tmp.name)
+                ledger.pending -= disk.announced(tmp.name)
 
     def _download(
         self,
@@ -407,7 +359,7 @@ class NodeCache:
                     "fix the expected size or the object"
                 )
             # The name announces the size, so a scan counts a download in progress.
-            tmp = data.parent / f"{_TMP}.{remote.size}.{os.getpid()}.{secrets.token_hex(4)}"
+            tmp = data.parent / f"{disk.TMP}.{remote.size}.{os.getpid()}.{secrets.token_hex(4)}"
             self._reserve(remote.size, loc.url, tmp)
             done = False
             try:
@@ -417,7 +369,7 @@ class NodeCache:
                 if found is None:
                     # Metadata first: should we die before the rename, its stamp (which names
                     # the temp file's inode) does not match whatever copy is left.
-                    _Meta(loc.url, remote, _stamp(tmp.stat()), sha256).save(data.parent)
+                    disk.Meta(loc.url, remote, disk.stamp(tmp.stat()), sha256).save(data.parent)
                     with self._ledger() as ledger:
                         os.replace(tmp, data)
                         done = True
@@ -449,7 +401,7 @@ class NodeCache:
             # Created under the ledger lock, so no scan counts this reservation twice.
             tmp.touch()
 
-    def _shortage(self, ledger: _Ledger, needed: int) -> int:
+    def _shortage(self, ledger: disk.Ledger, needed: int) -> int:
         """Bytes to free before ``needed`` more fit; 0 or less when they fit."""
         short = 0 if self.max_bytes is None else ledger.bytes + needed - self.max_bytes
         if self.min_free_bytes is not None:
@@ -458,7 +410,7 @@ class NodeCache:
             short = max(short, self.min_free_bytes + needed - free)
         return short
 
-    def _make_room(self, ledger: _Ledger, needed: int, what: str) -> int:
+    def _make_room(self, ledger: disk.Ledger, needed: int, what: str) -> int:
         """Evict LRU entries until ``needed`` more bytes fit (caller holds the ledger)."""
         if self.max_bytes is not None and needed > self.max_bytes:
             raise self._cannot_hold(
@@ -471,7 +423,7 @@ class NodeCache:
             if self._shortage(ledger, needed) <= 0:
                 break
             # Folders without a copy (failed fetches) sort first and go too: they cost nothing.
-            if _remove_entry(entry.folder):
+            if disk.remove_entry(entry.folder):
                 log.debug("evicted %s (%s)", entry.data or entry.folder, _human(entry.size))
                 ledger.bytes -= entry.size
                 freed += entry.size
@@ -493,9 +445,9 @@ class NodeCache:
             f"{reason}; {fix}"
         )
 
-    def _rescan(self, ledger: _Ledger) -> list[_Entry]:
+    def _rescan(self, ledger: disk.Ledger) -> list[disk.Entry]:
         """Every entry, correcting the ledger from what is really there."""
-        entries = _scan(self.root)
+        entries = disk.scan(self.root)
         ledger.bytes = sum(e.size + e.reserved for e in entries)
         ledger.pending = sum(e.reserved for e in entries)
         return entries
@@ -504,7 +456,7 @@ class NodeCache:
 
     @contextmanager
     def _hold(self, path: Path, what: str, *, shared: bool = False) -> Iterator[None]:
-        fd = _acquire(path, shared=shared, timeout=self.lock_timeout)
+        fd = disk.acquire(path, shared=shared, timeout=self.lock_timeout)
         if fd is None:
             raise PhalanxError(
                 f"timed out after {self.lock_timeout:g} s waiting to {what}: another process "
@@ -517,148 +469,18 @@ class NodeCache:
             os.close(fd)
 
     @contextmanager
-    def _ledger(self) -> Iterator[_Ledger]:
+    def _ledger(self) -> Iterator[disk.Ledger]:
         """The size ledger, under the cache-wide lock; saved on the way out."""
-        path = self.root / _LEDGER
-        with self._hold(self.root / _LOCK, "update the size ledger"):
+        path = self.root / disk.LEDGER
+        with self._hold(self.root / disk.LOCK, "update the size ledger"):
             try:
-                ledger = _Ledger(**json.loads(path.read_text()))
+                ledger = disk.Ledger(**json.loads(path.read_text()))
             except (OSError, ValueError, TypeError):
-                ledger = _Ledger()
+                ledger = disk.Ledger()
                 self._rescan(ledger)
             try:
                 yield ledger
             finally:
                 # Drift below zero (entries deleted by hand) is corrected by the next scan.
                 body = {"bytes": max(0, ledger.bytes), "pending": max(0, ledger.pending)}
-                _write_json(path, body)
-
-
-def _acquire(path: Path, *, shared: bool, timeout: float) -> int | None:
-    """An fd holding ``flock`` on ``path`` (created if missing), or ``None`` after ``timeout``.
-
-    ``timeout=0`` tries once. An evictor deletes lock files while holding them, so a lock won
-    on a file no longer at ``path`` is worthless: drop it and lock the new file.
-    """
-    deadline = time.monotonic() + timeout
-    pause = 0.001
-    while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-        except FileNotFoundError:
-            if timeout == 0:
-                return None
-            path.parent.mkdir(parents=True, exist_ok=True)  # evicted meanwhile: recreate
-            continue
-        try:
-            while True:
-                try:
-                    fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        os.close(fd)
-                        return None
-                    time.sleep(pause)
-                    pause = min(pause * 2, 0.05)
-            held, now = os.fstat(fd), os.stat(path)
-            if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
-                return fd
-        except FileNotFoundError:
-            pass
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)
-
-
-def _remove_entry(folder: Path) -> bool:
-    """Delete an entry unless it is pinned or locked; whether it was deleted."""
-    lock = _acquire(folder / _LOCK, shared=False, timeout=0)
-    if lock is None:
-        return False
-    try:
-        pin = _acquire(folder / _PIN, shared=False, timeout=0)
-        if pin is None:
-            return False
-        try:
-            for name in os.listdir(folder):
-                if name not in (_LOCK, _PIN):
-                    (folder / name).unlink(missing_ok=True)
-            # Unlinked while held: a waiter then finds its lock stale and starts over.
-            (folder / _PIN).unlink(missing_ok=True)
-            (folder / _LOCK).unlink(missing_ok=True)
-            with suppress(OSError):  # someone just started a new entry here: leave it
-                folder.rmdir()
-        finally:
-            os.close(pin)
-    finally:
-        os.close(lock)
-    return True
-
-
-def _scan(root: Path) -> list[_Entry]:
-    """Every entry folder under ``root``, removing stale temp files on the way."""
-    entries = []
-    for shard in _subdirs(root):
-        if len(shard.name) != 2 or shard.name.strip("0123456789abcdef"):
-            continue  # not a shard: jobs keep other folders here (downloads/)
-        for folder in _subdirs(shard):
-            try:
-                names = os.listdir(folder)
-            except OSError:
-                continue
-            data = next((folder / n for n in names if not n.startswith("_")), None)
-            tmps = [n for n in names if n.startswith(_TMP)]
-            reserved = 0
-            if tmps:
-                fd = _acquire(folder / _LOCK, shared=False, timeout=0)
-                if fd is None:  # a live download: count what it announced
-                    reserved = sum(_announced(n) for n in tmps)
-                else:  # its writer died
-                    for name in tmps:
-                        (folder / name).unlink(missing_ok=True)
-                    os.close(fd)
-            size = used = 0
-            with suppress(OSError):
-                size = data.stat().st_size if data else 0
-                used = (folder / _META).stat().st_mtime_ns
-            entries.append(_Entry(folder, data, size, reserved, used))
-    return entries
-
-
-def _subdirs(path: Path) -> list[Path]:
-    try:
-        with os.scandir(path) as it:
-            return [Path(e.path) for e in it if e.is_dir(follow_symlinks=False)]
-    except OSError:
-        return []
-
-
-def _announced(tmp_name: str) -> int:
-    parts = tmp_name.split(".")
-    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
-
-
-def _data_name(url: str) -> str:
-    """The copy's file name: the remote base name, so extensions survive."""
-    name = url.rstrip("/").rsplit("/", 1)[-1]
-    name = name.encode()[-120:].decode(errors="ignore")  # within NAME_MAX, extension kept
-    return f"data{name}" if not name or name.startswith("_") else name
-
-
-def _stamp(st: os.stat_result) -> tuple[int, int, int]:
-    return (st.st_size, st.st_mtime_ns, st.st_ino)
-
-
-def _touch(folder: Path) -> None:
-    # An explicit time: the kernel's own "now" for mtime is coarse (jiffies), too coarse to
-    # order accesses made milliseconds apart.
-    now = time.time_ns()
-    os.utime(folder / _META, ns=(now, now))
-
-
-def _write_json(path: Path, value: Any) -> None:
-    tmp = path.with_name(f"{path.name}.{secrets.token_hex(4)}.part")
-    tmp.write_text(json.dumps(value))
-    os.replace(tmp, path)
+                disk.write_json(path, body)
