@@ -23,6 +23,8 @@ import logging
 import os
 import sys
 
+from phalanx.storage.redact import RedactingFormatter
+
 __all__ = ["ALL_RANKS_ENV", "get_logger"]
 
 ALL_RANKS_ENV = "PHALANX_LOG_ALL_RANKS"
@@ -76,7 +78,8 @@ def _shared_handler() -> _StdoutHandler:
     global _handler
     if _handler is None:
         handler = _StdoutHandler(sys.stdout)
-        handler.setFormatter(logging.Formatter(_FORMAT, datefmt=_DATEFMT))
+        # Masks any datastore credential this rank resolved (a `direct` input, the loader).
+        handler.setFormatter(RedactingFormatter(_FORMAT, datefmt=_DATEFMT))
         handler.addFilter(_RankFilter())
         _handler = handler
     return _handler
