@@ -251,3 +251,17 @@ def test_data_assets_versions_and_latest(cli: Cli, tmp_path: Path, azurite: Azur
 def test_bad_uris(cli: Cli, uri: str, message: str) -> None:
     proc = cli.run("data", "create", "--name", "x", "--path", uri)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "wasbs://data@myacct.blob.core.windows.net/imagenet/train",
+        "abfss://data@myacct.dfs.core.windows.net/imagenet/train",
+        "https://myacct.blob.core.windows.net/data/imagenet/train",
+    ],
+)
+def test_azure_url_forms_name_the_same_blob(uri: str) -> None:
+    """Plain Azure URLs resolve without a workspace (no network until read)."""
+    loc = resolve(uri, None)  # type: ignore[arg-type]
+    assert (loc.url, loc.path) == ("az://myacct/data/imagenet/train", "data/imagenet/train")

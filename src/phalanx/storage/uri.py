@@ -4,7 +4,7 @@ Accepted forms:
 
 - ``azureml://datastores/<name>/paths/<path>``: a path on a named datastore;
 - ``azureml:<asset>:<version>``, ``azureml:<asset>@latest``: a data asset;
-- ``az://<container>/<path>``, ``abfs://<container>@<account>.dfs.core.windows.net/<path>``
+- ``az://<container>/<path>``, ``abfs[s]://`` or ``wasb[s]://<container>@<account>…/<path>``
   and ``https://<account>.blob.core.windows.net/<container>/<path>``: Azure Blob with
   adlfs's own credentials from the environment (``AZURE_STORAGE_CONNECTION_STRING``,
   ``AZURE_STORAGE_ACCOUNT_NAME`` + ``AZURE_STORAGE_ACCOUNT_KEY`` / ``…_SAS_TOKEN``),
@@ -70,7 +70,7 @@ def resolve(uri: str, ws: Workspace) -> Location:
     scheme = parts.scheme.lower()
     if scheme in ("", "file"):
         return local(parts.path if scheme else uri)
-    if scheme in ("az", "abfs", "abfss"):
+    if scheme in ("az", "abfs", "abfss", "wasb", "wasbs"):
         return _azure(parts.netloc, parts.path, uri)
     if scheme == "https" and (host := _BLOB_HOST.match(parts.hostname or "")):
         container, _, path = parts.path.lstrip("/").partition("/")
