@@ -60,6 +60,7 @@ import platform
 import resource
 import shlex
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -219,9 +220,29 @@ def _process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def timed_pass(build: Callable[[], Any], server_pid: int) -> Pass:
+def start_proxy(azurite: Any, rtt_ms: float) -> tuple[subprocess.Popen[str], int]:
+    """A latency proxy in front of Azurite (benchmarks/latency_proxy.py); its port."""
+    from phalanx.launch.ports import free_port
+
+    port = free_port()
+    proxy = subprocess.Popen(
+        [sys.executable, str(REPO / "benchmarks" / "latency_proxy.py"), str(port),
+         str(azurite.port), str(rtt_ms / 2)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proxy.stdout is not None
+    if proxy.stdout.readline().strip() != "ready":
+        raise RuntimeError("the latency proxy did not start")
+    return proxy, port
+
+
+def _server_cpu(pids: tuple[int, ...]) -> float:
+    return sum(_process_cpu_seconds(pid) for pid in pids)
+
+
+def timed_pass(build: Callable[[], Any], server_pids: tuple[int, ...]) -> Pass:
     """Build a loader and read one full pass, the build included."""
-    cpu, server = _cpu_seconds(), _process_cpu_seconds(server_pid)
+    cpu, server = _cpu_seconds(), _server_cpu(server_pids)
     start = time.perf_counter()
     images = 0
     for batch, _labels in build():
@@ -231,7 +252,7 @@ def timed_pass(build: Callable[[], Any], server_pid: int) -> Pass:
         images,
         seconds,
         _cpu_seconds() - cpu,
-        _process_cpu_seconds(server_pid) - server,
+        _server_cpu(server_pids) - server,
     )
 
 
@@ -370,7 +391,7 @@ def run_round(
     }
     passes: dict[str, Pass] = {}
     for mode, build in plan.items():
-        passes[mode] = p = timed_pass(build, azurite.proc.pid)
+        passes[mode] = p = timed_pass(build, getattr(azurite, "pids", (azurite.proc.pid,)))
         if azurite.proc.poll() is not None:
             raise RuntimeError(f"Azurite exited with {azurite.proc.returncode} during mode {mode}")
         if p.images != data["images"]:
@@ -398,6 +419,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="smoke run: 4 x 20 images, 1 round")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument(
+        "--rtt-ms",
+        type=float,
+        default=0.0,
+        help="added round-trip time to Azurite (a latency proxy), to read it as a remote store",
+    )
     args = parser.parse_args()
     if args.quick:
         args.classes, args.per_class, args.rounds, args.shard_mb = 4, 20, 1, 0.5
@@ -409,10 +436,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="phalanx-data-bench-") as tmp:
         root = Path(tmp)
         azurite = servers.start_azurite(root / "azurite")
+        proxy = None
         try:
+            if args.rtt_ms > 0:
+                proxy = start_proxy(azurite, args.rtt_ms)
+                azurite.port, azurite.pids = proxy[1], (azurite.proc.pid, proxy[0].pid)
             data = prepare(args, root, servers, azurite)
             rounds = [run_round(args, data, root, azurite, r) for r in range(args.rounds)]
         finally:
+            if proxy is not None:
+                proxy[0].kill()
+                proxy[0].wait()
             servers.stop(azurite)
 
     def median(mode: str, value: Callable[[Pass], float]) -> float:
