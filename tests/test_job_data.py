@@ -284,3 +284,14 @@ def test_a_cancel_stops_a_download_between_files(
         finally:
             ws.close()
     assert not list((cache.root / "downloads").rglob("*.bin"))
+
+
+def test_an_output_on_the_default_datastore_is_written_in_place(cli: Cli, azurite: Azurite) -> None:
+    _setup(cli, azurite)
+    uri = "azureml://datastores/default/paths/results/run1"
+    job = _run(cli, "azureml://datastores/blobs/paths/val", "download",
+               result=f', path: "{uri}", mode: rw_mount')  # fmt: skip
+    written = cli.home / "datastore" / "results" / "run1"
+    assert sorted(p.name for p in written.iterdir()) == ["rank_0.json", "rank_1.json"]
+    assert json.loads((written / "rank_0.json").read_text())["files"] == _expected("val/")
+    assert not (Path(job["job_dir"]) / "mounts").exists()  # no FUSE needed for a local folder

@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def _is_local(loc: Location) -> bool:
+def is_local_fs(loc: Location) -> bool:
+    """Whether ``loc`` is on this machine's file system (a local datastore or path)."""
     return "file" in (loc.fs.protocol if isinstance(loc.fs.protocol, tuple) else (loc.fs.protocol,))
 
 
@@ -70,7 +71,7 @@ def check_inputs(spec: JobSpec, ws: Workspace) -> dict[str, Location]:
     """Fail before launch on an input that cannot be provided; return where each one is."""
     found = {name: locate(name, value, ws) for name, value in spec.data_inputs().items()}
     for name, loc in found.items():
-        if spec.data_inputs()[name].mode == "ro_mount" and not _is_local(loc):
+        if spec.data_inputs()[name].mode == "ro_mount" and not is_local_fs(loc):
             from phalanx.storage.mount import fuse_available
 
             if (reason := fuse_available()) is not None:
@@ -134,7 +135,7 @@ def make_ready(
             if canceled():
                 raise PreparationCanceled("canceled while preparing the inputs")
             loc = locate(name, value, ws)
-            if _is_local(loc):
+            if is_local_fs(loc):
                 ready.values[name] = loc.path
             elif value.mode == "direct":
                 ready.values[name] = value.path

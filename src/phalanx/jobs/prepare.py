@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from phalanx.errors import PhalanxError
-from phalanx.jobs.inputs import InputsReady, check_inputs, make_ready
+from phalanx.jobs.inputs import InputsReady, check_inputs, is_local_fs, make_ready
 from phalanx.spec import InputSpec, JobSpec, interpolate, render_literal
 from phalanx.storage.location import Location
 from phalanx.storage.uri import resolve
@@ -90,7 +90,7 @@ class Prepared:
 
 
 def check_outputs(spec: JobSpec, ws: Workspace) -> dict[str, Location]:
-    """Fail before launch on an output that cannot be written; return the remote ones.
+    """Fail before launch on an output that cannot be written; return the datastore ones.
 
     Raises:
         PhalanxError: naming the output and the path.
@@ -100,7 +100,12 @@ def check_outputs(spec: JobSpec, ws: Workspace) -> dict[str, Location]:
         if out.path is None:
             continue
         if not out.is_local:
-            if out.mode == "rw_mount":
+            try:
+                loc = resolve(out.path, ws)
+            except PhalanxError as exc:
+                raise PhalanxError(f"outputs.{name}: {exc}") from exc
+            remote[name] = loc
+            if out.mode == "rw_mount" and not is_local_fs(loc):
                 from phalanx.storage.mount import fuse_available
 
                 if out.type == "uri_file":
@@ -112,10 +117,6 @@ def check_outputs(spec: JobSpec, ws: Workspace) -> dict[str, Location]:
                     raise PhalanxError(
                         f"outputs.{name}: rw_mount needs FUSE ({reason}); use mode: upload"
                     )
-            try:
-                remote[name] = resolve(out.path, ws)
-            except PhalanxError as exc:
-                raise PhalanxError(f"outputs.{name}: {exc}") from exc
             continue
         existing = out.local_path
         while not existing.exists():
@@ -178,12 +179,20 @@ def prepare(
         uploads: dict[str, tuple[Path, Location]] = {}
         for name, out in spec.outputs.items():
             dest = remote_outputs.get(name)
+            in_place: Path | None = None
+            if dest is not None and is_local_fs(dest):
+                # A datastore on this machine's file system (`default`, a shared folder):
+                # written in place, nothing to upload or mount.
+                in_place, dest = Path(dest.path), None
             if dest is not None and out.mode == "rw_mount":
                 outputs[name] = str(_rw_mount(name, dest, paths, ready))
                 continue
-            folder = (
-                out.local_path if out.path is not None and dest is None else paths.outputs / name
-            )
+            if in_place is not None:
+                folder = in_place
+            elif out.path is not None and dest is None:
+                folder = out.local_path
+            else:
+                folder = paths.outputs / name
             if dest is not None and out.type == "uri_file":
                 # Written as outputs/<name>/<file name>; that folder goes to the file's folder.
                 base = dest.path.rpartition("/")[2]
