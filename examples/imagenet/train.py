@@ -71,6 +71,7 @@ from phalanx.train import (
     get_logger,
     heartbeat,
     init,
+    log_metrics,
     rng_state,
     set_rng_state,
     watch_preemption,
@@ -417,6 +418,10 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
                 synchronize(device)
                 now = time.perf_counter()
                 ips = interval_steps * args.batch_size / (now - interval_start)
+                log_metrics(
+                    {"train/loss": current, "train/lr": lr, "train/img_per_sec_per_rank": ips},
+                    step,
+                )
                 log.info(
                     "epoch %d step %d/%d loss %.4f lr %.4g  %.1f img/s per rank",
                     epoch + 1,
@@ -432,6 +437,7 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
         accuracy = evaluate(ddp_model, data, ctx, autocast)
         if accuracy is not None:
             val_stats.append({"epoch": epoch + 1, **accuracy})
+            log_metrics({"val/top1": accuracy["top1"], "val/top5": accuracy["top5"]}, step)
             log.info(
                 "epoch %d/%d: validation top-1 %.2f%%, top-5 %.2f%% (%d images)",
                 epoch + 1, args.epochs, 100 * accuracy["top1"], 100 * accuracy["top5"],
@@ -448,6 +454,7 @@ def train(args: argparse.Namespace, ctx: DistContext) -> None:
         # Collectives: every rank takes part, whatever it logs.
         rank_ips = images_done / seconds
         total_ips = all_reduce_sum(rank_ips, ctx)
+        log_metrics({"train/img_per_sec_total": total_ips}, step)
         epoch_stats.append(
             {
                 "epoch": epoch + 1,

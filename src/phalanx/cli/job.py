@@ -1,4 +1,4 @@
-"""``phalanx job …``: create, show, list, stream, cancel, validate."""
+"""``phalanx job …``: create, show, list, stream, metrics, cancel, preempt, validate."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from phalanx.cli.metrics import metrics_cmd
 from phalanx.cli.render import job_json, list_jobs, show_job
 from phalanx.cli.stream import stream_job
 from phalanx.jobs.control import cancel, preempt, refresh, submit
@@ -162,6 +163,14 @@ def stream_cmd(name: str, all_ranks: bool) -> int:
     ws = Workspace()
     ws.get_job(name)
     return follow(ws, name, all_ranks=all_ranks)
+
+
+@job_group.command("metrics")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Every metric's history, as JSON.")
+def job_metrics_cmd(name: str, as_json: bool) -> int:
+    """Latest value of each metric the job logged, with a compact history."""
+    return metrics_cmd(name, as_json)
 
 
 @job_group.command("cancel")

@@ -19,6 +19,7 @@ from phalanx.cli.cache import cache_group
 from phalanx.cli.data import data_group
 from phalanx.cli.datastore import datastore_group
 from phalanx.cli.job import create_and_maybe_stream, job_group, set_option
+from phalanx.cli.metrics import tensorboard_cmd
 from phalanx.errors import PhalanxError
 
 
@@ -32,6 +33,7 @@ cli.add_command(job_group)
 cli.add_command(datastore_group)
 cli.add_command(data_group)
 cli.add_command(cache_group)
+cli.add_command(tensorboard_cmd)
 
 
 @cli.command("run")

@@ -18,6 +18,7 @@ This package imports torch and nothing heavier.
 from phalanx.train.dist import DistContext, all_reduce_sum, cleanup, init
 from phalanx.train.heartbeat import heartbeat
 from phalanx.train.log import ALL_RANKS_ENV, get_logger
+from phalanx.train.metrics import flush_metrics, log_metric, log_metrics
 from phalanx.train.preemption import PREEMPTED_EXIT_CODE, PreemptionWatcher, watch_preemption
 from phalanx.train.uploads import request_upload
 
@@ -28,9 +29,12 @@ __all__ = [
     "PreemptionWatcher",
     "all_reduce_sum",
     "cleanup",
+    "flush_metrics",
     "get_logger",
     "heartbeat",
     "init",
+    "log_metric",
+    "log_metrics",
     "request_upload",
     "watch_preemption",
 ]

@@ -1,0 +1,63 @@
+"""Metrics from a real 2-rank job: metrics.jsonl, TensorBoard event files, `job metrics`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import Cli
+
+SCRIPT = """
+import os
+from phalanx.train import log_metric, log_metrics
+for step in range(1, 6):
+    log_metrics({"loss": 1.0 / step, "lr": 0.1}, step)
+log_metric("rank_id", float(os.environ["RANK"]), 5, all_ranks=True)
+log_metric("diverged", float("inf"), 6)
+"""
+
+JOB = """
+command: python metrics_job.py
+code: src
+resources: {instance_count: 1}
+distribution: {type: pytorch, process_count_per_instance: 2}
+limits: {timeout: 120}
+"""
+
+
+def test_metrics_land_once_in_order_and_read_back(cli: Cli) -> None:
+    cli.write("src/metrics_job.py", SCRIPT)
+    name = cli.create(cli.write("job.yml", JOB))
+    job = cli.wait(name, ("Completed", "Failed"))
+    assert job["status"] == "Completed", job
+    job_dir = Path(job["job_dir"])
+
+    records = [json.loads(line) for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
+    loss = [(r["step"], r["value"], r["rank"]) for r in records if r["name"] == "loss"]
+    assert loss == [(s, 1.0 / s, 0) for s in range(1, 6)]  # rank 0 only, once, in order
+    assert sorted(r["rank"] for r in records if r["name"] == "rank_id") == [0, 1]
+    diverged = next(r for r in records if r["name"] == "diverged")
+    assert diverged["value"] is None and diverged["text"] == "inf"
+
+    shown = json.loads(cli.run("job", "metrics", name, "--json", check=True).stdout)
+    assert shown["loss"] == [{"step": s, "value": 1.0 / s} for s in range(1, 6)]
+    table = cli.run("job", "metrics", name, check=True).stdout
+    assert "loss" in table and "0.2" in table and "nan/inf" in table
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(job_dir / "outputs" / "tensorboard" / "rank_0"))
+    events.Reload()
+    assert [(e.step, round(e.value, 6)) for e in events.Scalars("loss")] == [
+        (s, round(1.0 / s, 6)) for s in range(1, 6)
+    ]
+
+
+def test_tensorboard_of_a_job_without_event_files_is_a_clear_error(cli: Cli) -> None:
+    cli.write("src/metrics_job.py", "print('no metrics')\n")
+    name = cli.create(cli.write("job.yml", JOB))
+    cli.wait(name, ("Completed", "Failed"))
+    proc = cli.run("tensorboard", name)
+    assert proc.returncode == 2 and "no TensorBoard files" in proc.stderr
+    empty = cli.run("job", "metrics", name, check=True).stdout
+    assert "has logged no metrics yet" in empty
