@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -185,3 +186,20 @@ def cli(tmp_path: Path) -> Iterator[Cli]:
         with contextlib.suppress(psutil.Error):
             proc.kill()
     assert not leftovers, f"processes left behind: {[p.pid for p in leftovers]}"
+
+
+@pytest.fixture
+def warned() -> Iterator[list[str]]:
+    """The warnings phalanx.checkpoint logs during the test."""
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno >= logging.WARNING:
+                lines.append(record.getMessage())
+
+    handler = Collect()
+    logger = logging.getLogger("phalanx.checkpoint")
+    logger.addHandler(handler)
+    yield lines
+    logger.removeHandler(handler)

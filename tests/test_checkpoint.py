@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import pickle
 import random
@@ -22,7 +21,7 @@ import textwrap
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -40,23 +39,6 @@ from phalanx.train.checkpoint import _fs
 def _one_process_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in (*LAUNCH_VARS, "PHALANX_CHECKPOINT_DIR"):
         monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def warned() -> Iterator[list[str]]:
-    """The warnings phalanx.checkpoint logs during the test."""
-    lines: list[str] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            if record.levelno >= logging.WARNING:
-                lines.append(record.getMessage())
-
-    handler = Collect()
-    logger = logging.getLogger("phalanx.checkpoint")
-    logger.addHandler(handler)
-    yield lines
-    logger.removeHandler(handler)
 
 
 def assert_same(a: Any, b: Any, where: str = "state") -> None:

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import secrets
 import textwrap
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ import torch
 from adlfs import AzureBlobFileSystem
 from azure.storage.blob import ContainerClient
 
-from conftest import LAUNCH_VARS, torchrun
+from conftest import torchrun
 from phalanx.errors import PhalanxError
 from phalanx.launch.ports import free_port
 from phalanx.storage.datastores import AzureBlobDatastore
@@ -32,33 +31,17 @@ from phalanx.train import Checkpointer
 from phalanx.train.checkpoint import _fs
 from phalanx.workspace import Workspace
 from servers import AZURITE_ACCOUNT, AZURITE_KEY, Azurite
-from test_checkpoint import Payload, Run, assert_same, clone, commit_by_hand
+from test_checkpoint import (
+    Payload,
+    Run,
+    _one_process_env,  # noqa: F401 (an autouse fixture, applied here too)
+    assert_same,
+    clone,
+    commit_by_hand,
+)
 
 PREFIX = "run1/checkpoints"
 URI = f"azureml://datastores/ck/paths/{PREFIX}"
-
-
-@pytest.fixture(autouse=True)
-def _one_process_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (*LAUNCH_VARS, "PHALANX_CHECKPOINT_DIR"):
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def warned() -> Iterator[list[str]]:
-    """The warnings phalanx.checkpoint logs during the test."""
-    lines: list[str] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            if record.levelno >= logging.WARNING:
-                lines.append(record.getMessage())
-
-    handler = Collect()
-    logger = logging.getLogger("phalanx.checkpoint")
-    logger.addHandler(handler)
-    yield lines
-    logger.removeHandler(handler)
 
 
 def register(name: str, container: str, endpoint: str, key_env: str = "AZ_KEY") -> None:

@@ -17,27 +17,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fsspec.implementations.local import LocalFileSystem
 
 import servers
 from phalanx.errors import PhalanxError
 from phalanx.storage.location import Location
 from phalanx.storage.rwmount import RwMountHandle, start_rw_mount
+from test_mount import CountingFS, in_mount_table
 
 FILES = {"a.txt": b"alpha\n", "sub/b.bin": os.urandom(300_000), "sub/deeper/c.txt": b"c" * 10}
 
 
-class StoreFS(LocalFileSystem):
-    """The local file system, logging downloads to ``log`` and refusing ``*.refused``."""
-
-    def __init__(self, log: str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.log = Path(log)
-
-    def get_file(self, path1: str, path2: str, callback: Any = None, **kwargs: Any) -> None:
-        with self.log.open("a") as f:
-            f.write(f"{path1}\n")
-        super().get_file(path1, path2, callback=callback, **kwargs)
+class StoreFS(CountingFS):
+    """test_mount's counting file system, also refusing uploads of ``*.refused``."""
 
     def put_file(self, path1: str, path2: str, callback: Any = None, **kwargs: Any) -> None:
         if path2.endswith(".refused"):
@@ -57,11 +48,6 @@ class Mounted:
     def fetched(self) -> list[str]:
         text = self.downloads.read_text() if self.downloads.exists() else ""
         return [line[len(str(self.store)) + 1 :] for line in text.splitlines()]
-
-
-def in_mount_table(path: Path) -> bool:
-    with open("/proc/self/mountinfo") as table:
-        return any(line.split()[4] == str(path) for line in table)
 
 
 def sizes(root: Path) -> set[tuple[str, int]]:

@@ -8,20 +8,13 @@ from dataclasses import asdict
 import click
 from rich.console import Console
 
-from phalanx.storage.cache import NodeCache
+from phalanx.storage.cache import NodeCache, human_size
 
 console = Console()
 
 
 def _human(n: int | None) -> str:
-    if n is None:
-        return "none"
-    value = float(n)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if value < 1000 or unit == "TB":
-            return f"{value:.1f} {unit}" if unit != "B" else f"{n} B"
-        value /= 1000
-    return f"{n} B"
+    return "none" if n is None else human_size(n)
 
 
 @click.group("cache")

@@ -17,10 +17,10 @@ import tarfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from phalanx.data.shards import INDEX_NAME, ShardIndex, ShardInfo
 from phalanx.errors import PhalanxError
 
 
@@ -56,7 +56,7 @@ class LocalShardSource:
 
     def index(self) -> dict[str, Any]:
         """The parsed ``index.json`` under the root."""
-        path = self.root / "index.json"
+        path = self.root / INDEX_NAME
         try:
             doc = json.loads(path.read_bytes())
         except FileNotFoundError:
@@ -78,39 +78,22 @@ class LocalShardSource:
         yield path
 
 
-@dataclass(frozen=True)
-class Shard:
-    name: str
-    samples: int
-    size: int
-    sha256: str
+def parse_index(doc: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[ShardInfo, ...]]:
+    """Classes and shards from an ``index.json`` document; raises PhalanxError if malformed.
 
-
-def parse_index(doc: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[Shard, ...]]:
-    """Classes and shards from an ``index.json`` document; raises PhalanxError if malformed."""
-    fix = "re-run the conversion to rebuild the dataset"
-    if doc.get("format") != "phalanx-shards" or doc.get("version") != 1:
-        raise PhalanxError(
-            f"index.json: format {doc.get('format')!r} version {doc.get('version')!r} is not "
-            f"'phalanx-shards' version 1; {fix}"
-        )
-    try:
-        classes = tuple(doc["classes"])
-        shards = tuple(
-            Shard(str(s["name"]), int(s["samples"]), int(s["bytes"]), str(s["sha256"]))
-            for s in doc["shards"]
-        )
-        total = int(doc["samples"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise PhalanxError(f"index.json: missing or malformed field ({exc!r}); {fix}") from exc
-    for s in shards:
-        if Path(s.name).name != s.name or s.name in ("", ".", "..") or s.samples < 0:
-            raise PhalanxError(f"index.json: bad shard record {s}; {fix}")
-    if not all(isinstance(c, str) for c in classes) or total != sum(s.samples for s in shards):
-        raise PhalanxError(f"index.json: classes or sample count inconsistent; {fix}")
-    if total == 0:
-        raise PhalanxError("index.json: the dataset holds no samples")
-    return classes, shards
+    On top of :meth:`ShardIndex.from_doc`'s checks: a shard name is a plain file name (an
+    index must not send a reader outside the dataset's folder), and the dataset is not empty.
+    """
+    index = ShardIndex.from_doc(doc)
+    for s in index.shards:
+        if Path(s.name).name != s.name or s.name in ("", ".", ".."):
+            raise PhalanxError(
+                f"{INDEX_NAME}: shard name {s.name!r} is not a plain file name; "
+                "re-run the conversion to rebuild the dataset"
+            )
+    if index.samples == 0:
+        raise PhalanxError(f"{INDEX_NAME}: the dataset holds no samples")
+    return tuple(index.classes), tuple(index.shards)
 
 
 class _Damaged(Exception):
@@ -128,9 +111,9 @@ def _sha256(path: Path) -> str:
 class OpenShard:
     """A checked local shard: where each sample's image lies, and its label."""
 
-    def __init__(self, path: Path, shard: Shard, *, verify: bool) -> None:
-        if (actual := path.stat().st_size) != shard.size:
-            raise _Damaged(f"has {actual} bytes, index.json says {shard.size}")
+    def __init__(self, path: Path, shard: ShardInfo, *, verify: bool) -> None:
+        if (actual := path.stat().st_size) != shard.bytes:
+            raise _Damaged(f"has {actual} bytes, index.json says {shard.bytes}")
         if verify and (digest := _sha256(path)) != shard.sha256:
             raise _Damaged(f"has sha256 {digest}, index.json says {shard.sha256}")
         self.path = path
@@ -173,12 +156,12 @@ class OpenShard:
 
 
 def open_checked(
-    source: ShardSource, shard: Shard, verify: bool
+    source: ShardSource, shard: ShardInfo, verify: bool
 ) -> tuple[AbstractContextManager[Path], OpenShard]:
     """Open and check ``shard``, fetching it once more if the copy is damaged."""
     problem = ""
     for refetch in (False, True):
-        ctx = source.open_shard(shard.name, shard.sha256, shard.size, refetch=refetch)
+        ctx = source.open_shard(shard.name, shard.sha256, shard.bytes, refetch=refetch)
         path = ctx.__enter__()
         try:
             return ctx, OpenShard(path, shard, verify=verify)

@@ -122,6 +122,11 @@ class ShardIndex:
             doc = json.loads(text)
         except (ValueError, UnicodeDecodeError) as exc:
             raise PhalanxError(f"{where}: not a valid JSON document ({exc})") from exc
+        return cls.from_doc(doc, where=where)
+
+    @classmethod
+    def from_doc(cls, doc: Any, *, where: str = INDEX_NAME) -> ShardIndex:
+        """Validate an already parsed index document; see :meth:`from_json`."""
         fix = "re-run `phalanx data convert` to rebuild the dataset"
         if not isinstance(doc, dict):
             raise PhalanxError(f"{where}: expected a JSON object; {fix}")

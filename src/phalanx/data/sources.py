@@ -19,11 +19,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from phalanx.data.shards import INDEX_NAME
 from phalanx.data.stream import LocalShardSource, ShardSource
 from phalanx.errors import PhalanxError
 from phalanx.storage.location import Location
-
-INDEX_NAME = "index.json"
 
 
 class CachedShardSource:

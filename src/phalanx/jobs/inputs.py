@@ -69,9 +69,10 @@ def locate(name: str, value: InputSpec, ws: Workspace) -> Location:
 
 def check_inputs(spec: JobSpec, ws: Workspace) -> dict[str, Location]:
     """Fail before launch on an input that cannot be provided; return where each one is."""
-    found = {name: locate(name, value, ws) for name, value in spec.data_inputs().items()}
+    inputs = spec.data_inputs()
+    found = {name: locate(name, value, ws) for name, value in inputs.items()}
     for name, loc in found.items():
-        if spec.data_inputs()[name].mode == "ro_mount" and not is_local_fs(loc):
+        if inputs[name].mode == "ro_mount" and not is_local_fs(loc):
             from phalanx.storage.mount import fuse_available
 
             if (reason := fuse_available()) is not None:

@@ -39,21 +39,28 @@ class Prepared:
     """Outputs copied to a datastore: name → (local folder, destination)."""
     ready: InputsReady | None = None
 
-    def upload(self) -> None:
-        """Copy every upload-mode output's new and changed files to its datastore."""
+    def upload(self) -> list[str]:
+        """Copy every upload-mode output's new and changed files to its datastore.
+
+        Returns:
+            One line per output that could not be copied (also logged); empty if all were.
+        """
         from phalanx.storage.upload import upload_folder
 
+        problems: list[str] = []
         for name, (folder, dest) in self.uploads.items():
             try:
                 report = upload_folder(folder, dest)
             except PhalanxError as exc:
                 log.error("outputs.%s: upload to %s failed: %s", name, dest.url, exc)
+                problems.append(f"outputs.{name}: {exc}")
                 continue
             if report.uploaded:
                 log.info(
                     "outputs.%s: %d file(s), %.1f MB uploaded to %s",
                     name, report.uploaded, report.bytes / 1e6, dest.url,
                 )  # fmt: skip
+        return problems
 
     def finish(self) -> None:
         """Make the outputs final before the job is called Completed: every upload-mode
@@ -62,14 +69,7 @@ class Prepared:
         Raises:
             PhalanxError: naming each output that could not be made final.
         """
-        from phalanx.storage.upload import upload_folder
-
-        problems: list[str] = []
-        for name, (folder, dest) in self.uploads.items():
-            try:
-                upload_folder(folder, dest)
-            except PhalanxError as exc:
-                problems.append(f"outputs.{name}: {exc}")
+        problems = self.upload()
         ready, self.ready = self.ready, None
         if ready is not None:
             try:

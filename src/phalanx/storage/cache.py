@@ -72,7 +72,8 @@ def parse_size(text: str) -> int:
     return int(Decimal(number) * (1024 if binary else 1000) ** power)
 
 
-def _human(n: int) -> str:
+def human_size(n: int) -> str:
+    """Bytes for people: ``812 B``, ``3.4 MB`` (powers of 1000)."""
     value, units = float(n), ["B", "kB", "MB", "GB", "TB"]
     while value >= 1000 and len(units) > 1:
         value /= 1000
@@ -273,7 +274,7 @@ class NodeCache:
             PhalanxError: Not enough unpinned entries to free.
         """
         with self._ledger() as ledger:
-            return self._make_room(ledger, bytes_needed, f"{_human(bytes_needed)} more")
+            return self._make_room(ledger, bytes_needed, f"{human_size(bytes_needed)} more")
 
     # -- entries --------------------------------------------------------------------------
 
@@ -363,7 +364,7 @@ class NodeCache:
             self._reserve(remote.size, loc.url, tmp)
             done = False
             try:
-                log.debug("downloading %s (%s) into %s", loc.url, _human(remote.size), data)
+                log.debug("downloading %s (%s) into %s", loc.url, human_size(remote.size), data)
                 download(loc, tmp)
                 found = copy_problem(tmp, remote, sha256)
                 if found is None:
@@ -424,24 +425,24 @@ class NodeCache:
                 break
             # Folders without a copy (failed fetches) sort first and go too: they cost nothing.
             if disk.remove_entry(entry.folder):
-                log.debug("evicted %s (%s)", entry.data or entry.folder, _human(entry.size))
+                log.debug("evicted %s (%s)", entry.data or entry.folder, human_size(entry.size))
                 ledger.bytes -= entry.size
                 freed += entry.size
         if self._shortage(ledger, needed) > 0:
             if self.max_bytes is not None and ledger.bytes + needed > self.max_bytes:
-                reason = f"the other {_human(ledger.bytes)} are pinned or being downloaded"
+                reason = f"the other {human_size(ledger.bytes)} are pinned or being downloaded"
                 fix = f"raise {MAX_ENV} or end the jobs that pin them"
             else:
-                free = _human(shutil.disk_usage(self.root).free)
-                reason = f"{free} is free and {_human(self.min_free_bytes or 0)} must stay free"
+                free = human_size(shutil.disk_usage(self.root).free)
+                reason = f"{free} is free and {human_size(self.min_free_bytes or 0)} must stay free"
                 fix = f"free disk space or lower {MIN_FREE_ENV}"
             raise self._cannot_hold(what, needed, reason, fix)
         return freed
 
     def _cannot_hold(self, what: str, needed: int, reason: str, fix: str) -> PhalanxError:
-        cap = "no cap" if self.max_bytes is None else f"cap {_human(self.max_bytes)}"
+        cap = "no cap" if self.max_bytes is None else f"cap {human_size(self.max_bytes)}"
         return PhalanxError(
-            f"node cache at {self.root} ({cap}) cannot hold {what} ({_human(needed)}): "
+            f"node cache at {self.root} ({cap}) cannot hold {what} ({human_size(needed)}): "
             f"{reason}; {fix}"
         )
 
