@@ -61,3 +61,52 @@ def test_tensorboard_of_a_job_without_event_files_is_a_clear_error(cli: Cli) -> 
     assert proc.returncode == 2 and "no TensorBoard files" in proc.stderr
     empty = cli.run("job", "metrics", name, check=True).stdout
     assert "has logged no metrics yet" in empty
+
+
+BUSY = """
+import time
+end = time.time() + 2.5
+while time.time() < end:
+    pass
+"""
+
+# No GPU here: a stand-in `nvidia-smi` answers the one query phalanx makes, as the real
+# one prints it (index, utilization.gpu %, memory.used MiB), so the parsing is exercised.
+FAKE_NVIDIA_SMI = """#!/bin/sh
+echo "0, 87, 2048"
+echo "1, [N/A], [N/A]"
+"""
+
+
+def test_system_metrics_are_sampled_during_the_job(cli: Cli, tmp_path: Path) -> None:
+    fake_bin = tmp_path / "fakebin"
+    fake_bin.mkdir()
+    (fake_bin / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
+    (fake_bin / "nvidia-smi").chmod(0o755)
+    cli.env["PATH"] = f"{fake_bin}:{cli.env['PATH']}"
+    cli.env["PHALANX_SYSTEM_METRICS_INTERVAL"] = "0.4"
+    cli.write("src/metrics_job.py", BUSY)
+    name = cli.create(cli.write("job.yml", JOB))
+    job = cli.wait(name, ("Completed", "Failed"))
+    assert job["status"] == "Completed", job
+
+    lines = Path(job["job_dir"], "system_metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    by_name: dict[str, list[float]] = {}
+    for r in records:
+        by_name.setdefault(r["name"], []).append(r["value"])
+    assert len(by_name["system/cpu_percent"]) >= 4
+    # Two ranks spinning on two cores: the job's own processes show up busy.
+    assert max(by_name["system/job_cpu_percent"]) > 50
+    assert 0 < max(by_name["system/job_rss_gb"]) < 24
+    assert 0 < by_name["system/memory_percent"][-1] <= 100
+    assert set(by_name["system/gpu0/utilization_percent"]) == {87.0}
+    assert set(by_name["system/gpu0/memory_used_gb"]) == {2.0}
+    assert not any(n.startswith("system/gpu1") for n in by_name)  # [N/A] skipped
+    steps = [r["step"] for r in records if r["name"] == "system/cpu_percent"]
+    assert steps == list(range(len(steps)))
+
+    table = cli.run("job", "metrics", name, check=True).stdout
+    assert "system/job_cpu_percent" in table and "SAMPLE" in table
+    shown = json.loads(cli.run("job", "metrics", name, "--json", check=True).stdout)
+    assert shown["system/gpu0/utilization_percent"][-1]["value"] == 87.0

@@ -20,6 +20,7 @@ from phalanx.cli.data import data_group
 from phalanx.cli.datastore import datastore_group
 from phalanx.cli.job import create_and_maybe_stream, job_group, set_option
 from phalanx.cli.metrics import tensorboard_cmd
+from phalanx.cli.model import model_group
 from phalanx.errors import PhalanxError
 
 
@@ -33,6 +34,7 @@ cli.add_command(job_group)
 cli.add_command(datastore_group)
 cli.add_command(data_group)
 cli.add_command(cache_group)
+cli.add_command(model_group)
 cli.add_command(tensorboard_cmd)
 
 

@@ -7,7 +7,6 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 from rich.console import Console
@@ -15,34 +14,10 @@ from rich.table import Table
 
 from phalanx.errors import PhalanxError
 from phalanx.workspace import Workspace
+from phalanx.workspace.metrics import SYSTEM_METRICS_FILE, History, read_metrics
 
 console = Console()
-METRICS_FILE = "metrics.jsonl"  # phalanx.train.metrics.METRICS_FILE; cli never imports train
 _BARS = "▁▂▃▄▅▆▇█"
-
-
-def read_metrics(job_dir: Path) -> dict[str, list[tuple[int | None, float | None]]]:
-    """Each metric's ``(step, value)`` history in step order; a step logged again (by
-    the attempt that resumed) keeps its last value. A torn last line is skipped."""
-    latest: dict[str, dict[Any, tuple[int, float | None]]] = {}
-    try:
-        lines = (job_dir / METRICS_FILE).read_text().splitlines()
-    except FileNotFoundError:
-        return {}
-    for order, line in enumerate(lines):
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        step = record.get("step")
-        key = step if step is not None else ("t", order)
-        latest.setdefault(str(record["name"]), {})[key] = (order, record.get("value"))
-    history: dict[str, list[tuple[int | None, float | None]]] = {}
-    for name, points in latest.items():
-        stepped = sorted((k, v) for k, (_, v) in points.items() if not isinstance(k, tuple))
-        unstepped = sorted((o, v) for k, (o, v) in points.items() if isinstance(k, tuple))
-        history[name] = [*stepped, *((None, v) for _, v in unstepped)]
-    return history
 
 
 def sparkline(values: list[float | None], width: int = 24) -> str:
@@ -59,25 +34,36 @@ def sparkline(values: list[float | None], width: int = 24) -> str:
 
 
 def metrics_cmd(name: str, as_json: bool) -> int:
-    """Latest value of each metric the job logged, with a compact history."""
+    """Latest value of each metric the job logged (and of the system metrics sampled
+    during it), with a compact history."""
     ws = Workspace()
-    job = ws.get_job(name)
-    history = read_metrics(Path(job.job_dir))
+    job_dir = Path(ws.get_job(name).job_dir)
+    history = read_metrics(job_dir)
+    system = read_metrics(job_dir, SYSTEM_METRICS_FILE)
     if as_json:
+        both = {**history, **system}
         click.echo(
             json.dumps(
-                {m: [{"step": s, "value": v} for s, v in points] for m, points in history.items()},
+                {m: [{"step": s, "value": v} for s, v in points] for m, points in both.items()},
                 indent=2,
             )
         )
         return 0
-    if not history:
+    if history:
+        console.print(_table(history, "STEP"))
+    else:
         console.print(
             f"job {name} has logged no metrics yet (phalanx.train.log_metric writes them)"
         )
-        return 0
+    if system:
+        console.print()
+        console.print(_table(system, "SAMPLE"))
+    return 0
+
+
+def _table(history: History, step_label: str) -> Table:
     table = Table(box=None, header_style="bold")
-    for column in ("METRIC", "STEP", "LATEST", "MIN", "MAX", "HISTORY"):
+    for column in ("METRIC", step_label, "LATEST", "MIN", "MAX", "HISTORY"):
         table.add_column(column)
     for metric, points in sorted(history.items()):
         values = [v for _, v in points]
@@ -91,8 +77,7 @@ def metrics_cmd(name: str, as_json: bool) -> int:
             f"{max(finite):.4g}" if finite else "",
             sparkline(values),
         )
-    console.print(table)
-    return 0
+    return table
 
 
 @click.command("tensorboard")

@@ -14,6 +14,7 @@ import psutil
 
 from phalanx.compute.local import LocalCompute
 from phalanx.errors import PhalanxError
+from phalanx.jobs.sysmetrics import INTERVAL_ENV
 from phalanx.spec import JobSpec
 from phalanx.workspace import JobRecord, JobStatus, RootCause, Workspace
 from phalanx.workspace.layout import HOME_ENV
@@ -32,7 +33,7 @@ def submit(ws: Workspace, spec: JobSpec, spec_text: str) -> JobRecord:
     env[HOME_ENV] = str(ws.home)
     # Settings of this user, not markers of a job: the node cache's are kept.
     for keep, value in os.environ.items():
-        if keep in ("PHALANX_DEBUG", LIMIT_ENV) or keep.startswith("PHALANX_CACHE_"):
+        if keep in ("PHALANX_DEBUG", LIMIT_ENV, INTERVAL_ENV) or keep.startswith("PHALANX_CACHE_"):
             env[keep] = value
     with open(paths.supervisor_log, "ab") as log:
         proc = subprocess.Popen(

@@ -154,8 +154,11 @@ def _rw_mount(name: str, dest: Location, paths: JobPaths, ready: InputsReady) ->
 
 def check(spec: JobSpec, ws: Workspace) -> None:
     """Everything :func:`prepare` would refuse, checked before a job is created."""
+    from phalanx.jobs.register import check_registrations
+
     check_inputs(spec, ws)
     check_outputs(spec, ws)
+    check_registrations(spec, ws)
 
 
 def prepare(

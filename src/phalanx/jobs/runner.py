@@ -38,6 +38,8 @@ from phalanx.errors import PhalanxError
 from phalanx.jobs.inputs import PreparationCanceled
 from phalanx.jobs.policy import decide
 from phalanx.jobs.prepare import Prepared, prepare
+from phalanx.jobs.register import register_outputs
+from phalanx.jobs.sysmetrics import SystemSampler
 from phalanx.jobs.uploads import UPLOAD_REQUEST, UploadLoop
 from phalanx.jobs.watchdog import STACK_DUMP_WAIT_S, Watchdog, dump_stacks
 from phalanx.launch.exitcodes import PREEMPTED_EXIT_CODE
@@ -109,6 +111,13 @@ class JobRunner:
             return self._finish(JobStatus.CANCELED, None)
         if not self.ws.set_status(self.name, JobStatus.PREPARING):
             return self.ws.get_job(self.name).status  # ended meanwhile (canceled)
+        sampler = SystemSampler(self.paths.root).start()
+        try:
+            return self._prepare_and_run(spec, deadline)
+        finally:
+            sampler.stop()
+
+    def _prepare_and_run(self, spec: JobSpec, deadline: float | None) -> JobStatus:
         try:
             prepared = prepare(spec, self.paths, self.ws, canceled=self._cancelled)
         except PreparationCanceled:
@@ -141,6 +150,11 @@ class JobRunner:
                     log.error("finalizing outputs failed: %s", exc)
                     message = f"the job's outputs could not be saved: {exc}"
                     return self._finish(JobStatus.FAILED, RootCause(message=message))
+                try:
+                    register_outputs(spec, self.ws, self.name)
+                except PhalanxError as exc:
+                    log.error("%s", exc)
+                    return self._finish(JobStatus.FAILED, RootCause(message=str(exc)))
                 return self._finish(JobStatus.COMPLETED, None)
             if outcome.status is AttemptStatus.CANCELED:
                 return self._finish(JobStatus.CANCELED, None)

@@ -7,6 +7,7 @@ phalanx's own block.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -28,6 +29,11 @@ _LATER_ASSET_TYPES = frozenset(
 )
 
 
+# The registry's rules (phalanx.registry.check_name); spec does not import the registry.
+_REGISTER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
+_REGISTER_VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
 class SpecModel(BaseModel):
     """Base of every spec model: unknown keys are errors; numbers are fine as strings."""
 
@@ -42,8 +48,12 @@ class SpecModel(BaseModel):
 
 def _check_asset_type(value: Any, what: str) -> Any:
     if isinstance(value, str) and value in _LATER_ASSET_TYPES:
+        if what == "output" and value == "custom_model":
+            return value
+        also = ", type: custom_model" if what == "output" else ""
         raise user_error(
-            f"{what} type '{value}' is not supported yet; use type: uri_folder or type: uri_file"
+            f"{what} type '{value}' is not supported yet; use type: uri_folder or "
+            f"type: uri_file{also}"
         )
     return value
 
@@ -113,19 +123,53 @@ class InputSpec(_DataPath, SpecModel):
 
 
 class OutputSpec(_DataPath, SpecModel):
-    """A data output (``outputs.<name>``; a null value means all defaults)."""
+    """A data output (``outputs.<name>``; a null value means all defaults).
 
-    type: Literal["uri_folder", "uri_file"] = "uri_folder"
-    """A folder or a single file."""
+    With ``name``, the output is registered when the job completes, as Azure ML
+    does: a ``custom_model`` output as a version of the model ``name`` (its files
+    copied into the registry), a ``uri_folder``/``uri_file`` output as a version of
+    the data asset ``name``.
+    """
+
+    type: Literal["uri_folder", "uri_file", "custom_model"] = "uri_folder"
+    """A folder, a single file, or a model's folder."""
     path: str | None = None
     """Where the output is kept; ``None`` lets phalanx choose a folder in the job's record."""
     mode: Literal["rw_mount", "upload"] = "rw_mount"
     """Written in place through a mount, or written locally and uploaded at the end."""
+    name: str | None = None
+    """Register the output under this model (or data asset) name when the job completes."""
+    version: str | None = None
+    """The version to register; the next number when absent."""
 
     @field_validator("type", mode="before")
     @classmethod
     def _type_supported(cls, value: Any) -> Any:
         return _check_asset_type(value, "output")
+
+    @field_validator("name")
+    @classmethod
+    def _name_valid(cls, value: str | None) -> str | None:
+        if value is not None and (not _REGISTER_NAME_RE.match(value) or ".." in value):
+            raise user_error(
+                f"'{value}' is not a valid name to register; use letters, digits, '_', '-' "
+                "and '.', starting with a letter or digit"
+            )
+        return value
+
+    @field_validator("version")
+    @classmethod
+    def _version_valid(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        if info.data.get("name") is None:
+            raise user_error("a version needs a name to register the output under; add name:")
+        if not _REGISTER_VERSION_RE.match(value) or ".." in value or value == "latest":
+            raise user_error(
+                f"'{value}' is not a valid version; use letters, digits, '_', '-' and '.' "
+                "(not 'latest'), or leave it out to get the next number"
+            )
+        return value
 
     @field_validator("path")
     @classmethod

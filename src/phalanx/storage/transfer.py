@@ -234,7 +234,7 @@ def fetch_folder(
     """
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
-    files = _list_files(loc)
+    files = list_files(loc)
     dest.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(dest / f"{MANIFEST}.lock"))
     if not lock.acquire(blocking=False):
@@ -299,7 +299,7 @@ def _md5_hex(raw: object) -> str | None:
     return None
 
 
-def _list_files(loc: Location) -> dict[str, tuple[Location, RemoteInfo]]:
+def list_files(loc: Location) -> dict[str, tuple[Location, RemoteInfo]]:
     """Files under ``loc`` by path relative to it (a file location lists itself)."""
     found = retrying(loc.url, "list", lambda: loc.fs.find(loc.path, detail=True))
     if not found and not retrying(loc.url, "list", lambda: loc.fs.isdir(loc.path)):

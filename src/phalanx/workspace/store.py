@@ -30,7 +30,7 @@ from phalanx.workspace.records import (
 )
 from phalanx.workspace.snapshot import snapshot_code
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     name TEXT PRIMARY KEY,
@@ -80,6 +80,19 @@ CREATE TABLE IF NOT EXISTS data_assets (
     created_at REAL NOT NULL,
     PRIMARY KEY (name, version)
 );
+CREATE TABLE IF NOT EXISTS models (
+    name TEXT NOT NULL,
+    version TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    source TEXT NOT NULL,
+    job_name TEXT,
+    files_json TEXT NOT NULL,
+    metrics_json TEXT NOT NULL DEFAULT '{}',
+    description TEXT,
+    tags_json TEXT NOT NULL DEFAULT '{}',
+    created_at REAL NOT NULL,
+    PRIMARY KEY (name, version)
+);
 """
 # Each step upgrades a workspace from the version before it.
 _MIGRATIONS: dict[int, list[str]] = {
@@ -87,6 +100,7 @@ _MIGRATIONS: dict[int, list[str]] = {
     3: ["ALTER TABLE attempts ADD COLUMN note TEXT"],
     # The datastores and data_assets tables, as in _SCHEMA.
     4: [sql for sql in _SCHEMA.split(";") if "datastores (" in sql or "data_assets (" in sql],
+    5: [sql for sql in _SCHEMA.split(";") if "models (" in sql],
 }
 
 

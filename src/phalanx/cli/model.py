@@ -1,0 +1,166 @@
+"""``phalanx model …``: register, list, show and download model versions."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from phalanx.errors import PhalanxError
+from phalanx.registry import ModelVersion, download_model, get_model, list_models, register_model
+from phalanx.storage.cache import human_size
+from phalanx.storage.uri import is_uri
+from phalanx.workspace import Workspace
+
+console = Console()
+
+
+@click.group("model")
+def model_group() -> None:
+    """The model registry: named, immutable versions of a model's files."""
+
+
+def _when(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _tags(values: tuple[str, ...]) -> dict[str, str]:
+    tags: dict[str, str] = {}
+    for value in values:
+        key, sep, val = value.partition("=")
+        if not sep or not key:
+            raise PhalanxError(f"--tag {value!r}: write KEY=VALUE")
+        tags[key] = val
+    return tags
+
+
+def _json(model: ModelVersion) -> dict[str, Any]:
+    return {
+        "name": model.name,
+        "version": model.version,
+        "uri": model.uri,
+        "source": model.source,
+        "job": model.job_name,
+        "created_at": _when(model.created_at),
+        "description": model.description,
+        "tags": model.tags,
+        "size": model.size,
+        "metrics": model.metrics,
+        "files": [f.to_json() for f in model.files],
+        "folder": str(model.folder),
+    }
+
+
+@model_group.command("create")
+@click.option("--name", required=True, help="The model's name.")
+@click.option(
+    "--path",
+    required=True,
+    help="A job output (azureml://jobs/<job>/outputs/<output>[/paths/<p>]), a datastore "
+    "URI (azureml://datastores/…, az://…, s3://…) or a local file or folder.",
+)
+@click.option("--version", help="The version; the next integer when left out.")
+@click.option("--description")
+@click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Repeatable.")
+def create_cmd(
+    name: str, path: str, version: str | None, description: str | None, tags: tuple[str, ...]
+) -> int:
+    """Copy a model's files into the registry as a new, immutable version."""
+    ws = Workspace()
+    if not is_uri(path):
+        path = str(Path(path.removeprefix("file://")).expanduser().absolute())
+    model = register_model(
+        ws, name=name, path=path, version=version, description=description, tags=_tags(tags)
+    )
+    job = f" from job {model.job_name}" if model.job_name else ""
+    console.print(
+        f"model [bold]{model.name}:{model.version}[/bold] registered{job}: "
+        f"{len(model.files)} file(s), {human_size(model.size)}"
+    )
+    return 0
+
+
+@model_group.command("list")
+@click.option("--name", help="Only this model's versions.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def list_cmd(name: str | None, as_json: bool) -> int:
+    """Registered model versions, by name then oldest first."""
+    models = list_models(Workspace(), name)
+    if as_json:
+        click.echo(json.dumps([_json(m) for m in models], indent=2))
+        return 0
+    if not models:
+        console.print("no models registered (phalanx model create --name … --path …)")
+        return 0
+    table = Table(box=None, header_style="bold")
+    for column in ("NAME", "VERSION", "FILES", "SIZE", "JOB", "CREATED"):
+        table.add_column(column)
+    for m in models:
+        table.add_row(
+            m.name,
+            m.version,
+            str(len(m.files)),
+            human_size(m.size),
+            m.job_name or "",
+            _when(m.created_at),
+        )
+    console.print(table)
+    return 0
+
+
+@model_group.command("show")
+@click.argument("name")
+@click.option("--version", default="latest", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def show_cmd(name: str, version: str, as_json: bool) -> int:
+    """A model version: where it came from, its metrics and its files with sha256."""
+    model = get_model(Workspace(), name, version)
+    if as_json:
+        click.echo(json.dumps(_json(model), indent=2))
+        return 0
+    console.print(f"[bold]{model.name}:{model.version}[/bold]  {_when(model.created_at)}")
+    console.print(f"  source   {model.source}")
+    if model.job_name:
+        console.print(f"  job      {model.job_name}")
+    if model.description:
+        console.print(f"  about    {model.description}")
+    for key, value in sorted(model.tags.items()):
+        console.print(f"  tag      {key}={value}")
+    for metric, number in sorted(model.metrics.items()):
+        shown = "nan/inf" if number is None else f"{number:.6g}"
+        console.print(f"  metric   {metric} = {shown}")
+    table = Table(box=None, header_style="bold")
+    table.add_column("FILE", overflow="fold")
+    table.add_column("SIZE", no_wrap=True)
+    table.add_column("SHA256", no_wrap=True, min_width=64)
+    for f in model.files:
+        table.add_row(f.path, human_size(f.size), f.sha256)
+    console.print(table)
+    return 0
+
+
+@model_group.command("download")
+@click.argument("name")
+@click.option("--version", default="latest", show_default=True)
+@click.option(
+    "--dest",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Folder the files are written into.",
+)
+@click.option("--overwrite", is_flag=True, help="Replace files at --dest that differ.")
+def download_cmd(name: str, version: str, dest: Path, overwrite: bool) -> int:
+    """Copy a model version's files to a folder, each checked against its sha256."""
+    model = get_model(Workspace(), name, version)
+    written = download_model(model, dest, overwrite=overwrite)
+    console.print(
+        f"model {model.name}:{model.version}: {len(model.files)} file(s) in {dest} "
+        f"({human_size(written)} written)"
+    )
+    return 0

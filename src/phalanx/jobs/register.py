@@ -1,0 +1,85 @@
+"""Register a completed job's named outputs: ``outputs.<o>.name`` (and ``version``).
+
+A ``custom_model`` output becomes a model version (its files copied into the
+registry, with the job and its last metrics recorded); a ``uri_folder`` or
+``uri_file`` output becomes a data asset version pointing at where the output
+was written.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from phalanx.errors import PhalanxError
+from phalanx.spec import JobSpec
+from phalanx.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+
+def check_registrations(spec: JobSpec, ws: Workspace) -> None:
+    """Refuse, before the job runs, a registration whose version is taken already.
+
+    Raises:
+        PhalanxError: naming the output and the version.
+    """
+    from phalanx.registry.models import get_model
+    from phalanx.storage.assets import get_asset
+
+    for key, out in spec.outputs.items():
+        if out.name is None or out.version is None:
+            continue
+        lookup = get_model if out.type == "custom_model" else get_asset
+        try:
+            lookup(ws, out.name, out.version)
+        except PhalanxError:
+            continue
+        kind = "model" if out.type == "custom_model" else "data asset"
+        raise PhalanxError(
+            f"outputs.{key}: {kind} {out.name}:{out.version} already exists and versions are "
+            "immutable; change version: or leave it out to get the next number"
+        )
+
+
+def register_outputs(spec: JobSpec, ws: Workspace, job_name: str) -> list[str]:
+    """Register every named output of the completed job ``job_name``.
+
+    Returns:
+        What was registered, one ``name:version`` each.
+
+    Raises:
+        PhalanxError: naming the output that could not be registered.
+    """
+    from phalanx.registry import register_model
+    from phalanx.registry.sources import job_output
+    from phalanx.storage.assets import create_asset
+
+    done: list[str] = []
+    for key, out in spec.outputs.items():
+        if out.name is None:
+            continue
+        try:
+            if out.type == "custom_model":
+                model = register_model(
+                    ws,
+                    name=out.name,
+                    version=out.version,
+                    path=f"azureml://jobs/{job_name}/outputs/{key}",
+                    description=f"outputs.{key} of job {job_name}",
+                )
+                done.append(f"model {model.name}:{model.version}")
+            else:
+                path = out.path if out.path is not None else job_output(ws, job_name, key).path
+                asset = create_asset(
+                    ws,
+                    name=out.name,
+                    version=out.version,
+                    path=path,
+                    type=out.type,
+                    description=f"outputs.{key} of job {job_name}",
+                )
+                done.append(f"data asset {asset.name}:{asset.version}")
+        except PhalanxError as exc:
+            raise PhalanxError(f"outputs.{key}: registering {out.name} failed: {exc}") from exc
+        log.info("outputs.%s: registered as %s", key, done[-1])
+    return done

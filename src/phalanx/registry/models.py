@@ -1,0 +1,244 @@
+"""Registered models: a name and immutable versions, each a copy of its files.
+
+::
+
+    $PHALANX_HOME/models/<name>/<version>/…   the files, read-only
+    $PHALANX_HOME/models/.staging/            copies being made
+
+A registration copies (and hashes) the files into a staging folder first; then,
+in one workspace write transaction, it picks the version, renames the folder
+into place and records the row. Two registrations of one name at once are
+serialised by that transaction, so each gets its own version and neither loses
+its files. A folder left by a registration killed between rename and commit has
+no row; the next registration of that version removes it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sqlite3
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from phalanx.errors import PhalanxError
+from phalanx.registry.files import ModelFile, copy_in, copy_out, inside, make_writable
+from phalanx.registry.files import source_files as list_source
+from phalanx.registry.sources import resolve_source
+from phalanx.workspace import Workspace
+from phalanx.workspace.metrics import latest_metrics
+
+MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
+VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+STAGING = ".staging"
+
+
+@dataclass(frozen=True)
+class ModelVersion:
+    """One registered version of a model."""
+
+    name: str
+    version: str
+    source: str
+    """The ``--path`` it was registered from."""
+    job_name: str | None
+    """The job that produced it, when registered from a job's output."""
+    files: list[ModelFile]
+    metrics: dict[str, float | None]
+    """The source job's last value of each metric it logged."""
+    description: str | None
+    created_at: float
+    folder: Path
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def uri(self) -> str:
+        return f"azureml:{self.name}:{self.version}"
+
+
+def models_root(ws: Workspace) -> Path:
+    return ws.home / "models"
+
+
+def check_name(name: str, version: str | None = None) -> None:
+    """Refuse a model name or version that is not one plain folder name.
+
+    Raises:
+        PhalanxError: naming the value and what is allowed.
+    """
+    if not MODEL_NAME_RE.match(name) or ".." in name:
+        raise PhalanxError(
+            f"model name {name!r} is invalid: use letters, digits, '_', '-' and '.', starting "
+            "with a letter or digit"
+        )
+    if version is not None and (
+        not VERSION_RE.match(version) or ".." in version or version == "latest"
+    ):
+        raise PhalanxError(
+            f"model version {version!r} is invalid: use letters, digits, '_', '-' and '.' "
+            "(and not 'latest'), or leave it out to get the next number"
+        )
+
+
+def register_model(
+    ws: Workspace,
+    *,
+    name: str,
+    path: str,
+    version: str | None = None,
+    description: str | None = None,
+    tags: dict[str, str] | None = None,
+) -> ModelVersion:
+    """Copy the files at ``path`` into the registry as a new version of ``name``.
+
+    Args:
+        path: A data URI or local path, or ``azureml://jobs/<job>/outputs/<output>``.
+        version: ``None`` takes the next integer after the highest integer version.
+
+    Raises:
+        PhalanxError: a bad name, version or path; the version exists; the files
+            cannot be read.
+    """
+    check_name(name, version)
+    if version is not None and _row(ws, name, version) is not None:
+        raise _exists(name, version)
+    source = resolve_source(path, ws)
+    files = list_source(source.location)
+    root = _registry_dir(ws)
+    staging = Path(tempfile.mkdtemp(prefix="model-", dir=root / STAGING))
+    try:
+        recorded = copy_in(files, staging / "files")
+        metrics = latest_metrics(ws.paths(source.job_name).root) if source.job_name else {}
+        with ws.transaction() as db:
+            rows = db.execute("SELECT version, seq FROM models WHERE name = ?", (name,)).fetchall()
+            if version is None:
+                numbers = [int(r["version"]) for r in rows if r["version"].isdigit()]
+                version = str(max(numbers, default=0) + 1)
+            elif any(r["version"] == version for r in rows):
+                raise _exists(name, version)
+            folder = _version_dir(ws, name, version)
+            if folder.exists():  # left by a registration killed before it committed
+                make_writable(folder)
+                shutil.rmtree(folder)
+            (staging / "files").rename(folder)
+            try:
+                db.execute(
+                    "INSERT INTO models (name, version, seq, source, job_name, files_json, "
+                    "metrics_json, description, tags_json, created_at) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        name,
+                        version,
+                        max((r["seq"] for r in rows), default=0) + 1,
+                        source.uri,
+                        source.job_name,
+                        json.dumps([f.to_json() for f in recorded]),
+                        json.dumps(metrics),
+                        description,
+                        json.dumps(tags or {}),
+                        time.time(),
+                    ),
+                )
+            except sqlite3.Error:
+                folder.rename(staging / "files")
+                raise
+            folder.chmod(0o555)
+    finally:
+        make_writable(staging)
+        shutil.rmtree(staging, ignore_errors=True)
+    return get_model(ws, name, version)
+
+
+def get_model(ws: Workspace, name: str, version: str = "latest") -> ModelVersion:
+    """One version of a model (``latest``: the newest registered).
+
+    Raises:
+        PhalanxError: a bad name or version, or no such model or version.
+    """
+    check_name(name, None if version == "latest" else version)
+    row = _row(ws, name, version)
+    if row is None:
+        versions = [m.version for m in list_models(ws, name)]
+        if versions:
+            raise PhalanxError(
+                f"model {name} has no version {version!r} (versions: {', '.join(versions)})"
+            )
+        raise PhalanxError(
+            f"model {name!r} not found; register it with `phalanx model create --name {name} "
+            "--path …` or see `phalanx model list`"
+        )
+    return _model(ws, row)
+
+
+def list_models(ws: Workspace, name: str | None = None) -> list[ModelVersion]:
+    """Every model version (or those of ``name``), by name then oldest first."""
+    if name is None:
+        rows = ws.query("SELECT * FROM models ORDER BY name, seq")
+    else:
+        rows = ws.query("SELECT * FROM models WHERE name = ? ORDER BY seq", (name,))
+    return [_model(ws, r) for r in rows]
+
+
+def download_model(model: ModelVersion, dest: Path, *, overwrite: bool = False) -> int:
+    """Copy ``model``'s files into ``dest``, each verified against its sha256.
+
+    Returns:
+        Bytes written.
+
+    Raises:
+        PhalanxError: see :func:`phalanx.registry.files.copy_out`.
+    """
+    return copy_out(model.folder, model.files, dest, overwrite=overwrite)
+
+
+def _registry_dir(ws: Workspace) -> Path:
+    root = models_root(ws)
+    (root / STAGING).mkdir(parents=True, exist_ok=True)
+    if root.is_symlink() or not inside(ws.home, root):
+        raise PhalanxError(f"{root} is a link out of the workspace; remove it")
+    return root
+
+
+def _version_dir(ws: Workspace, name: str, version: str) -> Path:
+    parent = models_root(ws) / name
+    parent.mkdir(exist_ok=True)
+    if parent.is_symlink() or not inside(models_root(ws), parent):
+        raise PhalanxError(f"{parent} is a link out of the registry; remove it")
+    return parent / version
+
+
+def _row(ws: Workspace, name: str, version: str) -> sqlite3.Row | None:
+    if version == "latest":
+        rows = ws.query("SELECT * FROM models WHERE name = ? ORDER BY seq DESC LIMIT 1", (name,))
+    else:
+        rows = ws.query("SELECT * FROM models WHERE name = ? AND version = ?", (name, version))
+    return rows[0] if rows else None
+
+
+def _exists(name: str, version: str) -> PhalanxError:
+    return PhalanxError(
+        f"model {name}:{version} already exists and versions are immutable; give another "
+        "--version or leave it out to get the next one"
+    )
+
+
+def _model(ws: Workspace, row: sqlite3.Row) -> ModelVersion:
+    return ModelVersion(
+        name=row["name"],
+        version=row["version"],
+        source=row["source"],
+        job_name=row["job_name"],
+        files=[ModelFile(**f) for f in json.loads(row["files_json"])],
+        metrics=json.loads(row["metrics_json"]),
+        description=row["description"],
+        created_at=row["created_at"],
+        folder=models_root(ws) / row["name"] / row["version"],
+        tags=json.loads(row["tags_json"]),
+    )

@@ -1,0 +1,47 @@
+"""Reading a job's metrics back: ``metrics.jsonl`` (from ``phalanx.train.log_metric``)
+and ``system_metrics.jsonl`` (sampled by the supervisor).
+
+``phalanx.train.metrics`` writes the first file from inside the ranks; this
+module is the reader's side, for the CLI and the model registry.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+METRICS_FILE = "metrics.jsonl"  # phalanx.train.metrics.METRICS_FILE; workspace never imports train
+SYSTEM_METRICS_FILE = "system_metrics.jsonl"
+
+History = dict[str, list[tuple[int | None, float | None]]]
+
+
+def read_metrics(job_dir: Path, file: str = METRICS_FILE) -> History:
+    """Each metric's ``(step, value)`` history in step order; a step logged again (by
+    the attempt that resumed) keeps its last value. A torn last line is skipped."""
+    latest: dict[str, dict[Any, tuple[int, float | None]]] = {}
+    try:
+        lines = (job_dir / file).read_text().splitlines()
+    except FileNotFoundError:
+        return {}
+    for order, line in enumerate(lines):
+        try:
+            record = json.loads(line)
+            name = str(record["name"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        step = record.get("step")
+        key = step if step is not None else ("t", order)
+        latest.setdefault(name, {})[key] = (order, record.get("value"))
+    history: History = {}
+    for name, points in latest.items():
+        stepped = sorted((k, v) for k, (_, v) in points.items() if not isinstance(k, tuple))
+        unstepped = sorted((o, v) for k, (o, v) in points.items() if isinstance(k, tuple))
+        history[name] = [*stepped, *((None, v) for _, v in unstepped)]
+    return history
+
+
+def latest_metrics(job_dir: Path) -> dict[str, float | None]:
+    """The last value of each metric the job's script logged."""
+    return {name: points[-1][1] for name, points in read_metrics(job_dir).items() if points}
