@@ -131,3 +131,8 @@ def test_demo_job_runs_through_phalanx(cli: Cli) -> None:
     assert result["data"] == str(cli.home / "datastore" / "imagenet-demo")
     assert [v["epoch"] for v in result["validation"]] == [1, 2]
     assert all(v["images"] == 32 and 0 <= v["top1"] <= v["top5"] <= 1 for v in result["validation"])
+    # The demo's model output is registered when the job completes.
+    model = json.loads(cli.run("model", "show", "resnet50-demo", "--json", check=True).stdout)
+    assert model["job"] == "demo" and model["version"] == "1"
+    assert {f["path"] for f in model["files"]} == {"model.pt", "throughput.json"}
+    assert "val/top1" in model["metrics"]
