@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from phalanx import __version__
+from phalanx.cli.bench import bench_group
 from phalanx.cli.cache import cache_group
 from phalanx.cli.data import data_group
 from phalanx.cli.datastore import datastore_group
@@ -36,6 +37,7 @@ cli.add_command(data_group)
 cli.add_command(cache_group)
 cli.add_command(model_group)
 cli.add_command(tensorboard_cmd)
+cli.add_command(bench_group)
 
 
 @cli.command("run")
