@@ -10,12 +10,12 @@ AZURITE_VERSION := 3.37.0
 TOOLS := .tools
 AZURITE := $(TOOLS)/node_modules/.bin/azurite-blob
 
-.PHONY: demo test lint format typecheck pytest bench clean fuse
+.PHONY: demo test lint format typecheck pytest bench clean fuse mpi
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt | mpi
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,azure,s3,fuse]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,azure,s3,fuse,mpi,tensorflow]'
 	@touch $@
 
 $(AZURITE):
@@ -28,6 +28,13 @@ fuse:
 	  (apt-get install -y -qq fuse3 >/dev/null 2>&1 || \
 	   (apt-get update -qq && apt-get install -y -qq fuse3 >/dev/null)) ; } || \
 	  echo "make: fuse3 not installed (not root); the FUSE mount tests will report it"
+
+# Open MPI (mpirun, and the headers mpi4py builds against) for `distribution: mpi`, from apt.
+mpi:
+	@command -v mpirun >/dev/null || { [ "$$(id -u)" = 0 ] && \
+	  (apt-get install -y -qq openmpi-bin libopenmpi-dev >/dev/null 2>&1 || \
+	   (apt-get update -qq && apt-get install -y -qq openmpi-bin libopenmpi-dev >/dev/null)) ; } || \
+	  echo "make: Open MPI not installed (not root); the MPI tests will report it"
 
 ## demo: the reference ResNet-50 workload on a small sharded dataset, 2 nodes x 1 process, here
 demo: $(STAMP)
@@ -48,7 +55,7 @@ format: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP) $(AZURITE) fuse
+pytest: $(STAMP) $(AZURITE) fuse mpi
 	PHALANX_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## bench: phalanx's launch overhead against bare torchrun

@@ -21,7 +21,12 @@ BAD_SPECS = [
         "job.yml:3: resources.instance_count",
     ),
     ("command: echo hi\ndistribution:\n  type: pytorh\n", (), "did you mean 'pytorch'"),
-    ("command: echo hi\ndistribution:\n  type: mpi\n", (), "not supported yet"),
+    (
+        "command: echo hi\ndistribution:\n  type: tensorflow\n  worker_count: 3\n"
+        "resources:\n  instance_count: 2\n",
+        (),
+        "job.yml:4: distribution.worker_count",
+    ),
     ("description: no command\n", (), "command"),
     ("command: echo ${{inputs.nope}}\n", (), "names no input"),
     ("command: echo hi\n", ("resources.instance_count=zero",), "--set"),

@@ -182,23 +182,34 @@ def test_uris_are_kept_as_written(uri: str, tmp_path: Path) -> None:
     assert data.path == uri and not data.is_local
 
 
-def test_mpi_is_valid_but_not_supported(tmp_path: Path) -> None:
-    text = "command: x\nresources:\n  instance_count: 2\ndistribution:\n  type: mpi\n"
+def test_mpi_spec_counts_processes_per_instance(tmp_path: Path) -> None:
+    text = "command: x\nresources:\n  instance_count: 2\ndistribution:\n  type: MPI\n"
     spec = load_spec_text(text, source="job.yml", base_dir=tmp_path)
     assert isinstance(spec.distribution, MpiDistribution)
-    with pytest.raises(SpecError) as caught:
-        spec.check_supported()
-    err = caught.value
-    assert (err.field, err.line) == ("distribution.type", 5)
-    assert "distribution type 'mpi' is not supported yet; use type: pytorch" in err.one_line()
+    assert (spec.process_count_per_instance, spec.world_size) == (1, 2)
+    spec.check_supported()
 
 
-def test_tensorflow_counts_one_process_per_instance(tmp_path: Path) -> None:
-    text = "command: x\ndistribution: {type: tensorflow, worker_count: 2}\n"
+def test_tensorflow_tasks_are_shared_among_the_nodes(tmp_path: Path) -> None:
+    text = "command: x\nresources: {instance_count: 2}\ndistribution: {type: tensorflow}\n"
     spec = load_spec_text(text, base_dir=tmp_path)
-    assert spec.process_count_per_instance == 1
-    with pytest.raises(SpecError, match="'tensorflow' is not supported yet"):
-        spec.check_supported()
+    assert (spec.tensorflow_workers, spec.process_count_per_instance, spec.world_size) == (2, 1, 2)
+    text = (
+        "command: x\nresources: {instance_count: 2}\n"
+        "distribution: {type: tensorflow, worker_count: 2, parameter_server_count: 2}\n"
+    )
+    spec = load_spec_text(text, base_dir=tmp_path)
+    assert (spec.tensorflow_tasks, spec.process_count_per_instance, spec.world_size) == (4, 2, 4)
+    uneven = load_spec_text(
+        "command: x\nresources: {instance_count: 2}\n"
+        "distribution: {type: tensorflow, worker_count: 3}\n",
+        source="job.yml",
+        base_dir=tmp_path,
+    )
+    with pytest.raises(SpecError) as caught:
+        uneven.check_supported()
+    assert caught.value.field == "distribution.worker_count"
+    assert "multiple of instance_count" in caught.value.one_line()
 
 
 def test_missing_spec_file(tmp_path: Path) -> None:

@@ -47,6 +47,13 @@ class LocalCompute:
     name = "local"
     master_addr = "127.0.0.1"
 
+    def node_hosts(self, count: int) -> list[str]:
+        """An address per node: ``127.0.0.1``, ``127.0.0.2``, … (all this machine's
+        loopback), so MPI and TensorFlow see as many hosts as the job has nodes."""
+        if count > 254:
+            raise ValueError("local compute gives at most 254 nodes loopback addresses")
+        return [f"127.0.0.{k + 1}" for k in range(count)]
+
     def start_node(self, launch: NodeLaunch, log_path: Path) -> LocalNode:
         """Start node ``launch.node_rank``'s launcher, its output appended to ``log_path``."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -56,7 +63,7 @@ class LocalCompute:
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
-                launch.argv(),
+                launch.argv(env),
                 env=env,
                 cwd=launch.workdir,
                 stdin=subprocess.DEVNULL,

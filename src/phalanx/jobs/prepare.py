@@ -156,9 +156,30 @@ def check(spec: JobSpec, ws: Workspace) -> None:
     """Everything :func:`prepare` would refuse, checked before a job is created."""
     from phalanx.jobs.register import check_registrations
 
+    check_launcher(spec)
     check_inputs(spec, ws)
     check_outputs(spec, ws)
     check_registrations(spec, ws)
+
+
+def check_launcher(spec: JobSpec) -> None:
+    """Refuse a distribution whose launcher or framework this machine lacks.
+
+    Raises:
+        PhalanxError: naming what to install.
+    """
+    if spec.distribution_type == "mpi":
+        from phalanx.launch.mpi import mpirun_path
+
+        mpirun_path()
+    if spec.distribution_type == "tensorflow":
+        import importlib.util
+
+        if importlib.util.find_spec("tensorflow") is None:
+            raise PhalanxError(
+                "distribution type tensorflow needs TensorFlow in phalanx's Python "
+                "environment: pip install 'phalanx[tensorflow]'"
+            )
 
 
 def prepare(

@@ -44,7 +44,7 @@ from phalanx.jobs.uploads import UPLOAD_REQUEST, UploadLoop
 from phalanx.jobs.watchdog import STACK_DUMP_WAIT_S, Watchdog, dump_stacks
 from phalanx.launch.exitcodes import PREEMPTED_EXIT_CODE
 from phalanx.launch.node import NodeLaunch
-from phalanx.launch.ports import free_port
+from phalanx.launch.ports import free_port, free_ports
 from phalanx.launch.rootcause import (
     failed,
     launcher_failure,
@@ -190,7 +190,11 @@ class JobRunner:
             master_port,
         )
         nodes: list[LocalNode] = []
-        for node_rank in range(spec.instance_count):
+        hosts = tuple(self.compute.node_hosts(spec.instance_count))
+        tf_cluster = _tf_cluster(spec, hosts, master_addr)
+        # MPI: one mpirun on node 0 starts the ranks of every node.
+        launchers = 1 if spec.distribution_type == "mpi" else spec.instance_count
+        for node_rank in range(launchers):
             launch = NodeLaunch(
                 job_name=self.name,
                 job_dir=self.paths.root,
@@ -208,6 +212,9 @@ class JobRunner:
                 inputs=prepared.inputs,
                 outputs=prepared.outputs,
                 user_env=prepared.env,
+                distribution=spec.distribution_type,
+                hosts=hosts,
+                tf_cluster=tf_cluster,
             )
             nodes.append(self.compute.start_node(launch, self.paths.node_log(node_rank)))
 
@@ -247,6 +254,10 @@ class JobRunner:
             if all(code == 0 for code in codes):
                 return AttemptOutcome(AttemptStatus.SUCCEEDED, exit_code=0)
             records = read_rank_records(attempt_dir)
+            if _workers_done(spec, records):
+                # TensorFlow's parameter servers serve until stopped: the workers decide.
+                self._stop(attempt, nodes, FAILURE_GRACE_S)
+                return AttemptOutcome(AttemptStatus.SUCCEEDED, exit_code=0)
             if any(failed(r) for r in records) or any(code not in (None, 0) for code in codes):
                 # A preemption notice gives every rank the grace to save; a
                 # failure stops the gang at once. Judge only once all have ended.
@@ -353,6 +364,30 @@ class JobRunner:
             log.warning("killed %d process(es) still running after the stop", stragglers)
         for node in nodes:
             node.wait(5.0)
+
+
+def _tf_cluster(
+    spec: JobSpec, hosts: tuple[str, ...], master_addr: str
+) -> dict[str, list[str]] | None:
+    """TensorFlow's cluster: a free port per task on the node that runs it (rank order)."""
+    if spec.distribution_type != "tensorflow":
+        return None
+    per_node = spec.process_count_per_instance
+    ports = free_ports(spec.world_size, master_addr)
+    addresses = [f"{hosts[rank // per_node]}:{port}" for rank, port in enumerate(ports)]
+    workers = spec.tensorflow_workers
+    cluster = {"worker": addresses[:workers]}
+    if addresses[workers:]:
+        cluster["ps"] = addresses[workers:]
+    return cluster
+
+
+def _workers_done(spec: JobSpec, records: list[dict[str, Any]]) -> bool:
+    """Whether a TensorFlow job with parameter servers has every worker done and well."""
+    if spec.distribution_type != "tensorflow" or spec.tensorflow_tasks == spec.tensorflow_workers:
+        return False
+    workers = [r for r in records if int(r["rank"]) < spec.tensorflow_workers]
+    return len(workers) == spec.tensorflow_workers and not any(failed(r) for r in workers)
 
 
 def _notified(record: dict[str, Any]) -> bool:

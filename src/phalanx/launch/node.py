@@ -1,7 +1,15 @@
-"""The launcher command and environment of one node."""
+"""The launcher command and environment of one node.
+
+A ``pytorch`` or ``tensorflow`` job runs torchrun on every node (for
+TensorFlow it is only the process manager: each process gets ``TF_CONFIG``
+from the worker wrapper, rank ``r`` being worker ``r``, then parameter server
+``r - worker_count``). An ``mpi`` job runs one ``mpirun`` on node 0, which
+starts the ranks of every node (:mod:`phalanx.launch.mpi`).
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Mapping
@@ -32,9 +40,31 @@ class NodeLaunch:
     inputs: Mapping[str, str] = field(default_factory=dict)
     outputs: Mapping[str, str] = field(default_factory=dict)
     user_env: Mapping[str, str] = field(default_factory=dict)
+    distribution: str = "pytorch"
+    """``pytorch``, ``mpi`` or ``tensorflow``."""
+    hosts: tuple[str, ...] = ()
+    """Every node's address, node 0 first (``mpirun``'s hosts; TensorFlow's task addresses)."""
+    tf_cluster: Mapping[str, list[str]] | None = None
+    """TensorFlow's cluster: ``worker`` (and ``ps``) task addresses."""
 
-    def argv(self) -> list[str]:
-        """The torchrun command line for this node."""
+    def argv(self, env: Mapping[str, str] | None = None) -> list[str]:
+        """The launcher's command line for this node.
+
+        Args:
+            env: The environment it will run in (what ``mpirun`` forwards); :meth:`env`
+                when ``None``.
+        """
+        if self.distribution == "mpi":
+            from phalanx.launch.mpi import mpirun_argv
+
+            return mpirun_argv(
+                hosts=list(self.hosts),
+                procs_per_host=self.nproc_per_node,
+                command=self.command,
+                env=self.env() if env is None else env,
+                forward=self.user_env.keys(),
+                loopback=all(h.startswith("127.") for h in self.hosts),
+            )
         return [
             sys.executable,
             "-m",
@@ -86,6 +116,8 @@ class NodeLaunch:
             env[f"PHALANX_INPUT_{name.upper()}"] = value
         for name, value in self.outputs.items():
             env[f"PHALANX_OUTPUT_{name.upper()}"] = value
+        if self.tf_cluster is not None:
+            env["PHALANX_TF_CLUSTER"] = json.dumps(self.tf_cluster)
         # torchrun's own error file goes to the system logs, not a temp folder.
         env["TORCHELASTIC_ERROR_FILE"] = str(
             self.job_dir

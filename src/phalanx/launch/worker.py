@@ -1,6 +1,7 @@
 """One rank's wrapper: run the user's command, capture its output, record its end.
 
-torchrun starts ``python -m phalanx.launch.worker COMMAND`` once per rank. This
+torchrun (or ``mpirun``) starts ``python -m phalanx.launch.worker COMMAND`` once
+per rank. This
 module imports only the standard library, so it adds a few tens of
 milliseconds to a rank's start-up and nothing to its steady state.
 
@@ -53,12 +54,41 @@ def _read_error(path: Path) -> dict[str, object] | None:
     return message if isinstance(message, dict) else None
 
 
+def _rank_env_from_mpi(env: dict[str, str]) -> None:
+    """torchrun's rank variables from Open MPI's, where ``mpirun`` started the rank."""
+    if "RANK" in env or "OMPI_COMM_WORLD_RANK" not in env:
+        return
+    rank = int(env["OMPI_COMM_WORLD_RANK"])
+    local_size = int(env.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1"))
+    env["RANK"] = str(rank)
+    env["WORLD_SIZE"] = env.get("OMPI_COMM_WORLD_SIZE", "1")
+    env["LOCAL_RANK"] = env.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")
+    env["LOCAL_WORLD_SIZE"] = str(local_size)
+    env["NODE_RANK"] = str(rank // max(1, local_size))  # mpirun maps ranks by slot
+
+
+def _tf_config(env: dict[str, str]) -> None:
+    """``TF_CONFIG`` for this rank: worker ``RANK``, or a parameter server after the workers."""
+    cluster = env.get("PHALANX_TF_CLUSTER")
+    if cluster is None:
+        return
+    tasks = json.loads(cluster)
+    rank = int(env["RANK"])
+    workers = len(tasks["worker"])
+    task = {"type": "worker", "index": rank} if rank < workers else {
+        "type": "ps", "index": rank - workers
+    }  # fmt: skip
+    env["TF_CONFIG"] = json.dumps({"cluster": tasks, "task": task})
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m phalanx.launch.worker COMMAND", file=sys.stderr)
         return 2
     command = argv[0]
     env = dict(os.environ)
+    _rank_env_from_mpi(env)
+    _tf_config(env)
     rank = int(env["RANK"])
     attempt = int(env.get("PHALANX_ATTEMPT", "1"))
     job_dir = Path(env["PHALANX_JOB_DIR"])

@@ -274,10 +274,27 @@ class JobSpec(SpecModel):
 
     @property
     def process_count_per_instance(self) -> int:
-        """Worker processes per node (1 without a distribution, and for TensorFlow)."""
+        """Worker processes per node (1 without a distribution; for TensorFlow, its
+        workers and parameter servers shared evenly among the nodes)."""
         if isinstance(self.distribution, (PyTorchDistribution, MpiDistribution)):
             return self.distribution.process_count_per_instance
+        if isinstance(self.distribution, TensorFlowDistribution):
+            return max(1, self.tensorflow_tasks // self.instance_count)
         return 1
+
+    @property
+    def tensorflow_workers(self) -> int:
+        """TensorFlow workers: ``worker_count``, else one per node (Azure ML's default)."""
+        if isinstance(self.distribution, TensorFlowDistribution):
+            return self.distribution.worker_count or self.instance_count
+        return 0
+
+    @property
+    def tensorflow_tasks(self) -> int:
+        """TensorFlow processes: workers plus parameter servers."""
+        if isinstance(self.distribution, TensorFlowDistribution):
+            return self.tensorflow_workers + self.distribution.parameter_server_count
+        return 0
 
     @property
     def world_size(self) -> int:
@@ -326,16 +343,18 @@ class JobSpec(SpecModel):
         return SpecError(message, field=field, source=self._source, line=self.line_of(field))
 
     def check_supported(self) -> None:
-        """Refuse what the schema accepts but phalanx cannot run yet.
+        """Refuse what the schema accepts but phalanx cannot run.
 
         Raises:
-            SpecError: The distribution type is not ``pytorch``.
+            SpecError: TensorFlow tasks that do not share evenly among the nodes.
         """
-        if self.distribution_type != "pytorch":
+        tasks = self.tensorflow_tasks
+        if tasks and tasks % self.instance_count:
             raise self.error(
-                "distribution.type",
-                f"distribution type '{self.distribution_type}' is not supported yet; "
-                "use type: pytorch",
+                "distribution.worker_count",
+                f"worker_count + parameter_server_count = {tasks} processes do not share "
+                f"evenly among instance_count = {self.instance_count} nodes; make the sum a "
+                "multiple of instance_count",
             )
 
     def to_record(self) -> dict[str, Any]:

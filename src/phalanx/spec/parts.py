@@ -197,7 +197,7 @@ class PyTorchDistribution(SpecModel):
 
 
 class MpiDistribution(SpecModel):
-    """MPI (Horovod, DeepSpeed); accepted by the schema, not run yet."""
+    """MPI (Horovod, mpi4py): one Open MPI ``mpirun`` starts every node's ranks."""
 
     type: Literal["mpi"] = "mpi"
     process_count_per_instance: Annotated[StrictInt, Field(ge=1)] = 1
@@ -205,7 +205,7 @@ class MpiDistribution(SpecModel):
 
 
 class TensorFlowDistribution(SpecModel):
-    """TensorFlow ``TF_CONFIG`` workers; accepted by the schema, not run yet."""
+    """TensorFlow: a process per worker and parameter server, each with its ``TF_CONFIG``."""
 
     type: Literal["tensorflow"] = "tensorflow"
     worker_count: Annotated[StrictInt, Field(ge=1)] | None = None

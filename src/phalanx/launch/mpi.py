@@ -1,0 +1,108 @@
+"""The ``mpirun`` command of an MPI job (Open MPI), as Horovod and mpi4py scripts expect.
+
+One ``mpirun`` runs on node 0 for the whole attempt::
+
+    mpirun -np N*P --host H0:P,H1:P,… --bind-to none
+        --mca plm_rsh_agent "<python> -m phalanx.launch.mpi_agent"
+        -x MASTER_ADDR -x MASTER_PORT -x PHALANX_… …
+        <python> -m phalanx.launch.worker '<command>'
+
+Open MPI places ``P`` ranks on each host in order (ranks ``K*P … K*P+P-1`` on
+node K, the numbering torchrun uses) and sets ``OMPI_COMM_WORLD_RANK``,
+``…_SIZE``, ``…_LOCAL_RANK`` and ``…_LOCAL_SIZE``; the worker wrapper derives
+``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` and
+``NODE_RANK`` from them, so a script may read either set. Open MPI starts its
+daemon on the other hosts through the *rsh agent*: phalanx's
+:mod:`phalanx.launch.mpi_agent` instead of ssh, so no ssh keys are needed
+between nodes. The variables phalanx sets are forwarded to every rank with
+``-x``. When any rank fails, ``mpirun`` stops the others; SIGTERM to ``mpirun``
+(a preemption notice, a stop) reaches every rank.
+
+Local compute gives each node its own loopback address (``127.0.0.1``,
+``127.0.0.2``, …), so Open MPI sees separate hosts and the multi-node paths run
+for real on one machine; their traffic stays on ``lo``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterable, Mapping
+
+from phalanx.errors import PhalanxError
+
+# Variables worth forwarding when set: interpreters, libraries, thread counts, NICs.
+_FORWARD_ALWAYS = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "HOME")
+_FORWARD_PREFIXES = ("PHALANX_", "NCCL_", "GLOO_", "TORCH_", "HOROVOD_", "CUDA_", "TF_")
+
+
+def mpirun_path() -> str:
+    """Open MPI's ``mpirun``.
+
+    Raises:
+        PhalanxError: none on ``PATH``, or it is not Open MPI.
+    """
+    exe = shutil.which("mpirun")
+    if exe is None:
+        raise PhalanxError(
+            "distribution type mpi needs Open MPI's mpirun on PATH; install it "
+            "(apt-get install openmpi-bin libopenmpi-dev) or use type: pytorch"
+        )
+    return exe
+
+
+def mpirun_argv(
+    *,
+    hosts: list[str],
+    procs_per_host: int,
+    command: str,
+    env: Mapping[str, str],
+    forward: Iterable[str],
+    loopback: bool,
+) -> list[str]:
+    """The ``mpirun`` command line of one attempt.
+
+    Args:
+        hosts: One address per node, node 0 first.
+        procs_per_host: Ranks per node.
+        command: The user's command (already substituted).
+        env: The environment ``mpirun`` will run in (what ``-x`` forwards from).
+        forward: Further variable names to forward (the job's own).
+        loopback: Every host is this machine: keep Open MPI's traffic on ``lo``
+            and off shared memory, whose segment names would collide between
+            "hosts" that share one kernel.
+    """
+    names = sorted(
+        {
+            *(k for k in env if k in _FORWARD_ALWAYS or k.startswith(_FORWARD_PREFIXES)),
+            *(k for k in forward if k in env),
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "PYTHONUNBUFFERED",
+        }
+        & set(env)
+    )
+    agent = f"{sys.executable} -m phalanx.launch.mpi_agent"
+    argv = [
+        mpirun_path(),
+        "-np",
+        str(len(hosts) * procs_per_host),
+        "--host",
+        ",".join(f"{h}:{procs_per_host}" for h in hosts),
+        "--map-by",
+        "slot",
+        "--bind-to",
+        "none",
+        "--mca",
+        "plm_rsh_agent",
+        agent,
+    ]
+    if loopback:
+        argv += ["--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo"]
+        argv += ["--mca", "oob_tcp_if_include", "lo"]
+    if os.geteuid() == 0:
+        argv.append("--allow-run-as-root")
+    for name in names:
+        argv += ["-x", name]
+    return [*argv, sys.executable, "-m", "phalanx.launch.worker", command]
