@@ -42,6 +42,14 @@ Environment of every worker process
 ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1``  a failed NCCL collective raises rather than hangs
 ===========================  =====================================================
 
+``distribution: mpi`` starts the ranks with one ``mpirun`` (:mod:`phalanx.launch.mpi`):
+Open MPI sets ``OMPI_COMM_WORLD_RANK``, ``…_SIZE``, ``…_LOCAL_RANK``, ``…_LOCAL_SIZE``
+and the wrapper derives the torchrun names above from them (``NODE_RANK`` =
+rank // local size). ``distribution: tensorflow`` adds ``TF_CONFIG``:
+``{"cluster": {"worker": [...], "ps": [...]}, "task": {"type", "index"}}``, rank
+``r`` being worker ``r``, then parameter server ``r - worker_count``; the job
+ends when every worker has (parameter servers are then stopped).
+
 plus the spec's ``environment_variables``. The working directory is the job's
 code snapshot.
 
