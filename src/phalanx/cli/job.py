@@ -13,6 +13,7 @@ from phalanx.cli.render import job_json, list_jobs, show_job
 from phalanx.cli.stream import stream_job
 from phalanx.jobs.control import cancel, preempt, refresh, submit
 from phalanx.jobs.prepare import check
+from phalanx.launch.environment import environment_notes
 from phalanx.spec import JobSpec, load_spec
 from phalanx.workspace import JobRecord, JobStatus, Workspace
 
@@ -53,6 +54,8 @@ def load_for_run(spec_file: Path, overrides: tuple[str, ...]) -> tuple[JobSpec, 
         check(spec, ws)
     finally:
         ws.close()
+    for note in environment_notes(spec.environment):
+        err_console.print(f"note: {note}", highlight=False)
     text = spec.text or ""
     if overrides:
         text += "".join(f"\n# --set {item}" for item in overrides) + "\n"

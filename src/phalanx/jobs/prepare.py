@@ -18,6 +18,7 @@ from pathlib import Path
 
 from phalanx.errors import PhalanxError
 from phalanx.jobs.inputs import InputsReady, check_inputs, is_local_fs, make_ready
+from phalanx.launch.environment import EnvironmentRequest, ensure_environment, request_for
 from phalanx.spec import InputSpec, JobSpec, interpolate, render_literal
 from phalanx.storage.location import Location
 from phalanx.storage.uri import resolve
@@ -38,6 +39,8 @@ class Prepared:
     uploads: dict[str, tuple[Path, Location]] = field(default_factory=dict)
     """Outputs copied to a datastore: name → (local folder, destination)."""
     ready: InputsReady | None = None
+    env_prefix: Path | None = None
+    """The job's built environment (``environment.pip_file``/``conda_file``), if any."""
 
     def upload(self) -> list[str]:
         """Copy every upload-mode output's new and changed files to its datastore.
@@ -157,9 +160,22 @@ def check(spec: JobSpec, ws: Workspace) -> None:
     from phalanx.jobs.register import check_registrations
 
     check_launcher(spec)
+    check_environment(spec)
     check_inputs(spec, ws)
     check_outputs(spec, ws)
     check_registrations(spec, ws)
+
+
+def check_environment(spec: JobSpec) -> EnvironmentRequest | None:
+    """The environment the job asks phalanx to build, read and checked; ``None`` if none.
+
+    Raises:
+        PhalanxError: its file cannot be read or asks for what cannot be built here.
+    """
+    env = spec.inline_environment
+    if env is None or not env.builds:
+        return None
+    return request_for(env.pip_file, env.conda_file)
 
 
 def check_launcher(spec: JobSpec) -> None:
@@ -192,6 +208,12 @@ def prepare(
         PhalanxError: an input or output cannot be provided.
     """
     remote_outputs = check_outputs(spec, ws)
+    request = check_environment(spec)
+    env_prefix = None
+    if request is not None:
+        env_prefix = ensure_environment(
+            request, ws.home / "envs", paths.system_logs / "environment.txt"
+        )
     ready = make_ready(spec, ws, paths.root / "mounts", canceled=canceled)
     try:
         inputs: dict[str, str] = {}
@@ -239,4 +261,6 @@ def prepare(
     references = {**outputs, "checkpoints": str(paths.checkpoints)}
     command = interpolate(spec.command, inputs, references)
     env = {k: str(v) for k, v in spec.environment_variables.items()}
-    return Prepared(command, inputs, outputs, env, uploads=uploads, ready=ready)
+    return Prepared(
+        command, inputs, outputs, env, uploads=uploads, ready=ready, env_prefix=env_prefix
+    )

@@ -215,6 +215,7 @@ class JobRunner:
                 distribution=spec.distribution_type,
                 hosts=hosts,
                 tf_cluster=tf_cluster,
+                env_prefix=prepared.env_prefix,
             )
             nodes.append(self.compute.start_node(launch, self.paths.node_log(node_rank)))
 

@@ -46,6 +46,8 @@ class NodeLaunch:
     """Every node's address, node 0 first (``mpirun``'s hosts; TensorFlow's task addresses)."""
     tf_cluster: Mapping[str, list[str]] | None = None
     """TensorFlow's cluster: ``worker`` (and ``ps``) task addresses."""
+    env_prefix: Path | None = None
+    """The job's built environment; its ``bin`` comes first on ``PATH``."""
 
     def argv(self, env: Mapping[str, str] | None = None) -> list[str]:
         """The launcher's command line for this node.
@@ -93,6 +95,10 @@ class NodeLaunch:
         # job's environment is phalanx's own.
         bindir = os.path.dirname(sys.executable)
         env["PATH"] = os.pathsep.join(p for p in (bindir, env.get("PATH")) if p)
+        if self.env_prefix is not None:
+            # A job with an environment of its own (layered on phalanx's): its python first.
+            env["PATH"] = os.pathsep.join((str(self.env_prefix / "bin"), env["PATH"]))
+            env["VIRTUAL_ENV"] = str(self.env_prefix)
         env.update(self.user_env)
         env.update(
             {

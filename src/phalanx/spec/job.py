@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from phalanx.errors import SpecError
+from phalanx.spec.environment import EnvironmentSpec
 from phalanx.spec.interpolate import reference_problem
 from phalanx.spec.parts import (
     InputSpec,
@@ -85,6 +86,27 @@ InputValue = Annotated[
     ),
 ]
 
+
+def _environment_kind(value: Any) -> str | None:
+    if isinstance(value, (dict, EnvironmentSpec)):
+        return "inline"
+    if isinstance(value, str):
+        return "name"
+    return None
+
+
+EnvironmentValue = Annotated[
+    Annotated[EnvironmentSpec, Tag("inline")] | Annotated[str, Tag("name")],
+    Discriminator(
+        _environment_kind,
+        custom_error_type="environment_value",
+        custom_error_message=(
+            "must be a registered environment (azureml:name@latest) or a mapping with "
+            "image:, conda_file: or pip_file:"
+        ),
+    ),
+]
+
 Distribution = Annotated[
     PyTorchDistribution | MpiDistribution | TensorFlowDistribution,
     Field(discriminator="type"),
@@ -117,8 +139,9 @@ class JobSpec(SpecModel):
     """The program to run on every worker, with ``${{inputs.x}}`` references."""
     code: str | None = None
     """Local folder snapshotted and used as the working directory (absolute after loading)."""
-    environment: str | dict[str, Any] | None = None
-    """Azure ML environment (``azureml:name@latest`` or ``{image: ...}``); recorded."""
+    environment: EnvironmentValue | None = None
+    """A registered Azure ML environment (``azureml:name@latest``; recorded), or an
+    inline one (:class:`~phalanx.spec.environment.EnvironmentSpec`)."""
     environment_variables: dict[str, str] = Field(default_factory=dict)
     """Extra environment variables of every worker."""
     inputs: dict[str, InputValue] = Field(default_factory=dict)
@@ -305,6 +328,11 @@ class JobSpec(SpecModel):
     def distribution_type(self) -> str:
         """``pytorch``, ``mpi`` or ``tensorflow``; ``pytorch`` when absent."""
         return self.distribution.type if self.distribution is not None else "pytorch"
+
+    @property
+    def inline_environment(self) -> EnvironmentSpec | None:
+        """``environment`` when given inline (not a registered name)."""
+        return self.environment if isinstance(self.environment, EnvironmentSpec) else None
 
     @property
     def code_path(self) -> Path | None:

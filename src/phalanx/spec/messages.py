@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from phalanx.errors import SpecError
+from phalanx.spec.environment import EnvironmentSpec
 from phalanx.spec.job import JobSpec
 from phalanx.spec.parts import (
     InputSpec,
@@ -126,6 +127,8 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
         return InputSpec
     if loc[0] == "outputs" and len(loc) == 2:
         return OutputSpec
+    if loc == ("environment", "inline"):
+        return EnvironmentSpec
     return None
 
 

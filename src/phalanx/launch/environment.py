@@ -1,0 +1,271 @@
+"""A job's Python environment, built once per content and kept on the node.
+
+``environment: {pip_file: requirements.txt}`` (or a ``conda_file``) becomes a
+virtual environment under ``$PHALANX_HOME/envs/<key>``, where the key hashes
+the file's content, the interpreter and phalanx's own environment: a second
+job asking for the same packages starts at once. The environment is *layered*
+on phalanx's: a ``.pth`` file adds phalanx's site-packages after the
+environment's own, so torch and phalanx stay importable and a package the file
+pins wins over phalanx's copy. pip runs from phalanx's environment against the
+new interpreter (``pip --python``), so the build needs no ``ensurepip``.
+
+A ``conda_file`` is built with conda (``micromamba``, ``mamba`` or ``conda``,
+the first on ``PATH``) when one is installed; otherwise its ``pip:`` packages
+are layered as above, and conda packages other than ``python`` and ``pip`` are
+refused with a message saying so.
+
+Builds are serialised per key with a file lock, happen in a temporary folder
+renamed into place, and are marked ready last; a failed build leaves nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from filelock import FileLock
+
+from phalanx import __version__
+from phalanx.errors import PhalanxError
+
+log = logging.getLogger(__name__)
+
+READY = ".phalanx-ready"
+_CONDA_TOOLS = ("micromamba", "mamba", "conda")
+# Conda dependency specs phalanx can honour without conda: the interpreter and pip.
+_PYTHON_SPEC = re.compile(r"^python(?:\s*[=<>!~].*)?$")
+_PIP_SPEC = re.compile(r"^pip(?:\s*[=<>!~].*)?$")
+
+
+@dataclass(frozen=True)
+class EnvironmentRequest:
+    """What a job asked for: the packages file's content and what kind it is."""
+
+    kind: str
+    """``pip`` (requirements), ``conda`` (built with conda) or ``conda-pip`` (a conda
+    file's pip packages, layered)."""
+    text: str
+    """The requirements, or the conda file, as text."""
+    folder: Path | None
+    """Where the file was: relative paths inside it resolve against this."""
+
+    @property
+    def key(self) -> str:
+        """The environment's cache key: content, interpreter and phalanx's environment."""
+        digest = hashlib.sha256()
+        for part in (self.kind, self.text, sys.version, sys.prefix, __version__):
+            digest.update(part.encode() + b"\0")
+        return digest.hexdigest()[:20]
+
+
+def request_for(
+    pip_file: str | None, conda_file: str | dict[str, Any] | None
+) -> EnvironmentRequest:
+    """Read the job's packages file into a request.
+
+    Raises:
+        PhalanxError: the file cannot be read, or a conda file asks for conda packages
+            and no conda is installed.
+    """
+    if pip_file is not None:
+        return EnvironmentRequest("pip", _read(pip_file, "pip_file"), Path(pip_file).parent)
+    assert conda_file is not None  # the spec allows one of the two
+    if isinstance(conda_file, dict):
+        doc, folder = conda_file, None
+        text = yaml.safe_dump(conda_file, sort_keys=True)
+    else:
+        text, folder = _read(conda_file, "conda_file"), Path(conda_file).parent
+        try:
+            doc = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise PhalanxError(f"environment.conda_file {conda_file}: not YAML ({exc})") from exc
+    if conda_tool() is not None:
+        return EnvironmentRequest("conda", text, folder)
+    return EnvironmentRequest("conda-pip", "\n".join(_pip_packages(doc)) + "\n", folder)
+
+
+def conda_tool() -> str | None:
+    """The first conda-like tool on ``PATH``."""
+    return next((exe for t in _CONDA_TOOLS if (exe := shutil.which(t))), None)
+
+
+def ensure_environment(request: EnvironmentRequest, root: Path, log_path: Path) -> Path:
+    """The ready environment for ``request`` under ``root``, built if it is not there.
+
+    Args:
+        root: The node's environments folder (``$PHALANX_HOME/envs``).
+        log_path: The build's output is appended here.
+
+    Returns:
+        The environment's folder (its ``bin/python`` is the job's ``python``).
+
+    Raises:
+        PhalanxError: the build failed (the last line of its output, and the log named).
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    target = root / request.key
+    if (target / READY).exists():
+        log.info("environment %s: reused (%s)", request.key, target)
+        return target
+    with FileLock(str(root / f"{request.key}.lock")):
+        if (target / READY).exists():  # another job built it while this one waited
+            log.info("environment %s: built by another job meanwhile", request.key)
+            return target
+        shutil.rmtree(target, ignore_errors=True)  # a build killed before it was ready
+        staging = root / f"{request.key}.tmp-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        log.info("environment %s: building (%s)", request.key, request.kind)
+        try:
+            _build(request, staging, log_path)
+            (staging / READY).write_text(json.dumps({"kind": request.kind}) + "\n")
+            staging.rename(target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    log.info("environment %s: ready (%s)", request.key, target)
+    return target
+
+
+def _build(request: EnvironmentRequest, prefix: Path, log_path: Path) -> None:
+    cwd = request.folder if request.folder is not None and request.folder.is_dir() else None
+    if request.kind == "conda":
+        tool = conda_tool()
+        assert tool is not None  # chosen because it was there
+        conda_yml = prefix.with_suffix(".yml")
+        conda_yml.write_text(request.text)
+        try:
+            _run([tool, "env", "create", "--yes", "-p", str(prefix), "-f", str(conda_yml)],
+                 log_path, cwd, "conda env create")  # fmt: skip
+        finally:
+            conda_yml.unlink(missing_ok=True)
+        return
+    _run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], log_path, cwd, "venv")
+    _layer_on_phalanx(prefix)
+    requirements = prefix / "requirements.txt"
+    requirements.write_text(request.text)
+    python = prefix / "bin" / "python"
+    if any(
+        line.strip() and not line.lstrip().startswith("#") for line in request.text.splitlines()
+    ):
+        _run(
+            [sys.executable, "-m", "pip", "--python", str(python), "install",
+             "--no-input", "--disable-pip-version-check", "-r", str(requirements)],
+            log_path, cwd, "pip install",
+        )  # fmt: skip
+
+
+def _layer_on_phalanx(prefix: Path) -> None:
+    """Make phalanx's packages importable from the environment, after its own."""
+    paths = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    site_packages = prefix / "lib" / version / "site-packages"
+    site_packages.mkdir(parents=True, exist_ok=True)
+    # addsitedir, not a bare path: it also runs the .pth files there (editable installs).
+    lines = [f"import site; site.addsitedir({p!r})" for p in paths]
+    (site_packages / "zz_phalanx_base.pth").write_text("\n".join(lines) + "\n")
+
+
+def _run(argv: list[str], log_path: Path, cwd: Path | None, what: str) -> None:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as out:
+        out.write(f"$ {' '.join(argv)}\n".encode())
+        out.flush()
+        code = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, cwd=cwd).returncode
+    if code != 0:
+        last = _last_line(log_path)
+        raise PhalanxError(f"environment: {what} failed (exit {code}): {last}; see {log_path}")
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no output"
+    errors = [ln for ln in lines if ln.startswith("ERROR")]
+    return (errors or lines or ["no output"])[-1][:300]
+
+
+def _read(path: str, field: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise PhalanxError(f"environment.{field} {path}: {exc.strerror}") from exc
+
+
+def _pip_packages(doc: Any) -> list[str]:
+    """A conda file's ``pip:`` packages; anything else but python and pip is refused."""
+    deps = doc.get("dependencies", []) if isinstance(doc, dict) else []
+    pip: list[str] = []
+    conda_only: list[str] = []
+    for dep in deps or []:
+        if isinstance(dep, dict) and isinstance(dep.get("pip"), list):
+            pip.extend(str(p) for p in dep["pip"])
+        elif isinstance(dep, str) and _PYTHON_SPEC.match(dep.strip()):
+            _check_python(dep.strip())
+        elif isinstance(dep, str) and _PIP_SPEC.match(dep.strip()):
+            continue
+        else:
+            conda_only.append(str(dep))
+    if conda_only:
+        raise PhalanxError(
+            f"environment.conda_file lists conda packages ({', '.join(conda_only[:5])}) and no "
+            "conda, mamba or micromamba is installed; install one on the nodes, or move the "
+            "packages to the file's pip: section (or a pip_file)"
+        )
+    return pip
+
+
+def _check_python(spec: str) -> None:
+    """Refuse ``python=X.Y`` (conda's pin) when phalanx's interpreter is another version."""
+    if not re.match(r"^python\s*==?\s*[0-9]", spec):
+        return  # no pin, or a range: pip-layering keeps phalanx's interpreter anyway
+    wanted = re.sub(r"^python\s*==?\s*", "", spec).rstrip(".*")
+    have = ".".join(str(v) for v in sys.version_info[:3])
+    if have != wanted and not have.startswith(wanted + "."):
+        raise PhalanxError(
+            f"environment.conda_file asks for {spec}, phalanx runs Python {have}; without "
+            "conda phalanx only layers pip packages on its own Python: drop the pin or "
+            "install conda on the nodes"
+        )
+
+
+def environment_notes(environment: Any) -> list[str]:
+    """What a job's ``environment`` will not get here, one sentence each.
+
+    Args:
+        environment: The spec's ``environment``: a registered name, an inline
+            :class:`~phalanx.spec.environment.EnvironmentSpec`, or ``None``.
+    """
+    if environment is None:
+        return []
+    if isinstance(environment, str):
+        return [
+            f"environment {environment!r} is recorded, not resolved (phalanx has no registered "
+            "environments); the job runs in phalanx's Python environment; give "
+            "environment: {pip_file: requirements.txt} for extra packages"
+        ]
+    image = environment.image or ("a build context" if environment.build else None)
+    if image is None:
+        return []
+    runtime = next((t for t in ("docker", "podman") if shutil.which(t)), None)
+    where = (
+        "this machine has no container runtime (docker or podman)"
+        if runtime is None
+        else f"local compute does not start containers ({runtime} is not used)"
+    )
+    extra = " with the packages of its conda/pip file" if environment.builds else ""
+    return [
+        f"environment.image {image!r} is recorded for container targets; {where}, so the "
+        f"job runs in phalanx's Python environment{extra}"
+    ]

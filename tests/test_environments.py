@@ -1,0 +1,115 @@
+"""Job environments: a pip or conda file built once per content into a cached
+environment layered on phalanx's, reused by the next job; refusals and notes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import Cli
+
+# pyfiglet: small, pure Python, and not among phalanx's own packages.
+PACKAGE = "pyfiglet==1.0.4"
+
+SCRIPT = """
+import json, os, sys
+import pyfiglet, torch, phalanx
+out = os.path.join(os.environ["PHALANX_OUTPUTS_DIR"], "env.json")
+open(out, "w").write(json.dumps({"prefix": sys.prefix, "pyfiglet": pyfiglet.__file__,
+                                 "torch": torch.__version__, "rank": os.environ["RANK"]}))
+"""
+
+
+def _job(cli: Cli, environment: str) -> Path:
+    return cli.write(
+        "job.yml",
+        f"""
+        command: python env_job.py
+        code: src
+        environment: {environment}
+        limits: {{timeout: 180}}
+        """,
+    )
+
+
+def test_pip_file_is_built_once_and_reused(cli: Cli) -> None:
+    assert subprocess.run([sys.executable, "-c", "import pyfiglet"]).returncode != 0
+    cli.write("src/env_job.py", SCRIPT)
+    cli.write("requirements.txt", f"# extra packages\n{PACKAGE}\n")
+    spec = _job(cli, "{pip_file: requirements.txt}")
+    prefixes = []
+    for first in (True, False):
+        name = cli.create(spec)
+        job = cli.wait(name, ("Completed", "Failed"), timeout=180)
+        assert job["status"] == "Completed", job
+        seen = json.loads((Path(job["job_dir"]) / "outputs" / "env.json").read_text())
+        assert seen["pyfiglet"].startswith(seen["prefix"])  # from the job's environment
+        assert seen["torch"]  # phalanx's packages importable through the layer
+        prefixes.append(seen["prefix"])
+        supervisor = (Path(job["job_dir"]) / "system_logs" / "supervisor.txt").read_text()
+        assert ("building" in supervisor) is first and ("reused" in supervisor) is not first
+    assert prefixes[0] == prefixes[1]
+    envs = [p for p in (cli.home / "envs").iterdir() if p.is_dir()]
+    assert [str(p) for p in envs] == [prefixes[0]]
+
+    # Another content, another environment.
+    cli.write("requirements.txt", f"{PACKAGE}\n# changed\n")
+    name = cli.create(spec)
+    assert cli.wait(name, ("Completed", "Failed"), timeout=180)["status"] == "Completed"
+    assert len([p for p in (cli.home / "envs").iterdir() if p.is_dir()]) == 2
+
+
+def test_conda_file_pip_section_without_conda(cli: Cli) -> None:
+    cli.write("src/env_job.py", SCRIPT)
+    cli.write(
+        "conda.yml",
+        f"""
+        name: extra
+        channels: [conda-forge]
+        dependencies:
+          - python={sys.version_info.major}.{sys.version_info.minor}
+          - pip
+          - pip:
+            - {PACKAGE}
+        """,
+    )
+    name = cli.create(_job(cli, "{conda_file: conda.yml}"))
+    job = cli.wait(name, ("Completed", "Failed"), timeout=180)
+    assert job["status"] == "Completed", job
+
+    cli.write("conda.yml", "dependencies:\n  - numpy=1.26\n  - pip:\n    - six\n")
+    refused = cli.run("job", "create", "-f", str(_job(cli, "{conda_file: conda.yml}")))
+    assert refused.returncode == 2
+    assert "conda packages (numpy=1.26)" in refused.stderr and "no conda" in refused.stderr
+    cli.write("conda.yml", "dependencies:\n  - python=2.7\n")
+    refused = cli.run("job", "create", "-f", str(_job(cli, "{conda_file: conda.yml}")))
+    assert refused.returncode == 2 and "python=2.7" in refused.stderr
+
+
+def test_a_failed_build_fails_the_job_and_leaves_nothing(cli: Cli) -> None:
+    cli.write("src/env_job.py", SCRIPT)
+    cli.write("requirements.txt", "phalanx-no-such-package-anywhere==9.9\n")
+    name = cli.create(_job(cli, "{pip_file: requirements.txt}"))
+    job = cli.wait(name, ("Completed", "Failed"), timeout=180)
+    assert job["status"] == "Failed"
+    message = job["error"]["message"]
+    assert message.startswith("environment: pip install failed") and "environment.txt" in message
+    assert "phalanx-no-such-package-anywhere" in message
+    assert [p for p in (cli.home / "envs").iterdir() if p.is_dir()] == []
+
+    missing = cli.run("job", "create", "-f", str(_job(cli, "{pip_file: nope.txt}")))
+    assert missing.returncode == 2 and "environment.pip_file: file" in missing.stderr
+
+
+def test_image_is_recorded_with_a_note(cli: Cli) -> None:
+    cli.write("src/env_job.py", "print('ran')\n")
+    spec = _job(cli, "{image: 'mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04:latest'}")
+    proc = cli.run("job", "create", "-f", str(spec), check=True)
+    assert "note: environment.image 'mcr.microsoft.com/azureml/openmpi4.1.0" in proc.stderr
+    assert "recorded for container targets" in proc.stderr
+    name = proc.stdout.strip()
+    assert cli.wait(name, ("Completed", "Failed"))["status"] == "Completed"
+    recorded = json.loads((Path(cli.show(name)["job_dir"]) / "spec.json").read_text())
+    assert recorded["environment"]["image"].startswith("mcr.microsoft.com")
