@@ -128,7 +128,9 @@ def wait(ws: Workspace, name: str) -> JobRecord:
         raise
 
 
-def run_point(ws: Workspace, point: GridPoint, spec: JobSpec, out: Path) -> tuple[str, dict]:
+def run_point(
+    ws: Workspace, point: GridPoint, spec: JobSpec, out: Path
+) -> tuple[str, dict[str, Any]]:
     """Submit one point's job, wait for it, and return its name and result JSON.
 
     Raises:
