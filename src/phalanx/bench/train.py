@@ -43,7 +43,6 @@ JOB_TIMEOUT = "2h"
 STALL_TIMEOUT = "15m"
 """No heartbeat or log line from any rank for this long is a hang."""
 POLL_S = 0.5
-SETTLE_S = 2.0
 
 
 class BenchJobFailed(PhalanxError):
@@ -111,15 +110,9 @@ def write_specs(config: TrainBenchConfig) -> list[tuple[GridPoint, JobSpec]]:
 
 def wait(ws: Workspace, name: str) -> JobRecord:
     """The job once it has ended; Ctrl-C cancels it and propagates."""
-    submitted = time.monotonic()
     try:
         while True:
-            job = ws.get_job(name)
-            # refresh() marks a job whose supervisor is gone as failed. Right after the
-            # spawn, the supervisor's /proc cmdline can still read empty (it is exec'ing),
-            # which refresh() would take for a dead supervisor: give it a moment first.
-            if not job.status.is_terminal and time.monotonic() - submitted > SETTLE_S:
-                job = refresh(ws, job)
+            job = refresh(ws, ws.get_job(name))  # a supervisor gone marks it Failed
             if job.status.is_terminal:
                 return job
             time.sleep(POLL_S)

@@ -66,6 +66,13 @@ def supervisor_alive(job: JobRecord) -> bool:
     try:
         proc = psutil.Process(job.supervisor_pid)
         cmdline = proc.cmdline()
+        # Popen returns once exec closed the child's close-on-exec pipe, a moment
+        # before the kernel sets up the new command line: it reads empty then.
+        for _ in range(40):
+            if cmdline or proc.status() == psutil.STATUS_ZOMBIE:
+                break
+            time.sleep(0.05)
+            cmdline = proc.cmdline()
         ours = "phalanx.jobs.supervisor" in cmdline and job.name in cmdline
         return ours and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
