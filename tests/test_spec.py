@@ -471,12 +471,12 @@ BAD_SPECS = [
         id="bad-name",
     ),
     pytest.param(
-        "command: x\ncompute: azureml:gpu-cluster\n",
+        "command: x\ncompute: http://head:8265\n",
         [],
         "compute",
         2,
-        "compute target 'azureml:gpu-cluster' is not supported yet; use compute: local",
-        id="unsupported-compute",
+        "compute target 'http://head:8265' is not local, a Ray address",
+        id="bad-compute",
     ),
     pytest.param(
         "type: sweep\ncommand: x\n",

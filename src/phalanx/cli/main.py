@@ -17,6 +17,7 @@ import click
 from phalanx import __version__
 from phalanx.cli.bench import bench_group
 from phalanx.cli.cache import cache_group
+from phalanx.cli.compute import compute_group
 from phalanx.cli.data import data_group
 from phalanx.cli.datastore import datastore_group
 from phalanx.cli.job import create_and_maybe_stream, job_group, set_option
@@ -35,6 +36,7 @@ cli.add_command(job_group)
 cli.add_command(datastore_group)
 cli.add_command(data_group)
 cli.add_command(cache_group)
+cli.add_command(compute_group)
 cli.add_command(model_group)
 cli.add_command(tensorboard_cmd)
 cli.add_command(bench_group)

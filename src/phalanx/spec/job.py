@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -53,6 +54,8 @@ BUILTIN_OUTPUTS = ("checkpoints",)
 
 #: Compute targets phalanx runs on today, and the spellings that mean them.
 COMPUTE_TARGETS = {"local": "local", "azureml:local": "local"}
+# A Ray address or a registered target's name (phalanx.compute.targets resolves it).
+_COMPUTE_RE = re.compile(r"^(ray://[^/\s]+:\d+|[^:/\s]+:\d+|(azureml:)?[A-Za-z0-9][A-Za-z0-9_-]*)$")
 
 # Azure ML job types that are not command jobs.
 _OTHER_JOB_TYPES = frozenset(
@@ -149,7 +152,8 @@ class JobSpec(SpecModel):
     outputs: dict[str, OutputSpec] = Field(default_factory=dict)
     """Data outputs, by name."""
     compute: str = "local"
-    """Where the job runs; only ``local`` today."""
+    """Where the job runs: ``local``, a Ray cluster (``ray://HOST:PORT``) or a registered
+    target's name (``gpu-cluster``, ``azureml:gpu-cluster``)."""
     resources: Resources = Field(default_factory=Resources)
     """Number of instances (nodes)."""
     distribution: Distribution | None = None
@@ -268,7 +272,11 @@ class JobSpec(SpecModel):
         if isinstance(value, str):
             if value in COMPUTE_TARGETS:
                 return COMPUTE_TARGETS[value]
-            raise user_error(f"compute target '{value}' is not supported yet; use compute: local")
+            if not _COMPUTE_RE.match(value):
+                raise user_error(
+                    f"compute target '{value}' is not local, a Ray address "
+                    "(ray://HOST:PORT, HOST:PORT) or a target name (azureml:NAME)"
+                )
         return value
 
     @field_validator("distribution", mode="before")

@@ -30,7 +30,7 @@ from phalanx.workspace.records import (
 )
 from phalanx.workspace.snapshot import snapshot_code
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     name TEXT PRIMARY KEY,
@@ -93,6 +93,12 @@ CREATE TABLE IF NOT EXISTS models (
     created_at REAL NOT NULL,
     PRIMARY KEY (name, version)
 );
+CREATE TABLE IF NOT EXISTS computes (
+    name TEXT PRIMARY KEY,
+    type TEXT NOT NULL,
+    config_json TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
 """
 # Each step upgrades a workspace from the version before it.
 _MIGRATIONS: dict[int, list[str]] = {
@@ -101,6 +107,7 @@ _MIGRATIONS: dict[int, list[str]] = {
     # The datastores and data_assets tables, as in _SCHEMA.
     4: [sql for sql in _SCHEMA.split(";") if "datastores (" in sql or "data_assets (" in sql],
     5: [sql for sql in _SCHEMA.split(";") if "models (" in sql],
+    6: [sql for sql in _SCHEMA.split(";") if "computes (" in sql],
 }
 
 

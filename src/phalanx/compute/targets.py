@@ -1,0 +1,144 @@
+"""Compute targets: where a job's nodes come from.
+
+``compute: local`` (the default) runs every node on this machine. A Ray
+cluster is named inline, ``compute: ray://HOST:PORT`` (Ray Client) or
+``compute: HOST:PORT`` (the cluster's GCS address, from a machine of the
+cluster), or registered once with ``phalanx compute create --type ray`` and
+named (``compute: gpu-cluster`` or Azure ML's ``compute: azureml:gpu-cluster``).
+A registered target keeps its Ray token as a reference (an environment
+variable, or the workspace's 0600 secrets file), never its value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import time
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from phalanx.errors import PhalanxError
+from phalanx.storage.secrets import SecretRef, SecretStore, resolve
+from phalanx.workspace import Workspace
+
+TARGET_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+RAY_ADDRESS_RE = re.compile(r"^(ray://)?[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
+LOCAL = "local"
+
+
+class RayTarget(BaseModel):
+    """A Ray cluster phalanx places jobs on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    type: Literal["ray"] = "ray"
+    address: str
+    """``ray://HOST:PORT`` (Ray Client) or ``HOST:PORT`` (GCS, from inside the cluster)."""
+    token: SecretRef | None = None
+    """The cluster's auth token (Ray's ``RAY_AUTH_MODE=token``), as a reference."""
+    placement: Literal["spread", "pack"] = "spread"
+    """``spread``: one node per bundle (STRICT_SPREAD); ``pack``: as few as possible."""
+    cpus_per_node: float | None = Field(default=None, gt=0)
+    """CPUs a node's bundle reserves; the job's processes per node when absent."""
+    gpus_per_node: float = Field(default=0, ge=0)
+    """GPUs a node's bundle reserves."""
+
+    def token_value(self, ws: Workspace) -> str | None:
+        """The token, resolved now (``None`` for a cluster without authentication)."""
+        if self.token is None:
+            return None
+        return resolve(self.token, SecretStore(ws.home), f"compute {self.name!r}: token")
+
+
+def check_address(address: str) -> str:
+    """``address`` if it looks like a Ray address, else a one-line error."""
+    if not RAY_ADDRESS_RE.match(address):
+        raise PhalanxError(
+            f"Ray address {address!r} is not HOST:PORT or ray://HOST:PORT; give the head "
+            "node's client port (ray://HOST:10001) or its GCS address (HOST:6379)"
+        )
+    return address
+
+
+def target_for(compute: str, ws: Workspace) -> RayTarget | None:
+    """The Ray target a spec's ``compute`` names; ``None`` for this machine.
+
+    Raises:
+        PhalanxError: an unknown target name.
+    """
+    name = compute.removeprefix("azureml:")
+    if name == LOCAL:
+        return None
+    if compute.startswith("ray://") or ":" in name:  # a target's name has no colon
+        return RayTarget(name=compute, address=check_address(compute))
+    return get_target(ws, name)
+
+
+def create_target(ws: Workspace, target: RayTarget) -> None:
+    """Record ``target``; its token must already be a reference.
+
+    Raises:
+        PhalanxError: the name is ``local``, invalid or taken.
+    """
+    if target.name == LOCAL or not TARGET_NAME_RE.match(target.name):
+        raise PhalanxError(
+            f"compute name {target.name!r} is invalid or reserved: use letters, digits, '_' "
+            "and '-', not 'local'"
+        )
+    check_address(target.address)
+    try:
+        with ws.transaction() as db:
+            db.execute(
+                "INSERT INTO computes (name, type, config_json, created_at) VALUES (?,?,?,?)",
+                (target.name, target.type, target.model_dump_json(exclude_none=True), time.time()),
+            )
+    except sqlite3.IntegrityError as exc:
+        raise PhalanxError(
+            f"compute {target.name!r} already exists; `phalanx compute delete` it first"
+        ) from exc
+
+
+def get_target(ws: Workspace, name: str) -> RayTarget:
+    """The registered target ``name``.
+
+    Raises:
+        PhalanxError: no such target.
+    """
+    rows = ws.query("SELECT config_json FROM computes WHERE name = ?", (name,))
+    if not rows:
+        known = ", ".join([LOCAL, *(t.name for t in list_targets(ws))])
+        raise PhalanxError(
+            f"compute target {name!r} not found (known: {known}); create it with "
+            "`phalanx compute create --name NAME --type ray --address HOST:PORT` or write "
+            "compute: ray://HOST:PORT"
+        )
+    return _load(rows[0]["config_json"])
+
+
+def list_targets(ws: Workspace) -> list[RayTarget]:
+    return [
+        _load(r["config_json"]) for r in ws.query("SELECT config_json FROM computes ORDER BY name")
+    ]
+
+
+def delete_target(ws: Workspace, name: str) -> None:
+    """Forget a target and its stored token."""
+    get_target(ws, name)
+    with ws.transaction() as db:
+        db.execute("DELETE FROM computes WHERE name = ?", (name,))
+    SecretStore(ws.home).delete_prefix(secret_key(name))
+
+
+def secret_key(name: str) -> str:
+    """Where a target's stored token lives in the secrets file."""
+    return f"compute/{name}/token"
+
+
+def _load(config_json: str) -> RayTarget:
+    try:
+        return RayTarget.model_validate(json.loads(config_json))
+    except ValidationError as exc:
+        raise PhalanxError(f"a compute target record cannot be read: {exc}") from exc
