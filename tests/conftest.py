@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
+import raycluster
 import servers
 
 BIN = Path(sys.executable).parent
@@ -160,6 +161,14 @@ def s3_server() -> Iterator[servers.S3Server]:
     server = servers.start_s3()
     yield server
     servers.stop(server)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[raycluster.RayCluster]:
+    """A Ray cluster of two nodes (head + worker) on this machine, for the session."""
+    cluster = raycluster.start_cluster(tmp_path_factory.mktemp("ray"))
+    yield cluster
+    raycluster.stop_cluster(cluster)
 
 
 @pytest.fixture

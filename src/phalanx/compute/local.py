@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import signal
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from phalanx.launch import procs
 from phalanx.launch.node import NodeLaunch
+from phalanx.launch.ports import free_ports
 
 
 @dataclass
@@ -46,6 +48,16 @@ class LocalCompute:
 
     name = "local"
     master_addr = "127.0.0.1"
+
+    def allocate(self, nodes: int, procs_per_node: int, deadline: float | None) -> None:
+        """Nothing to reserve: this machine is always there."""
+
+    def release(self) -> None:
+        """Nothing to give back."""
+
+    def free_ports(self, node: int, count: int) -> list[int]:
+        """``count`` ports free on this machine (every node's)."""
+        return free_ports(count, self.master_addr)
 
     def node_hosts(self, count: int) -> list[str]:
         """An address per node: ``127.0.0.1``, ``127.0.0.2``, … (all this machine's
@@ -88,6 +100,6 @@ class LocalCompute:
         """
         return procs.sweep(str(job_dir), attempt, grace_s, descendants=descendants)
 
-    def reap(self, nodes: list[LocalNode]) -> None:
+    def reap(self, nodes: Sequence[object]) -> None:
         """Collect orphans that re-parented to this process, leaving the launchers' status."""
-        procs.reap_orphans(frozenset(n.proc.pid for n in nodes))
+        procs.reap_orphans(frozenset(n.proc.pid for n in nodes if isinstance(n, LocalNode)))

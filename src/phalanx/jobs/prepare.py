@@ -160,6 +160,7 @@ def check(spec: JobSpec, ws: Workspace) -> None:
     from phalanx.jobs.register import check_registrations
 
     check_launcher(spec)
+    check_compute(spec, ws)
     check_environment(spec)
     check_inputs(spec, ws)
     check_outputs(spec, ws)
@@ -176,6 +177,19 @@ def check_environment(spec: JobSpec) -> EnvironmentRequest | None:
     if env is None or not env.builds:
         return None
     return request_for(env.pip_file, env.conda_file)
+
+
+def check_compute(spec: JobSpec, ws: Workspace) -> None:
+    """Refuse an unknown compute target, or one whose token cannot be read.
+
+    Raises:
+        PhalanxError: naming the target.
+    """
+    from phalanx.compute.targets import target_for
+
+    target = target_for(spec.compute, ws)
+    if target is not None:
+        target.token_value(ws)
 
 
 def check_launcher(spec: JobSpec) -> None:

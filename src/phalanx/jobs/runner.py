@@ -30,10 +30,12 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from phalanx.compute.local import LocalCompute, LocalNode
+from phalanx.compute.ray import RayCompute, RayNode
 from phalanx.errors import PhalanxError
 from phalanx.jobs.inputs import PreparationCanceled
 from phalanx.jobs.policy import decide
@@ -44,7 +46,6 @@ from phalanx.jobs.uploads import UPLOAD_REQUEST, UploadLoop
 from phalanx.jobs.watchdog import STACK_DUMP_WAIT_S, Watchdog, dump_stacks
 from phalanx.launch.exitcodes import PREEMPTED_EXIT_CODE
 from phalanx.launch.node import NodeLaunch
-from phalanx.launch.ports import free_port, free_ports
 from phalanx.launch.rootcause import (
     failed,
     launcher_failure,
@@ -63,6 +64,9 @@ from phalanx.workspace import (
 )
 
 log = logging.getLogger(__name__)
+
+Node = LocalNode | RayNode
+"""A node's launcher as the runner drives it, on this machine or a Ray node."""
 
 POLL_S = 0.1
 REQUEST_EVERY = 5  # polls between reads of cancel/preemption requests
@@ -83,17 +87,21 @@ class JobRunner:
     """Runs the job ``name`` of ``workspace`` on ``compute``."""
 
     def __init__(
-        self, workspace: Workspace, name: str, compute: LocalCompute | None = None
+        self, workspace: Workspace, name: str, compute: LocalCompute | RayCompute | None = None
     ) -> None:
         self.ws = workspace
         self.name = name
-        self.compute = compute or LocalCompute()
+        self.compute: LocalCompute | RayCompute = compute or LocalCompute()
         self.paths: JobPaths = workspace.paths(name)
         self._cancel = False
 
     def request_cancel(self, *_: object) -> None:
         """Signal handler: stop the job at the next poll."""
         self._cancel = True
+
+    def cancelled(self) -> bool:
+        """Whether the job was asked to stop (a signal, or ``phalanx job cancel``)."""
+        return self._cancelled()
 
     def _cancelled(self) -> bool:
         if not self._cancel and self.ws.requests(self.name)[0]:
@@ -138,7 +146,20 @@ class JobRunner:
         while True:
             if self._cancelled():
                 return self._finish(JobStatus.CANCELED, None)
-            outcome = self._run_attempt(spec, prepared, deadline)
+            try:
+                # Ray: reserve the attempt's nodes, waiting for Ray to have them.
+                self.compute.allocate(
+                    spec.instance_count, spec.process_count_per_instance, deadline
+                )
+            except PhalanxError as exc:
+                if self._cancelled():
+                    return self._finish(JobStatus.CANCELED, None)
+                log.error("allocating nodes failed: %s", exc)
+                return self._finish(JobStatus.FAILED, RootCause(message=str(exc)))
+            try:
+                outcome = self._run_attempt(spec, prepared, deadline)
+            finally:
+                self.compute.release()
             # What the attempt wrote reaches its datastore, whatever became of it.
             syncer.sync_now()
             if outcome.status is AttemptStatus.SUCCEEDED:
@@ -178,7 +199,7 @@ class JobRunner:
         self, spec: JobSpec, prepared: Prepared, deadline: float | None
     ) -> AttemptOutcome:
         master_addr = self.compute.master_addr
-        master_port = free_port(master_addr)
+        master_port = self.compute.free_ports(0, 1)[0]
         attempt = self.ws.start_attempt(self.name, master_port=master_port)
         self.ws.set_status(self.name, JobStatus.RUNNING)
         log.info(
@@ -189,9 +210,9 @@ class JobRunner:
             master_addr,
             master_port,
         )
-        nodes: list[LocalNode] = []
+        nodes: list[Node] = []
         hosts = tuple(self.compute.node_hosts(spec.instance_count))
-        tf_cluster = _tf_cluster(spec, hosts, master_addr)
+        tf_cluster = _tf_cluster(spec, hosts, self.compute.free_ports)
         # MPI: one mpirun on node 0 starts the ranks of every node.
         launchers = 1 if spec.distribution_type == "mpi" else spec.instance_count
         for node_rank in range(launchers):
@@ -237,7 +258,7 @@ class JobRunner:
         return outcome
 
     def _watch(
-        self, spec: JobSpec, attempt: int, nodes: list[LocalNode], deadline: float | None
+        self, spec: JobSpec, attempt: int, nodes: list[Node], deadline: float | None
     ) -> AttemptOutcome:
         attempt_dir = self.paths.attempt_dir(attempt)
         grace = float(spec.retry.preemption_grace)
@@ -296,11 +317,17 @@ class JobRunner:
         self,
         attempt: int,
         world_size: int,
-        nodes: list[LocalNode],
+        nodes: list[Node],
         codes: list[int | None],
         notice: str | None,
     ) -> AttemptOutcome:
         """What an attempt that stopped came to, judged from every rank's record."""
+        lost = [n for n in nodes if isinstance(n, RayNode) and n.lost is not None]
+        if lost:
+            message = f"node {lost[0].node_rank} was lost: {lost[0].lost}"
+            return AttemptOutcome(
+                AttemptStatus.FAILED, FailureCause.INFRASTRUCTURE, RootCause(message=message)
+            )
         records = read_rank_records(self.paths.attempt_dir(attempt))
         missing = sorted(set(range(world_size)) - {int(r["rank"]) for r in records})
         if not missing and not any(failed(r) for r in records):
@@ -338,7 +365,7 @@ class JobRunner:
             )
         return AttemptOutcome(AttemptStatus.FAILED, classify(cause), cause, cause.exit_code)
 
-    def _hang(self, attempt: int, nodes: list[LocalNode], watchdog: Watchdog) -> AttemptOutcome:
+    def _hang(self, attempt: int, nodes: list[Node], watchdog: Watchdog) -> AttemptOutcome:
         log.warning("attempt %d: no progress for %.0f s; dumping stacks", attempt, watchdog.limit)
         quietest = watchdog.quietest()  # before the dumps write to every log
         if dump_stacks(str(self.paths.root), attempt):
@@ -347,7 +374,7 @@ class JobRunner:
         self._stop(attempt, nodes, FAILURE_GRACE_S)
         return AttemptOutcome(AttemptStatus.FAILED, FailureCause.HANG, cause)
 
-    def _stop(self, attempt: int, nodes: list[LocalNode], grace_s: float) -> None:
+    def _stop(self, attempt: int, nodes: list[Node], grace_s: float) -> None:
         """Stop every node: SIGTERM the launchers, wait ``grace_s``, kill what is left.
 
         A launcher that was already sent SIGTERM is not sent another: its
@@ -368,14 +395,15 @@ class JobRunner:
 
 
 def _tf_cluster(
-    spec: JobSpec, hosts: tuple[str, ...], master_addr: str
+    spec: JobSpec, hosts: tuple[str, ...], free_ports: Callable[[int, int], list[int]]
 ) -> dict[str, list[str]] | None:
     """TensorFlow's cluster: a free port per task on the node that runs it (rank order)."""
     if spec.distribution_type != "tensorflow":
         return None
     per_node = spec.process_count_per_instance
-    ports = free_ports(spec.world_size, master_addr)
-    addresses = [f"{hosts[rank // per_node]}:{port}" for rank, port in enumerate(ports)]
+    addresses = [
+        f"{host}:{port}" for node, host in enumerate(hosts) for port in free_ports(node, per_node)
+    ]
     workers = spec.tensorflow_workers
     cluster = {"worker": addresses[:workers]}
     if addresses[workers:]:

@@ -13,10 +13,15 @@ import logging
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 
 from phalanx.compute.local import LocalCompute
+from phalanx.compute.ray import RayCompute
+from phalanx.compute.targets import target_for
+from phalanx.errors import PhalanxError
 from phalanx.jobs.runner import JobRunner
 from phalanx.launch.procs import become_subreaper
+from phalanx.spec import JobSpec
 from phalanx.storage.redact import RedactingFormatter, redact
 from phalanx.workspace import FailureCause, JobStatus, RootCause, Workspace
 
@@ -37,7 +42,15 @@ def main(argv: list[str]) -> int:
         logging.getLogger(sdk).setLevel(logging.WARNING)
     ws = Workspace()
     become_subreaper()
-    compute = LocalCompute()
+    runner: JobRunner | None = None
+    try:
+        compute = make_compute(
+            ws, name, cancelled=lambda: runner is not None and runner.cancelled()
+        )
+    except PhalanxError as exc:
+        logging.getLogger(__name__).error("%s", exc)
+        ws.set_status(name, JobStatus.FAILED, error=RootCause(message=str(exc)))
+        return 1
     runner = JobRunner(ws, name, compute)
     signal.signal(signal.SIGTERM, runner.request_cancel)
     signal.signal(signal.SIGINT, runner.request_cancel)
@@ -56,6 +69,21 @@ def main(argv: list[str]) -> int:
         ws.set_status(name, JobStatus.FAILED, error=error)
         return 1
     return 0 if status is JobStatus.COMPLETED else 1
+
+
+def make_compute(
+    ws: Workspace, name: str, cancelled: Callable[[], bool]
+) -> LocalCompute | RayCompute:
+    """Where the job's spec says its nodes run.
+
+    Raises:
+        PhalanxError: an unknown target, or its token cannot be read.
+    """
+    spec = JobSpec.model_validate(ws.get_job(name).spec)
+    target = target_for(spec.compute, ws)
+    if target is None:
+        return LocalCompute()
+    return RayCompute(target, target.token_value(ws), cancelled=cancelled)
 
 
 if __name__ == "__main__":

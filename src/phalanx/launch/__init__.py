@@ -40,6 +40,7 @@ Environment of every worker process
 ``PYTHONUNBUFFERED=1``       so log lines reach the log files as they are printed
 ``PHALANX_HEARTBEAT_FILE``   where ``phalanx.train.heartbeat()`` records progress (hang watchdog)
 ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1``  a failed NCCL collective raises rather than hangs
+``PHALANX_RAY_NODE_ID``      on Ray compute: the Ray node the rank runs on
 ===========================  =====================================================
 
 ``distribution: mpi`` starts the ranks with one ``mpirun`` (:mod:`phalanx.launch.mpi`):

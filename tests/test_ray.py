@@ -1,0 +1,148 @@
+"""Ray compute on a real two-node Ray cluster started on this machine (head + worker):
+placement across nodes, every rank's log, a lost node classified as infrastructure and
+the job resumed once a node is back, and the errors a user can fix."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import Cli
+from raycluster import RayCluster
+
+pytestmark = pytest.mark.slow
+
+DDP = """
+import json, os, socket
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+keys = ("RANK", "WORLD_SIZE", "NODE_RANK", "LOCAL_RANK", "MASTER_ADDR", "PHALANX_RAY_NODE_ID",
+        "PHALANX_JOB_NAME")
+rec = {k: os.environ.get(k) for k in keys}
+rec.update(total=t.item(), host=socket.gethostname())
+out = os.path.join(os.environ["PHALANX_OUTPUTS_DIR"], f"rank_{dist.get_rank()}.json")
+open(out, "w").write(json.dumps(rec))
+print("rank", dist.get_rank(), "total", t.item(), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def _job(cli: Cli, compute: str, nodes: int = 2, script: str = "ddp.py", extra: str = "") -> Path:
+    return cli.write(
+        "job.yml",
+        f"""
+        command: python {script}
+        code: src
+        compute: {compute}
+        resources: {{instance_count: {nodes}}}
+        distribution: {{type: pytorch, process_count_per_instance: 1}}
+        limits: {{timeout: 300}}
+        {extra}
+        """,
+    )
+
+
+def test_two_node_ddp_job_on_a_registered_ray_cluster(cli: Cli, ray_cluster: RayCluster) -> None:
+    cli.run("compute", "create", "--name", "testray", "--type", "ray",
+            "--address", ray_cluster.gcs_address, check=True)  # fmt: skip
+    listed = json.loads(cli.run("compute", "list", "--json", check=True).stdout)
+    assert [t["name"] for t in listed] == ["local", "testray"]
+    cli.write("src/ddp.py", DDP)
+    name = cli.create(_job(cli, "azureml:testray"))
+    job = cli.wait(name, ("Completed", "Failed"), timeout=180)
+    assert job["status"] == "Completed", job
+    job_dir = Path(job["job_dir"])
+    ranks = [json.loads((job_dir / "outputs" / f"rank_{r}.json").read_text()) for r in range(2)]
+    assert [r["total"] for r in ranks] == [3.0, 3.0]
+    assert [(r["RANK"], r["NODE_RANK"], r["WORLD_SIZE"]) for r in ranks] == [
+        ("0", "0", "2"), ("1", "1", "2"),
+    ]  # fmt: skip
+    # STRICT_SPREAD: each node of the job on its own Ray node.
+    assert ranks[0]["PHALANX_RAY_NODE_ID"] != ranks[1]["PHALANX_RAY_NODE_ID"]
+    assert all(r["PHALANX_RAY_NODE_ID"] for r in ranks)
+    assert ranks[0]["MASTER_ADDR"] == ray_cluster.gcs_address.split(":")[0]
+    for rank in range(2):
+        log = (job_dir / "user_logs" / f"std_log_process_{rank}.txt").read_text()
+        assert f"rank {rank} total 3.0" in log
+    supervisor = (job_dir / "system_logs" / "supervisor.txt").read_text()
+    assert "Ray placed 2 node(s)" in supervisor
+
+
+def test_ray_client_address_inline(cli: Cli, ray_cluster: RayCluster) -> None:
+    cli.write("src/ddp.py", DDP)
+    name = cli.create(_job(cli, ray_cluster.client_address, nodes=1))
+    job = cli.wait(name, ("Completed", "Failed"), timeout=180)
+    assert job["status"] == "Completed", job
+    rank0 = json.loads((Path(job["job_dir"]) / "outputs" / "rank_0.json").read_text())
+    assert rank0["total"] == 1.0 and rank0["PHALANX_RAY_NODE_ID"]
+
+
+STEPS = """
+import os, time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+ckpt = os.path.join(os.environ["PHALANX_CHECKPOINT_DIR"], "step.txt")
+start = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
+print(f"attempt {os.environ['PHALANX_ATTEMPT']} starts at step {start}", flush=True)
+for step in range(start, 40):
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    if rank == 0:
+        with open(ckpt + ".tmp", "w") as f:
+            f.write(str(step + 1))
+        os.replace(ckpt + ".tmp", ckpt)
+    time.sleep(0.25)
+print("done", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_lost_node_is_infrastructure_and_the_job_resumes_when_a_node_is_back(
+    cli: Cli, ray_cluster: RayCluster
+) -> None:
+    cli.write("src/steps.py", STEPS)
+    spec = _job(cli, ray_cluster.gcs_address, script="steps.py",
+                extra="retry: {max_attempts: 3}")  # fmt: skip
+    name = cli.create(spec)
+    job = cli.wait(name, ("Running",), timeout=120)
+    checkpoint = Path(job["job_dir"]) / "checkpoints" / "step.txt"
+    deadline = time.monotonic() + 120
+    while not checkpoint.exists() or int(checkpoint.read_text() or 0) < 5:
+        assert time.monotonic() < deadline, "the job made no progress"
+        time.sleep(0.2)
+    ray_cluster.kill_node("node_b")
+    # The next attempt waits for Ray to have two nodes again.
+    time.sleep(3)
+    ray_cluster.start_worker("node_b")
+    job = cli.wait(name, ("Completed", "Failed"), timeout=300)
+    assert job["status"] == "Completed", job
+    first, *rest = job["attempts"]
+    assert first["cause"] == "infrastructure", first
+    assert "lost" in json.dumps(first), first
+    assert rest and rest[-1]["status"] == "Succeeded"
+    assert int(checkpoint.read_text()) == 40
+    log = (Path(job["job_dir"]) / "user_logs" / "std_log_process_0.txt").read_text()
+    resumed = [line for line in log.splitlines() if line.startswith(f"attempt {len(rest) + 1}")]
+    assert resumed and int(resumed[0].rsplit(" ", 1)[1]) >= 5  # from the checkpoint
+
+
+def test_errors_a_user_can_fix(cli: Cli, ray_cluster: RayCluster) -> None:
+    cli.write("src/ddp.py", DDP)
+    unknown = cli.run("job", "create", "-f", str(_job(cli, "azureml:nosuch")))
+    assert unknown.returncode == 2 and "compute target 'nosuch' not found" in unknown.stderr
+    refused = cli.run("compute", "create", "--name", "gone", "--address", "127.0.0.1:1")
+    assert refused.returncode == 2 and "cannot reach 127.0.0.1:1" in refused.stderr
+    cli.run("compute", "create", "--name", "authed", "--address", ray_cluster.gcs_address,
+            "--token-env", "PHALANX_TEST_RAY_TOKEN", check=True)  # fmt: skip
+    shown = json.loads(cli.run("compute", "show", "authed", check=True).stdout)
+    assert shown["token"] == "environment variable PHALANX_TEST_RAY_TOKEN"
+    no_token = cli.run("job", "create", "-f", str(_job(cli, "authed")))
+    assert no_token.returncode == 2 and "PHALANX_TEST_RAY_TOKEN is not set" in no_token.stderr
+    bad = cli.run("compute", "create", "--name", "local", "--address", ray_cluster.gcs_address)
+    assert bad.returncode == 2 and "reserved" in bad.stderr
