@@ -37,6 +37,8 @@ limits: {timeout: 120}
 
 
 def test_mpi_job_runs_allreduce_over_two_nodes_of_two(cli: Cli) -> None:
+    # Rank variables of whatever submitted the job (here: a stale set) are not the ranks'.
+    cli.env.update(RANK="5", WORLD_SIZE="9", LOCAL_RANK="3")
     cli.write("src/mpi_job.py", MPI_SCRIPT)
     name = cli.create(cli.write("job.yml", MPI_JOB))
     job = cli.wait(name, ("Completed", "Failed"))
@@ -119,6 +121,8 @@ task = json.loads(os.environ["TF_CONFIG"])["task"]
 print("task", task, flush=True)
 if task["type"] == "ps":
     time.sleep(300)  # a parameter server serves until it is stopped
+else:
+    time.sleep(3)  # some work, while the parameter server is up
 """
 
 

@@ -14,11 +14,14 @@ from conftest import Cli
 PACKAGE = "pyfiglet==1.0.4"
 
 SCRIPT = """
-import json, os, sys
+import json, os, subprocess, sys
 import pyfiglet, torch, phalanx
+# The package's console script runs too (its #! line names the environment's python).
+cli = subprocess.run(["pyfiglet", "--version"], capture_output=True, text=True)
 out = os.path.join(os.environ["PHALANX_OUTPUTS_DIR"], "env.json")
 open(out, "w").write(json.dumps({"prefix": sys.prefix, "pyfiglet": pyfiglet.__file__,
-                                 "torch": torch.__version__, "rank": os.environ["RANK"]}))
+                                 "torch": torch.__version__, "rank": os.environ["RANK"],
+                                 "cli": cli.returncode, "cli_out": cli.stdout + cli.stderr}))
 """
 
 
@@ -37,7 +40,8 @@ def _job(cli: Cli, environment: str) -> Path:
 def test_pip_file_is_built_once_and_reused(cli: Cli) -> None:
     assert subprocess.run([sys.executable, "-c", "import pyfiglet"]).returncode != 0
     cli.write("src/env_job.py", SCRIPT)
-    cli.write("requirements.txt", f"# extra packages\n{PACKAGE}\n")
+    cli.write("requirements.txt", "# extra packages, from an included file\n-r common.txt\n")
+    cli.write("common.txt", f"{PACKAGE}\n")
     spec = _job(cli, "{pip_file: requirements.txt}")
     prefixes = []
     for first in (True, False):
@@ -47,6 +51,7 @@ def test_pip_file_is_built_once_and_reused(cli: Cli) -> None:
         seen = json.loads((Path(job["job_dir"]) / "outputs" / "env.json").read_text())
         assert seen["pyfiglet"].startswith(seen["prefix"])  # from the job's environment
         assert seen["torch"]  # phalanx's packages importable through the layer
+        assert seen["cli"] == 0 and "1.0.4" in seen["cli_out"], seen
         prefixes.append(seen["prefix"])
         supervisor = (Path(job["job_dir"]) / "system_logs" / "supervisor.txt").read_text()
         assert ("building" in supervisor) is first and ("reused" in supervisor) is not first
@@ -54,8 +59,8 @@ def test_pip_file_is_built_once_and_reused(cli: Cli) -> None:
     envs = [p for p in (cli.home / "envs").iterdir() if p.is_dir()]
     assert [str(p) for p in envs] == [prefixes[0]]
 
-    # Another content, another environment.
-    cli.write("requirements.txt", f"{PACKAGE}\n# changed\n")
+    # Another content (of the included file), another environment.
+    cli.write("common.txt", f"{PACKAGE}\n# changed\n")
     name = cli.create(spec)
     assert cli.wait(name, ("Completed", "Failed"), timeout=180)["status"] == "Completed"
     assert len([p for p in (cli.home / "envs").iterdir() if p.is_dir()]) == 2

@@ -110,3 +110,21 @@ def test_system_metrics_are_sampled_during_the_job(cli: Cli, tmp_path: Path) -> 
     assert "system/job_cpu_percent" in table and "SAMPLE" in table
     shown = json.loads(cli.run("job", "metrics", name, "--json", check=True).stdout)
     assert shown["system/gpu0/utilization_percent"][-1]["value"] == 87.0
+
+
+def test_latest_is_the_last_logged_and_odd_steps_are_skipped(tmp_path: Path) -> None:
+    from phalanx.workspace.metrics import latest_metrics, read_metrics
+
+    lines = [
+        {"name": "loss", "value": 9.0, "step": None},
+        {"name": "loss", "value": 1.0, "step": 100},
+        {"name": "loss", "value": 5.0, "step": "x"},
+        {"name": "loss", "value": 6.0, "step": [1]},
+        {"name": "acc", "value": 0.5, "step": 2},
+    ]
+    text = "".join(json.dumps(r) + "\n" for r in lines) + '{"name": "torn'
+    (tmp_path / "metrics.jsonl").write_text(text)
+    history = read_metrics(tmp_path)
+    assert history["loss"] == [(100, 1.0), (None, 9.0)]  # stepped in step order, then the rest
+    assert latest_metrics(tmp_path)["acc"] == 0.5
+    assert latest_metrics(tmp_path)["loss"] == 1.0  # the last valid line written wins

@@ -194,8 +194,9 @@ def test_register_from_azure_blob(cli: Cli, azurite: Azurite) -> None:
     assert (Path(model["folder"]) / "a" / "b.txt").read_bytes() == b"b"
 
 
-BAD_NAMES = ["../evil", "a/b", "..", "%2e%2e", "%2e%2e%2fevil", "/abs", "a\\b", ".hidden", ""]
-BAD_VERSIONS = ["../1", "..", "1/2", "%2e%2e", "/1", "latest", "..%2f"]
+BAD_NAMES = ["../evil", "a/b", "..", "%2e%2e", "%2e%2e%2fevil", "/abs", "a\\b", ".hidden", "",
+             "trailing\n"]  # fmt: skip
+BAD_VERSIONS = ["../1", "..", "1/2", "%2e%2e", "/1", "latest", "..%2f", "1\n"]
 
 
 def test_every_traversal_attempt_is_refused(cli: Cli, tmp_path: Path) -> None:
@@ -283,3 +284,57 @@ def test_traversal_through_job_outputs_and_downloads_is_refused(cli: Cli, tmp_pa
     proc = cli.run("model", "download", "ok", "--dest", str(dest2))
     assert proc.returncode == 2 and "outside" in proc.stderr
     assert list(outside.iterdir()) == []
+
+
+def test_download_refuses_links_and_folders_in_the_way_and_writes_nothing(
+    cli: Cli, tmp_path: Path
+) -> None:
+    src = _model_dir(tmp_path)
+    cli.run("model", "create", "--name", "m", "--path", str(src), check=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+
+    dest = tmp_path / "dl"
+    dest.mkdir()
+    (dest / "sub").symlink_to(tmp_path / "nowhere")  # dangling: mkdir would follow it
+    proc = cli.run("model", "download", "m", "--dest", str(dest))
+    assert proc.returncode == 2 and "symbolic link" in proc.stderr, proc.stderr
+    assert sorted(p.name for p in dest.iterdir()) == ["sub"]  # weights.pt not written
+    assert not (tmp_path / "nowhere").exists()
+
+    dest2 = tmp_path / "dl2"
+    (dest2 / "weights.pt").mkdir(parents=True)  # a folder where the model has a file
+    proc = cli.run("model", "download", "m", "--dest", str(dest2), "--overwrite")
+    assert proc.returncode == 2 and "is a folder" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (dest2 / "sub").exists()
+
+
+def test_outputs_registering_one_version_twice_are_refused_at_create(cli: Cli) -> None:
+    cli.write("src/train.py", TRAIN)
+    spec = cli.write(
+        "job.yml",
+        """
+        command: python train.py --out ${{outputs.a}}
+        code: src
+        outputs:
+          a: {type: custom_model, name: dup, version: "1"}
+          b: {type: custom_model, name: dup, version: "1"}
+        """,
+    )
+    proc = cli.run("job", "create", "-f", str(spec))
+    assert proc.returncode == 2 and "both register dup:1" in proc.stderr
+
+
+def test_a_job_folder_output_behind_a_link_is_refused(cli: Cli, tmp_path: Path) -> None:
+    cli.write("src/train.py", TRAIN)
+    name = cli.create(cli.write("job.yml", JOB), "outputs.model.name=", "outputs.stats.name=")
+    job = cli.wait(name, ("Completed", "Failed"))
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "model").mkdir(parents=True)
+    (elsewhere / "model" / "id_rsa").write_text("secret")
+    outputs = Path(job["job_dir"]) / "outputs"
+    outputs.rename(tmp_path / "moved")
+    outputs.symlink_to(elsewhere, target_is_directory=True)
+    proc = cli.run("model", "create", "--name", "x", "--path",
+                   f"azureml://jobs/{name}/outputs/model")  # fmt: skip
+    assert proc.returncode == 2 and "outside the job's folder" in proc.stderr

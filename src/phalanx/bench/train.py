@@ -86,7 +86,12 @@ def write_specs(config: TrainBenchConfig) -> list[tuple[GridPoint, JobSpec]]:
         PhalanxError: a spec does not validate or cannot run here (e.g. ``--compute``).
     """
     folder = config.out / "jobs"
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PhalanxError(
+            f"--out {config.out}: cannot create {folder} ({exc.strerror}); choose another folder"
+        ) from exc
     specs = []
     for point in config.points():
         path = folder / f"{point.slug}.yml"

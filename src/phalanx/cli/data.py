@@ -169,7 +169,7 @@ def convert_imagefolder_cmd(
     except ValueError as exc:
         raise PhalanxError(f"--shard-size {shard_size!r}: {exc}") from exc
     ws = Workspace()
-    if asset and not ASSET_NAME_RE.match(asset):
+    if asset and not ASSET_NAME_RE.fullmatch(asset):
         raise PhalanxError(
             f"--register {asset!r}: use letters, digits, '_', '-' and '.' (checked before "
             "converting, which can take long)"

@@ -72,6 +72,8 @@ def create_cmd(
 ) -> int:
     """Copy a model's files into the registry as a new, immutable version."""
     ws = Workspace()
+    if not path.strip():
+        raise PhalanxError("--path is empty; give a job output, a datastore URI or a local path")
     if not is_uri(path):
         path = str(Path(path.removeprefix("file://")).expanduser().absolute())
     model = register_model(

@@ -83,7 +83,7 @@ def create_target(ws: Workspace, target: RayTarget) -> None:
     Raises:
         PhalanxError: the name is ``local``, invalid or taken.
     """
-    if target.name == LOCAL or not TARGET_NAME_RE.match(target.name):
+    if target.name == LOCAL or not TARGET_NAME_RE.fullmatch(target.name):
         raise PhalanxError(
             f"compute name {target.name!r} is invalid or reserved: use letters, digits, '_' "
             "and '-', not 'local'"

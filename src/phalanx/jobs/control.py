@@ -47,7 +47,14 @@ def submit(ws: Workspace, spec: JobSpec, spec_text: str) -> JobRecord:
             close_fds=True,
         )
     try:
-        created = psutil.Process(proc.pid).create_time()
+        child = psutil.Process(proc.pid)
+        created = child.create_time()
+        # Popen returns once exec closed the child's close-on-exec pipe, a moment before
+        # the kernel sets up the new command line; until then it reads empty, and a
+        # liveness check would take the supervisor for dead.
+        deadline = time.monotonic() + 5
+        while not child.cmdline() and time.monotonic() < deadline:
+            time.sleep(0.01)
     except psutil.Error:
         created = time.time()
     ws.set_supervisor(job.name, proc.pid, created)
@@ -66,13 +73,6 @@ def supervisor_alive(job: JobRecord) -> bool:
     try:
         proc = psutil.Process(job.supervisor_pid)
         cmdline = proc.cmdline()
-        # Popen returns once exec closed the child's close-on-exec pipe, a moment
-        # before the kernel sets up the new command line: it reads empty then.
-        for _ in range(40):
-            if cmdline or proc.status() == psutil.STATUS_ZOMBIE:
-                break
-            time.sleep(0.05)
-            cmdline = proc.cmdline()
         ours = "phalanx.jobs.supervisor" in cmdline and job.name in cmdline
         return ours and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:

@@ -28,6 +28,8 @@ from phalanx.workspace.layout import JobPaths
 log = logging.getLogger(__name__)
 
 UPLOAD_INTERVAL_S = 60.0
+MAX_LOCAL_HOSTS = 254
+"""Loopback addresses local compute gives MPI/TensorFlow nodes (127.0.0.1 … 127.0.0.254)."""
 
 
 @dataclass
@@ -202,7 +204,14 @@ def check_launcher(spec: JobSpec) -> None:
         from phalanx.launch.mpi import mpirun_path
 
         mpirun_path()
-    if spec.distribution_type == "tensorflow":
+    per_node_hosts = spec.distribution_type in ("mpi", "tensorflow")
+    if per_node_hosts and spec.compute == "local" and spec.instance_count > MAX_LOCAL_HOSTS:
+        raise PhalanxError(
+            f"local compute gives each node of an {spec.distribution_type} job a loopback "
+            f"address, at most {MAX_LOCAL_HOSTS}; lower resources.instance_count"
+        )
+    own_environment = spec.inline_environment is not None and spec.inline_environment.builds
+    if spec.distribution_type == "tensorflow" and not own_environment:
         import importlib.util
 
         if importlib.util.find_spec("tensorflow") is None:

@@ -26,9 +26,17 @@ def check_registrations(spec: JobSpec, ws: Workspace) -> None:
     from phalanx.registry.models import get_model
     from phalanx.storage.assets import get_asset
 
+    claimed: dict[tuple[bool, str, str], str] = {}
     for key, out in spec.outputs.items():
         if out.name is None or out.version is None:
             continue
+        pair = (out.type == "custom_model", out.name, out.version)
+        if pair in claimed:
+            raise PhalanxError(
+                f"outputs.{key} and outputs.{claimed[pair]} both register {out.name}:"
+                f"{out.version}; give one of them another name or version"
+            )
+        claimed[pair] = key
         lookup = get_model if out.type == "custom_model" else get_asset
         try:
             lookup(ws, out.name, out.version)
@@ -37,7 +45,7 @@ def check_registrations(spec: JobSpec, ws: Workspace) -> None:
         kind = "model" if out.type == "custom_model" else "data asset"
         raise PhalanxError(
             f"outputs.{key}: {kind} {out.name}:{out.version} already exists and versions are "
-            "immutable; change version: or leave it out to get the next number"
+            "immutable; change its version: or leave it out to get the next number"
         )
 
 

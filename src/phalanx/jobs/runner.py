@@ -211,7 +211,9 @@ class JobRunner:
             master_port,
         )
         nodes: list[Node] = []
-        hosts = tuple(self.compute.node_hosts(spec.instance_count))
+        # Addresses per node matter to mpirun and TF_CONFIG; torchrun needs node 0's only.
+        needs_hosts = spec.distribution_type in ("mpi", "tensorflow")
+        hosts = tuple(self.compute.node_hosts(spec.instance_count)) if needs_hosts else ()
         tf_cluster = _tf_cluster(spec, hosts, self.compute.free_ports)
         # MPI: one mpirun on node 0 starts the ranks of every node.
         launchers = 1 if spec.distribution_type == "mpi" else spec.instance_count

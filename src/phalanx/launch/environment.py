@@ -14,8 +14,11 @@ the first on ``PATH``) when one is installed; otherwise its ``pip:`` packages
 are layered as above, and conda packages other than ``python`` and ``pip`` are
 refused with a message saying so.
 
-Builds are serialised per key with a file lock, happen in a temporary folder
-renamed into place, and are marked ready last; a failed build leaves nothing.
+Builds are serialised per key with a file lock and happen at the
+environment's own path (pip and conda write that path into scripts, so the
+folder cannot be moved afterwards); the ready marker is written last, and a
+folder without it, from a failed or killed build, is removed before the next
+try.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
 import shutil
 import subprocess
@@ -59,13 +61,19 @@ class EnvironmentRequest:
     """The requirements, or the conda file, as text."""
     folder: Path | None
     """Where the file was: relative paths inside it resolve against this."""
+    path: Path | None = None
+    """The requirements file itself, which pip reads (its ``-r`` includes are relative to it)."""
 
     @property
     def key(self) -> str:
-        """The environment's cache key: content, interpreter and phalanx's environment."""
+        """The environment's cache key: content (with the files a pip file includes and the
+        local paths it installs), interpreter and phalanx's environment."""
         digest = hashlib.sha256()
         for part in (self.kind, self.text, sys.version, sys.prefix, __version__):
             digest.update(part.encode() + b"\0")
+        if self.path is not None:
+            for part in _referenced(self.path, set()):
+                digest.update(part.encode() + b"\0")
         return digest.hexdigest()[:20]
 
 
@@ -79,7 +87,8 @@ def request_for(
             and no conda is installed.
     """
     if pip_file is not None:
-        return EnvironmentRequest("pip", _read(pip_file, "pip_file"), Path(pip_file).parent)
+        path = Path(pip_file)
+        return EnvironmentRequest("pip", _read(pip_file, "pip_file"), path.parent, path)
     assert conda_file is not None  # the spec allows one of the two
     if isinstance(conda_file, dict):
         doc, folder = conda_file, None
@@ -123,15 +132,12 @@ def ensure_environment(request: EnvironmentRequest, root: Path, log_path: Path) 
             log.info("environment %s: built by another job meanwhile", request.key)
             return target
         shutil.rmtree(target, ignore_errors=True)  # a build killed before it was ready
-        staging = root / f"{request.key}.tmp-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
         log.info("environment %s: building (%s)", request.key, request.kind)
         try:
-            _build(request, staging, log_path)
-            (staging / READY).write_text(json.dumps({"kind": request.kind}) + "\n")
-            staging.rename(target)
+            _build(request, target, log_path)
+            (target / READY).write_text(json.dumps({"kind": request.kind}) + "\n")
         except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(target, ignore_errors=True)
             raise
     log.info("environment %s: ready (%s)", request.key, target)
     return target
@@ -152,8 +158,10 @@ def _build(request: EnvironmentRequest, prefix: Path, log_path: Path) -> None:
         return
     _run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], log_path, cwd, "venv")
     _layer_on_phalanx(prefix)
-    requirements = prefix / "requirements.txt"
-    requirements.write_text(request.text)
+    requirements = request.path
+    if requirements is None:  # a conda file's pip section
+        requirements = prefix / "requirements.txt"
+        requirements.write_text(request.text)
     python = prefix / "bin" / "python"
     if any(
         line.strip() and not line.lstrip().startswith("#") for line in request.text.splitlines()
@@ -194,6 +202,38 @@ def _last_line(path: Path) -> str:
         return "no output"
     errors = [ln for ln in lines if ln.startswith("ERROR")]
     return (errors or lines or ["no output"])[-1][:300]
+
+
+_INCLUDE = re.compile(r"^\s*(?:-r|--requirement|-c|--constraint)\s*=?\s*(\S+)")
+_LOCAL = re.compile(r"^\s*(?:-e\s+|--editable\s+|--find-links\s+|-f\s+)?(\.{1,2}/\S*|/\S+)")
+
+
+def _referenced(path: Path, seen: set[Path]) -> list[str]:
+    """What else a requirements file depends on: its ``-r``/``-c`` files' text, and a
+    fingerprint (names, sizes, times) of the local paths it installs from."""
+    real = path.resolve()
+    if real in seen:
+        return []
+    seen.add(real)
+    try:
+        lines = real.read_text().splitlines()
+    except OSError:
+        return [f"missing {real}"]
+    parts: list[str] = []
+    for line in lines:
+        if match := _INCLUDE.match(line):
+            included = (real.parent / match[1]).resolve()
+            parts += [f"include {included}", *_referenced(included, seen)]
+            parts.append(included.read_text() if included.is_file() else "missing")
+        elif match := _LOCAL.match(line):
+            local = (real.parent / match[1]).resolve()
+            files = (
+                [local] if local.is_file() else sorted(local.rglob("*")) if local.is_dir() else []
+            )
+            parts += [
+                f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files if p.is_file()
+            ]
+    return parts
 
 
 def _read(path: str, field: str) -> str:

@@ -13,8 +13,9 @@ node K, the numbering torchrun uses) and sets ``OMPI_COMM_WORLD_RANK``,
 ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` and
 ``NODE_RANK`` from them, so a script may read either set. Open MPI starts its
 daemon on the other hosts through the *rsh agent*: phalanx's
-:mod:`phalanx.launch.mpi_agent` instead of ssh, so no ssh keys are needed
-between nodes. The variables phalanx sets are forwarded to every rank with
+:mod:`phalanx.launch.mpi_agent` instead of ssh. For now the agent starts
+daemons on this machine only (local compute); MPI across machines is not
+supported yet. The variables phalanx sets are forwarded to every rank with
 ``-x``. When any rank fails, ``mpirun`` stops the others; SIGTERM to ``mpirun``
 (a preemption notice, a stop) reaches every rank.
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterable, Mapping
 
@@ -48,6 +50,20 @@ def mpirun_path() -> str:
         raise PhalanxError(
             "distribution type mpi needs Open MPI's mpirun on PATH; install it "
             "(apt-get install openmpi-bin libopenmpi-dev) or use type: pytorch"
+        )
+    try:
+        version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise PhalanxError(f"{exe} --version failed ({exc}); check the MPI installation") from exc
+    if "Open MPI" not in version.stdout + version.stderr:
+        raise PhalanxError(
+            f"{exe} is not Open MPI's mpirun (phalanx builds Open MPI's command line); put "
+            "Open MPI first on PATH"
+        )
+    if " " in sys.executable:
+        raise PhalanxError(
+            f"the Python path {sys.executable!r} has a space, which Open MPI's agent setting "
+            "cannot hold; install phalanx in a path without spaces"
         )
     return exe
 

@@ -16,6 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+_RANK_VARIABLES = (
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "ROLE_RANK", "ROLE_WORLD_SIZE", "TF_CONFIG",
+)  # fmt: skip
+
 
 @dataclass(frozen=True, kw_only=True)
 class NodeLaunch:
@@ -91,6 +96,10 @@ class NodeLaunch:
             base: The environment to extend; this process's when ``None``.
         """
         env = dict(os.environ if base is None else base)
+        # Rank variables of whatever submitted the job (a job submitting a job) are not
+        # this job's: torchrun sets its own, mpirun sets only Open MPI's.
+        for stale in _RANK_VARIABLES:
+            env.pop(stale, None)
         # `python` in the command is the interpreter phalanx runs under: the
         # job's environment is phalanx's own.
         bindir = os.path.dirname(sys.executable)

@@ -56,8 +56,8 @@ def _read_error(path: Path) -> dict[str, object] | None:
 
 def _rank_env_from_mpi(env: dict[str, str]) -> None:
     """torchrun's rank variables from Open MPI's, where ``mpirun`` started the rank."""
-    if "RANK" in env or "OMPI_COMM_WORLD_RANK" not in env:
-        return
+    if "OMPI_COMM_WORLD_RANK" not in env:
+        return  # torchrun set them (it always overwrites what the launcher inherited)
     rank = int(env["OMPI_COMM_WORLD_RANK"])
     local_size = int(env.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1"))
     env["RANK"] = str(rank)

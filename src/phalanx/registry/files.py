@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -116,51 +118,66 @@ def copy_in(files: dict[str, Location], dest: Path) -> list[ModelFile]:
 def copy_out(folder: Path, files: list[ModelFile], dest: Path, *, overwrite: bool) -> int:
     """Copy a version's files from ``folder`` to ``dest``, each checked against its sha256.
 
-    Each file lands as a temporary file renamed into place (a link already at the
-    target is replaced, never followed).
+    Every file is first copied and verified into a fresh folder inside ``dest``;
+    only when all are good are they moved into place, so a failure writes nothing.
+    No path component under ``dest`` may be a symbolic link, and a target that is a
+    folder is refused.
 
     Returns:
         Bytes copied.
 
     Raises:
-        PhalanxError: a recorded name would leave ``dest``, a target exists and differs
-            (without ``overwrite``), or the registry's copy no longer matches its hash.
+        PhalanxError: a recorded name would leave ``dest``, a link or folder is in the
+            way, a target exists and differs (without ``overwrite``), or the registry's
+            copy no longer matches its hash.
     """
     dest.mkdir(parents=True, exist_ok=True)
     plan: list[tuple[ModelFile, Path]] = []
     for f in files:
         rel = safe_relpath(f.path, "recorded file")
         target = dest / rel
-        if not inside(dest, target.parent) and target.parent.exists():
-            raise PhalanxError(f"{target.parent} leads outside {dest}; remove the link there")
-        if (target.exists() or target.is_symlink()) and not overwrite:
-            if target.is_file() and not target.is_symlink() and _sha256(target) == f.sha256:
+        _check_no_links(dest, rel)
+        if target.is_dir():
+            raise PhalanxError(f"{target} is a folder where the model has a file; move it away")
+        if target.exists() and not overwrite:
+            if _sha256(target) == f.sha256:
                 continue
             raise PhalanxError(
                 f"{target} exists and differs from the model's {rel}; pass --overwrite or "
                 "choose another --dest"
             )
         plan.append((f, target))
-    total = 0
-    for f, target in plan:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if not inside(dest, target.parent):
-            raise PhalanxError(f"{target.parent} leads outside {dest}; remove the link there")
-        tmp = target.parent / f".{target.name}.phalanx-tmp"
-        try:
-            with open(folder / f.path, "rb") as src, open(tmp, "wb") as dst:
+    staging = Path(tempfile.mkdtemp(prefix=".phalanx-download-", dir=dest))
+    try:
+        total = 0
+        for i, (f, _) in enumerate(plan):
+            with open(folder / f.path, "rb") as src, open(staging / str(i), "xb") as dst:
                 size, digest = _stream(src, dst)
             if digest != f.sha256 or size != f.size:
                 raise PhalanxError(
                     f"the registry's copy of {f.path} no longer matches its sha256; the "
                     f"registry folder {folder} was altered"
                 )
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
-        total += size
+            total += size
+        for i, (f, target) in enumerate(plan):
+            _check_no_links(dest, f.path)  # again: nothing changed under us since the plan
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.chmod(staging / str(i), 0o644)
+            os.replace(staging / str(i), target)  # a name, never followed
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return total
+
+
+def _check_no_links(dest: Path, rel: str) -> None:
+    """Refuse a symbolic link at any component of ``rel`` under ``dest``."""
+    here = dest
+    for part in rel.split("/"):
+        here = here / part
+        if here.is_symlink():
+            raise PhalanxError(
+                f"{here} is a symbolic link (it could lead outside {dest}); remove it"
+            )
 
 
 def make_writable(folder: Path) -> None:

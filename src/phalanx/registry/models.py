@@ -73,13 +73,13 @@ def check_name(name: str, version: str | None = None) -> None:
     Raises:
         PhalanxError: naming the value and what is allowed.
     """
-    if not MODEL_NAME_RE.match(name) or ".." in name:
+    if not MODEL_NAME_RE.fullmatch(name) or ".." in name:
         raise PhalanxError(
             f"model name {name!r} is invalid: use letters, digits, '_', '-' and '.', starting "
             "with a letter or digit"
         )
     if version is not None and (
-        not VERSION_RE.match(version) or ".." in version or version == "latest"
+        not VERSION_RE.fullmatch(version) or ".." in version or version == "latest"
     ):
         raise PhalanxError(
             f"model version {version!r} is invalid: use letters, digits, '_', '-' and '.' "

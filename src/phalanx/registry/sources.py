@@ -72,14 +72,24 @@ def job_output(ws: Workspace, job_name: str, output: str) -> Location:
 
     paths = ws.paths(job_name)
     if output == "checkpoints":
-        return local(str(paths.checkpoints))
+        return _in_job_folder(paths.root, paths.checkpoints)
     spec = JobSpec.model_validate(ws.get_job(job_name).spec)
     out = spec.outputs.get(output)
     if out is None:
         names = ", ".join(sorted([*spec.outputs, "checkpoints"]))
         raise PhalanxError(f"job {job_name} has no output {output!r} (outputs: {names})")
     if out.path is None:
-        return local(str(paths.outputs / output))
+        return _in_job_folder(paths.root, paths.outputs / output)
     if out.is_local:
         return local(str(out.local_path))
     return resolve(out.path, ws)
+
+
+def _in_job_folder(job_root: Path, folder: Path) -> Location:
+    """``folder``, refused when a link (the job could have made one) leads it elsewhere."""
+    if not inside(job_root, folder):
+        raise PhalanxError(
+            f"{folder} leads outside the job's folder through a symbolic link; it cannot be "
+            "registered"
+        )
+    return local(str(folder))

@@ -187,7 +187,7 @@ class JobSpec(SpecModel):
     @field_validator("name")
     @classmethod
     def _azure_name(cls, value: str | None) -> str | None:
-        if value is not None and not JOB_NAME_RE.match(value):
+        if value is not None and not JOB_NAME_RE.fullmatch(value):
             raise user_error(
                 f"'{value}' is not a valid job name; start with a letter or digit, then use "
                 "only letters, digits, '_' and '-' (at most 255 characters)"
@@ -215,7 +215,7 @@ class JobSpec(SpecModel):
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
         for key in value:
-            if not ENV_VAR_RE.match(key):
+            if not ENV_VAR_RE.fullmatch(key):
                 raise user_error(
                     f"'{key}' is not a valid environment variable name; use letters, digits "
                     "and '_', not starting with a digit",
@@ -230,7 +230,7 @@ class JobSpec(SpecModel):
             return value
         kind = str(info.field_name)
         for key in value:
-            if not isinstance(key, str) or not IDENTIFIER_RE.match(key):
+            if not isinstance(key, str) or not IDENTIFIER_RE.fullmatch(key):
                 reference = "${{" + kind + ".<name>}}"
                 raise user_error(
                     f"{show(key)} is not a valid name; use letters, digits and '_', "

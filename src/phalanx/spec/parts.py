@@ -150,7 +150,7 @@ class OutputSpec(_DataPath, SpecModel):
     @field_validator("name")
     @classmethod
     def _name_valid(cls, value: str | None) -> str | None:
-        if value is not None and (not _REGISTER_NAME_RE.match(value) or ".." in value):
+        if value is not None and (not _REGISTER_NAME_RE.fullmatch(value) or ".." in value):
             raise user_error(
                 f"'{value}' is not a valid name to register; use letters, digits, '_', '-' "
                 "and '.', starting with a letter or digit"
@@ -164,7 +164,7 @@ class OutputSpec(_DataPath, SpecModel):
             return None
         if info.data.get("name") is None:
             raise user_error("a version needs a name to register the output under; add name:")
-        if not _REGISTER_VERSION_RE.match(value) or ".." in value or value == "latest":
+        if not _REGISTER_VERSION_RE.fullmatch(value) or ".." in value or value == "latest":
             raise user_error(
                 f"'{value}' is not a valid version; use letters, digits, '_', '-' and '.' "
                 "(not 'latest'), or leave it out to get the next number"

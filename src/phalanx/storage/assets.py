@@ -53,11 +53,11 @@ def create_asset(
     Raises:
         PhalanxError: a bad name or version, or the version exists.
     """
-    if not ASSET_NAME_RE.match(name):
+    if not ASSET_NAME_RE.fullmatch(name):
         raise PhalanxError(
             f"data asset name {name!r} is invalid: use letters, digits, '_', '-' and '.'"
         )
-    if version is not None and (not VERSION_RE.match(version) or version == "latest"):
+    if version is not None and (not VERSION_RE.fullmatch(version) or version == "latest"):
         raise PhalanxError(
             f"data asset version {version!r} is invalid: use letters, digits, '_', '-' and "
             "'.' (and not 'latest')"

@@ -51,7 +51,7 @@ class _Datastore(BaseModel):
     @field_validator("name")
     @classmethod
     def _name_ok(cls, value: str) -> str:
-        if not NAME_RE.match(value):
+        if not NAME_RE.fullmatch(value):
             raise ValueError("use letters, digits, '_' and '-', starting with a letter or digit")
         return value
 

@@ -32,6 +32,8 @@ def read_metrics(job_dir: Path, file: str = METRICS_FILE) -> History:
         except (ValueError, KeyError, TypeError):
             continue
         step = record.get("step")
+        if not _valid_step(step):
+            continue
         key = step if step is not None else ("t", order)
         latest.setdefault(name, {})[key] = (order, record.get("value"))
     history: History = {}
@@ -42,6 +44,24 @@ def read_metrics(job_dir: Path, file: str = METRICS_FILE) -> History:
     return history
 
 
-def latest_metrics(job_dir: Path) -> dict[str, float | None]:
-    """The last value of each metric the job's script logged."""
-    return {name: points[-1][1] for name, points in read_metrics(job_dir).items() if points}
+def latest_metrics(job_dir: Path, file: str = METRICS_FILE) -> dict[str, float | None]:
+    """The value each metric was last logged with (in the order the lines were written)."""
+    latest: dict[str, float | None] = {}
+    try:
+        lines = (job_dir / file).read_text().splitlines()
+    except FileNotFoundError:
+        return {}
+    for line in lines:
+        try:
+            record = json.loads(line)
+            name = str(record["name"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if _valid_step(record.get("step")):
+            latest[name] = record.get("value")
+    return latest
+
+
+def _valid_step(step: object) -> bool:
+    """A step as log_metric writes it: a whole number, or none."""
+    return step is None or (isinstance(step, int) and not isinstance(step, bool))

@@ -219,7 +219,7 @@ class Workspace:
         Raises:
             PhalanxError: the name is taken or invalid, or the code folder is too large.
         """
-        if name is not None and not NAME_RE.match(name):
+        if name is not None and not NAME_RE.fullmatch(name):
             raise PhalanxError(
                 f"job name {name!r} is invalid: use letters, digits, '_' and '-', "
                 "starting with a letter or digit"
