@@ -15,7 +15,7 @@ AZURITE := $(TOOLS)/node_modules/.bin/azurite-blob
 $(STAMP): pyproject.toml constraints.txt | mpi
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,azure,s3,fuse,mpi,tensorflow]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,azure,s3,fuse,mpi,tensorflow,ray]'
 	@touch $@
 
 $(AZURITE):
