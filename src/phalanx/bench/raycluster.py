@@ -1,0 +1,95 @@
+"""A Ray cluster of two nodes on this machine, for the Ray tests and benchmarks.
+
+``ray start --head`` and ``ray start --address`` as an operator would run them,
+each node with a custom resource of its own (``node_a``, ``node_b``) so a test
+can tell them apart and kill one: a node is its raylet process, found by that
+resource in its command line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from phalanx.launch.ports import free_ports
+
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+@dataclass
+class RayCluster:
+    """Two Ray nodes on this machine."""
+
+    gcs_address: str
+    client_address: str
+    temp_dir: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def start_worker(self, resource: str = "node_b") -> None:
+        """Add a node (again, after :meth:`kill_node`)."""
+        resources = json.dumps({resource: 1})
+        _ray(["start", f"--address={self.gcs_address}", "--num-cpus=2",
+              f"--resources={resources}", "--disable-usage-stats"], self.env)  # fmt: skip
+        self.wait_nodes(2)
+
+    def raylet(self, resource: str) -> psutil.Process:
+        for proc in psutil.process_iter(["name", "cmdline"]):
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            if "raylet" in (proc.info["name"] or "") and f"resource_list={resource}," in cmdline:
+                return proc
+        raise AssertionError(f"no raylet with resource {resource}")
+
+    def kill_node(self, resource: str = "node_b") -> None:
+        """SIGKILL a node's raylet: the node is lost, as when its machine goes."""
+        self.raylet(resource).send_signal(signal.SIGKILL)
+
+    def alive_nodes(self) -> int:
+        out = subprocess.run(
+            [sys.executable, "-c",
+             "import ray,sys; ray.init(address=sys.argv[1], logging_level='ERROR');"
+             "print('ALIVE', sum(n['Alive'] for n in ray.nodes()))", self.gcs_address],
+            capture_output=True, text=True, env=self.env, timeout=60,
+        )  # fmt: skip
+        # Ray prints its own warnings to stdout too: take the marked line.
+        counts = [ln.split()[1] for ln in out.stdout.splitlines() if ln.startswith("ALIVE ")]
+        return int(counts[-1]) if out.returncode == 0 and counts else -1
+
+    def wait_nodes(self, count: int, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while (alive := self.alive_nodes()) != count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{alive} Ray node(s) alive after {timeout} s, wanted {count}")
+            time.sleep(1)
+
+
+def _ray(args: list[str], env: dict[str, str]) -> None:
+    proc = subprocess.run([RAY, *args], capture_output=True, text=True, env=env, timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ray {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+
+
+def start_cluster(temp_dir: Path) -> RayCluster:
+    gcs_port, client_port = free_ports(2)
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    _ray(["start", "--head", f"--port={gcs_port}", f"--ray-client-server-port={client_port}",
+          "--num-cpus=2", '--resources={"node_a": 1}', "--include-dashboard=false",
+          f"--temp-dir={temp_dir}", "--disable-usage-stats"], env)  # fmt: skip
+    head_ip = subprocess.run(
+        [sys.executable, "-c", "import ray; print(ray.util.get_node_ip_address())"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    cluster = RayCluster(f"{head_ip}:{gcs_port}", f"ray://127.0.0.1:{client_port}", temp_dir, env)
+    cluster.start_worker("node_b")
+    return cluster
+
+
+def stop_cluster(cluster: RayCluster) -> None:
+    subprocess.run([RAY, "stop", "--force"], capture_output=True, env=cluster.env, timeout=120)
