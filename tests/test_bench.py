@@ -63,7 +63,7 @@ def test_bench_train_tiny_grid_writes_csv_markdown_and_chart(cli: Cli) -> None:
         (("--nodes", "0"), "--nodes '0'"),
         (("--procs-per-node", "x"), "--procs-per-node 'x'"),
         (("--batch-size", "0"), "--batch-size 0"),
-        (("--compute", "nowhere"), "compute target 'nowhere' is not supported"),
+        (("--compute", "nowhere"), "compute target 'nowhere' not found"),
     ],
 )
 def test_bench_train_bad_input_is_one_line_and_runs_nothing(
