@@ -106,9 +106,12 @@ def main() -> None:
         for i in range(args.rounds):  # interleaved, so drift hits both alike
             for key, compute in targets.items():
                 starts[key].append(startup(compute, tmp / f"{key}-{i}", env))
-        print("start-up, seconds (median of", args.rounds, "rounds)")
-        print(f"{'target':<8} {'to rank 0 start':>16} {'to completed':>13}")
+        if args.rounds:
+            print("start-up, seconds (median of", args.rounds, "rounds)")
+            print(f"{'target':<8} {'to rank 0 start':>16} {'to completed':>13}")
         for key, values in starts.items():
+            if not values:
+                continue
             first = statistics.median(v[0] for v in values)
             done = statistics.median(v[1] for v in values)
             print(f"{key:<8} {first:>16.2f} {done:>13.2f}")

@@ -45,6 +45,8 @@ from phalanx.storage.redact import remember
 log = logging.getLogger(__name__)
 
 PLACEMENT_POLL_S = 2.0
+POLL_EVERY_S = 1.0
+"""Seconds between asking a node's agent whether its launcher still runs."""
 CALL_TIMEOUT_S = 30.0
 
 
@@ -58,6 +60,8 @@ class RayNode:
     signalled: bool = False
     lost: str | None = None
     """Why the node was lost (its agent died), once it was."""
+    _polled_at: float = -1e9
+    _last: int | None = None
 
     def _call(self, method: str, *args: Any, timeout: float = CALL_TIMEOUT_S) -> Any:
         import ray
@@ -72,10 +76,17 @@ class RayNode:
             return None
 
     def poll(self) -> int | None:
+        # The runner polls every 0.1 s; a remote call that often costs the ranks CPU.
+        # A rank's failure still shows at once, through its record in the job folder.
+        now = time.monotonic()
+        if self.lost is None and self._last is None and now - self._polled_at < POLL_EVERY_S:
+            return None
+        self._polled_at = now
         code = self._call("poll")
         if self.lost is not None:
             return -int(signal.SIGKILL)
-        return None if code is None else int(code)
+        self._last = None if code is None else int(code)
+        return self._last
 
     def signal(self, sig: signal.Signals) -> None:
         self._call("signal", int(sig))
