@@ -171,6 +171,19 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[raycluster
     raycluster.stop_cluster(cluster)
 
 
+RAY_TEST_TOKEN = "phalanx-test-" + "0123456789abcdef" * 2  # made up for the test cluster
+
+
+@pytest.fixture(scope="session")
+def ray_token_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[raycluster.RayCluster]:
+    """A one-node Ray cluster with token authentication (RAY_AUTH_MODE=token)."""
+    cluster = raycluster.start_cluster(
+        tmp_path_factory.mktemp("ray-auth"), workers=0, token=RAY_TEST_TOKEN
+    )
+    yield cluster
+    raycluster.stop_cluster(cluster)
+
+
 @pytest.fixture
 def cli(tmp_path: Path) -> Iterator[Cli]:
     home = tmp_path / "home"

@@ -146,3 +146,31 @@ def test_errors_a_user_can_fix(cli: Cli, ray_cluster: RayCluster) -> None:
     assert no_token.returncode == 2 and "PHALANX_TEST_RAY_TOKEN is not set" in no_token.stderr
     bad = cli.run("compute", "create", "--name", "local", "--address", ray_cluster.gcs_address)
     assert bad.returncode == 2 and "reserved" in bad.stderr
+
+
+def test_token_authenticated_cluster(cli: Cli, ray_token_cluster: RayCluster) -> None:
+    from conftest import RAY_TEST_TOKEN
+
+    cli.write(
+        "src/ddp.py",
+        DDP
+        + "\nimport os; print('token seen' if os.environ.get('RAY_AUTH_TOKEN') else 'no token')\n",
+    )
+    cli.run("compute", "create", "--name", "authed", "--address",
+            ray_token_cluster.gcs_address, "--token-env", "MY_RAY_TOKEN", check=True)  # fmt: skip
+    cli.env["MY_RAY_TOKEN"] = RAY_TEST_TOKEN
+    name = cli.create(_job(cli, "authed", nodes=1))
+    job = cli.wait(name, ("Completed", "Failed"), timeout=180)
+    assert job["status"] == "Completed", job
+    log = (Path(job["job_dir"]) / "user_logs" / "std_log_process_0.txt").read_text()
+    assert "rank 0 total 1.0" in log and "no token" in log  # ranks never get the credential
+    found = [
+        p for p in cli.home.rglob("*") if p.is_file() and RAY_TEST_TOKEN.encode() in p.read_bytes()
+    ]
+    assert found == []  # not in specs, records, logs or the database
+
+    cli.env["MY_RAY_TOKEN"] = "not-the-token"
+    name = cli.create(_job(cli, "authed", nodes=1))
+    job = cli.wait(name, ("Completed", "Failed"), timeout=180)
+    assert job["status"] == "Failed"
+    assert "cannot connect to the Ray cluster" in job["error"]["message"]

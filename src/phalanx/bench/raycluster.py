@@ -76,9 +76,12 @@ def _ray(args: list[str], env: dict[str, str]) -> None:
         raise RuntimeError(f"ray {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
 
 
-def start_cluster(temp_dir: Path) -> RayCluster:
+def start_cluster(temp_dir: Path, *, workers: int = 1, token: str | None = None) -> RayCluster:
+    """Start a head node and ``workers`` worker nodes; ``token`` turns on Ray's token auth."""
     gcs_port, client_port = free_ports(2)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    if token is not None:
+        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
     _ray(["start", "--head", f"--port={gcs_port}", f"--ray-client-server-port={client_port}",
           "--num-cpus=2", '--resources={"node_a": 1}', "--include-dashboard=false",
           f"--temp-dir={temp_dir}", "--disable-usage-stats"], env)  # fmt: skip
@@ -87,7 +90,8 @@ def start_cluster(temp_dir: Path) -> RayCluster:
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     cluster = RayCluster(f"{head_ip}:{gcs_port}", f"ray://127.0.0.1:{client_port}", temp_dir, env)
-    cluster.start_worker("node_b")
+    if workers:
+        cluster.start_worker("node_b")
     return cluster
 
 

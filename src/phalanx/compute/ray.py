@@ -123,14 +123,15 @@ class RayCompute:
         self._connected = False
 
     def connect(self) -> None:
-        import ray
-
         if self._connected:
             return
         if self._token:
+            # Before Ray is imported: it reads its authentication settings then.
             remember(self._token)
             os.environ["RAY_AUTH_MODE"] = "token"
             os.environ["RAY_AUTH_TOKEN"] = self._token
+        import ray
+
         try:
             ray.init(
                 address=self.target.address,
@@ -154,13 +155,13 @@ class RayCompute:
         Raises:
             PhalanxError: canceled, or the deadline passed before Ray could place them.
         """
+        self.connect()  # first: Ray reads its authentication settings when imported
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         from phalanx.compute.agent import agent_class
 
-        self.connect()
         cpus = self.target.cpus_per_node or float(procs_per_node)
         bundle: dict[str, float] = {"CPU": cpus}
         if self.target.gpus_per_node:

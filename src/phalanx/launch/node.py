@@ -100,6 +100,7 @@ class NodeLaunch:
         # this job's: torchrun sets its own, mpirun sets only Open MPI's.
         for stale in _RANK_VARIABLES:
             env.pop(stale, None)
+        env.pop("RAY_AUTH_TOKEN", None)  # the cluster's credential: no rank needs it
         # `python` in the command is the interpreter phalanx runs under: the
         # job's environment is phalanx's own.
         bindir = os.path.dirname(sys.executable)
