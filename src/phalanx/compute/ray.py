@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 PLACEMENT_POLL_S = 2.0
 POLL_EVERY_S = 1.0
+CLIENT_TRIES = 3
 """Seconds between asking a node's agent whether its launcher still runs."""
 CALL_TIMEOUT_S = 30.0
 
@@ -132,20 +133,34 @@ class RayCompute:
             os.environ["RAY_AUTH_TOKEN"] = self._token
         import ray
 
-        try:
-            ray.init(
-                address=self.target.address,
-                namespace="phalanx",
-                logging_level=logging.WARNING,
-                log_to_driver=False,
-            )
-        except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError…
-            raise PhalanxError(
-                f"cannot connect to the Ray cluster at {self.target.address}: "
-                f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; check the "
-                "address, that the cluster runs, and its token"
-            ) from exc
+        # Ray Client's proxy sometimes fails to start the server of a new client
+        # ("Initialization failure from server", a gRPC fork race): try again.
+        tries = CLIENT_TRIES if self.target.address.startswith("ray://") else 1
+        for attempt in range(1, tries + 1):
+            try:
+                ray.init(
+                    address=self.target.address,
+                    namespace="phalanx",
+                    logging_level=logging.WARNING,
+                    log_to_driver=False,
+                )
+                break
+            except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError…
+                if attempt < tries and "Initialization failure" in str(exc):
+                    log.warning("Ray Client could not start a session (%s); retrying", exc)
+                    with contextlib.suppress(Exception):
+                        ray.shutdown()
+                    time.sleep(2.0 * attempt)
+                    continue
+                raise self._unreachable(exc) from exc
         self._connected = True
+
+    def _unreachable(self, exc: Exception) -> PhalanxError:
+        return PhalanxError(
+            f"cannot connect to the Ray cluster at {self.target.address}: "
+            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; check the "
+            "address, that the cluster runs, and its token"
+        )
 
     # -- per attempt -------------------------------------------------------
 
