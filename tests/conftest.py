@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +19,8 @@ from typing import Any
 import psutil
 import pytest
 
-import raycluster
 import servers
+from phalanx.bench import raycluster
 
 BIN = Path(sys.executable).parent
 PHALANX = str(BIN / "phalanx")
@@ -145,6 +146,24 @@ class Cli:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text).lstrip())
         return path
+
+
+def blob_datastore(
+    cli: Cli, azurite: servers.Azurite, files: dict[str, bytes] | None = None, name: str = "blobs"
+) -> str:
+    """A fresh Azurite container (holding ``files``) and the datastore ``name`` on it, its
+    key read from a variable as a user would give it; returns the container's name."""
+    container = f"c{uuid.uuid4().hex[:12]}"
+    azurite.container(container)
+    if files:
+        azurite.upload(container, files)
+    cli.env["AZ_KEY"] = servers.AZURITE_KEY
+    cli.run(
+        "datastore", "create", "--name", name, "--type", "azure_blob",
+        "--account-name", servers.AZURITE_ACCOUNT, "--container-name", container,
+        "--endpoint", azurite.endpoint, "--credential-env", "AZ_KEY", check=True,
+    )  # fmt: skip
+    return container
 
 
 @pytest.fixture(scope="session")

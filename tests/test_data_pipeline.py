@@ -5,26 +5,14 @@ from __future__ import annotations
 import collections
 import json
 import os
-import uuid
 from pathlib import Path
 from unittest import mock
 
-from conftest import Cli
+from conftest import Cli, blob_datastore
 from phalanx.data.sources import CachedShardSource, open_source
 from phalanx.data.stream import ShardDataset, StatefulLoader
 from phalanx.data.synthetic import make_imagefolder
-from servers import AZURITE_ACCOUNT, AZURITE_KEY, Azurite
-
-
-def _datastore(cli: Cli, azurite: Azurite) -> None:
-    container = f"c{uuid.uuid4().hex[:12]}"
-    azurite.container(container)
-    cli.env["AZ_KEY"] = AZURITE_KEY
-    cli.run(
-        "datastore", "create", "--name", "blobs", "--type", "azure_blob",
-        "--account-name", AZURITE_ACCOUNT, "--container-name", container,
-        "--endpoint", azurite.endpoint, "--credential-env", "AZ_KEY", check=True,
-    )  # fmt: skip
+from servers import Azurite
 
 
 def _epoch(source: CachedShardSource | object, epoch: int, workers: int) -> list[tuple[bytes, int]]:
@@ -41,7 +29,7 @@ def _cache(cli: Cli) -> dict:
 def test_convert_to_azurite_then_stream_through_the_cache(
     cli: Cli, azurite: Azurite, tmp_path: Path
 ) -> None:
-    _datastore(cli, azurite)
+    blob_datastore(cli, azurite)
     src = make_imagefolder(tmp_path / "raw", classes=3, per_class=12, corrupt=2)
     uri = "azureml://datastores/blobs/paths/datasets/tiny"
     proc = cli.run("data", "convert", "imagefolder", str(src), uri, "--shard-size", "20k",

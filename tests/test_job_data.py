@@ -5,11 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import uuid
 from pathlib import Path
 
-from conftest import Cli
-from servers import AZURITE_ACCOUNT, AZURITE_KEY, Azurite
+from conftest import Cli, blob_datastore
+from servers import AZURITE_ACCOUNT, Azurite
 
 # Each rank writes what it sees of the input: its value and every file's sha256.
 READ_SCRIPT = """
@@ -56,15 +55,7 @@ FILES = {
 
 def _setup(cli: Cli, azurite: Azurite) -> str:
     """A container with FILES and a datastore `blobs` on it; returns the container's name."""
-    container = f"c{uuid.uuid4().hex[:12]}"
-    azurite.container(container)
-    azurite.upload(container, FILES)
-    cli.env["AZ_KEY"] = AZURITE_KEY
-    cli.run(
-        "datastore", "create", "--name", "blobs", "--type", "azure_blob",
-        "--account-name", AZURITE_ACCOUNT, "--container-name", container,
-        "--endpoint", azurite.endpoint, "--credential-env", "AZ_KEY", check=True,
-    )  # fmt: skip
+    container = blob_datastore(cli, azurite, FILES)
     cli.write("src/read.py", READ_SCRIPT)
     return container
 

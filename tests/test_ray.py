@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Cli
-from raycluster import RayCluster
+from phalanx.bench.raycluster import RayCluster
 
 pytestmark = pytest.mark.slow
 
@@ -174,3 +174,27 @@ def test_token_authenticated_cluster(cli: Cli, ray_token_cluster: RayCluster) ->
     job = cli.wait(name, ("Completed", "Failed"), timeout=180)
     assert job["status"] == "Failed"
     assert "cannot connect to the Ray cluster" in job["error"]["message"]
+
+
+def test_compute_targets_without_a_cluster(cli: Cli) -> None:
+    """create (--no-check, --store-token from stdin), list, show, delete: the token kept
+    in the 0600 secrets file by reference, never in the database or any output."""
+    token = "tok-" + "5" * 40
+    made = cli.run_input(token + "\n", "compute", "create", "--name", "later",
+                         "--address", "ray://head.example:10001", "--store-token",
+                         "--placement", "pack", "--no-check")  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    shown = cli.run("compute", "show", "later", check=True).stdout
+    assert json.loads(shown)["token"] == "stored in the secrets file"
+    assert json.loads(shown)["placement"] == "pack"
+    listing = cli.run("compute", "list", check=True).stdout
+    assert "later" in listing and "ray://head.example:10001" in listing and "local" in listing
+    secrets = cli.home / "secrets.json"
+    assert token in secrets.read_text() and (secrets.stat().st_mode & 0o777) == 0o600
+    others = [p for p in cli.home.rglob("*") if p.is_file() and p != secrets]
+    assert not [p for p in others if token.encode() in p.read_bytes()]  # the database, WAL…
+    assert token not in shown + listing
+    cli.run("compute", "delete", "later", check=True)
+    assert token not in secrets.read_text()
+    gone = cli.run("compute", "show", "later")
+    assert gone.returncode == 2 and "compute target 'later' not found" in gone.stderr

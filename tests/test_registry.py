@@ -9,13 +9,12 @@ import json
 import os
 import sqlite3
 import stat
-import uuid
 from pathlib import Path
 
 import pytest
 
-from conftest import Cli
-from servers import AZURITE_ACCOUNT, AZURITE_KEY, Azurite
+from conftest import Cli, blob_datastore
+from servers import Azurite
 
 
 def _model_dir(tmp_path: Path) -> Path:
@@ -177,15 +176,8 @@ def test_job_outputs_register_on_success_and_by_uri(cli: Cli, tmp_path: Path) ->
 
 
 def test_register_from_azure_blob(cli: Cli, azurite: Azurite) -> None:
-    container = f"c{uuid.uuid4().hex[:12]}"
-    azurite.container(container)
-    azurite.upload(container, {"exported/model.onnx": b"onnx" * 500, "exported/a/b.txt": b"b"})
-    cli.env["AZ_KEY"] = AZURITE_KEY
-    cli.run(
-        "datastore", "create", "--name", "blobs", "--type", "azure_blob",
-        "--account-name", AZURITE_ACCOUNT, "--container-name", container,
-        "--endpoint", azurite.endpoint, "--credential-env", "AZ_KEY", check=True,
-    )  # fmt: skip
+    files = {"exported/model.onnx": b"onnx" * 500, "exported/a/b.txt": b"b"}
+    blob_datastore(cli, azurite, files)
     uri = "azureml://datastores/blobs/paths/exported"
     cli.run("model", "create", "--name", "onnx", "--path", uri, check=True)
     model = _show(cli, "onnx")
@@ -338,3 +330,18 @@ def test_a_job_folder_output_behind_a_link_is_refused(cli: Cli, tmp_path: Path) 
     proc = cli.run("model", "create", "--name", "x", "--path",
                    f"azureml://jobs/{name}/outputs/model")  # fmt: skip
     assert proc.returncode == 2 and "outside the job's folder" in proc.stderr
+
+
+def test_list_and_show_print_what_json_holds(cli: Cli, tmp_path: Path) -> None:
+    src = _model_dir(tmp_path)
+    cli.run("model", "create", "--name", "r50", "--path", str(src), "--description", "first",
+            "--tag", "arch=r50", check=True)  # fmt: skip
+    shown = _show(cli, "r50")
+    listing = cli.run("model", "list", check=True).stdout
+    assert "r50" in listing and "2" in listing.split("r50", 1)[1]  # version 1, 2 files
+    text = cli.run("model", "show", "r50", check=True).stdout
+    assert "r50:1" in text and "about    first" in text and "tag      arch=r50" in text
+    for f in shown["files"]:
+        assert f["path"] in text and f["sha256"] in text  # the whole hash, not cut
+    empty = cli.run("model", "list", "--name", "nothing", check=True).stdout
+    assert "no models registered" in empty

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 
 import click
@@ -21,6 +20,7 @@ from phalanx.compute.targets import (
     secret_key,
 )
 from phalanx.errors import PhalanxError
+from phalanx.storage.errors import check_port
 from phalanx.storage.secrets import SecretRef, SecretStore
 from phalanx.workspace import Workspace
 
@@ -35,13 +35,12 @@ def compute_group() -> None:
 def _probe(address: str) -> None:
     """Fail fast when nothing listens at the address (Ray's own connect retries for long)."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
-    except OSError as exc:
-        raise PhalanxError(
-            f"cannot reach {address} ({exc.strerror or exc}); check the head node's address and "
-            "port, or pass --no-check to record it anyway"
-        ) from exc
+    check_port(
+        host.strip("[]"),
+        int(port),
+        "for the Ray cluster",
+        "check the head node's address and port, or pass --no-check to record it anyway",
+    )
 
 
 @compute_group.command("create")

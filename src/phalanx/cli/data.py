@@ -14,7 +14,6 @@ from rich.table import Table
 
 from phalanx.errors import PhalanxError
 from phalanx.storage.assets import (
-    ASSET_NAME_RE,
     DataAsset,
     create_asset,
     get_asset,
@@ -23,6 +22,7 @@ from phalanx.storage.assets import (
 from phalanx.storage.errors import storage_errors
 from phalanx.storage.uri import is_uri, resolve
 from phalanx.workspace import Workspace
+from phalanx.workspace.names import ASSET_NAME_RE
 
 console = Console()
 

@@ -14,9 +14,7 @@ through the decorator applied by :func:`agent_class`.
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import socket
 import subprocess
 from pathlib import Path
@@ -25,14 +23,6 @@ from typing import Any
 from phalanx.launch import procs
 from phalanx.launch.node import NodeLaunch
 from phalanx.launch.ports import free_ports
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """In the launcher's child, before exec: SIGTERM when the agent dies."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 class NodeAgent:
@@ -55,23 +45,11 @@ class NodeAgent:
 
     def start(self, launch: NodeLaunch, log_path: str) -> int:
         """Start the node's launcher; returns its pid on this node."""
-        path = Path(log_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         import ray
 
         env = launch.env()
         env["PHALANX_RAY_NODE_ID"] = ray.get_runtime_context().get_node_id()
-        with open(path, "ab") as log:
-            self._proc = subprocess.Popen(
-                launch.argv(env),
-                env=env,
-                cwd=launch.workdir,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
+        self._proc = launch.start(env, Path(log_path), end_with_parent=True)
         return self._proc.pid
 
     def poll(self) -> int | None:

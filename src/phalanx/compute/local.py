@@ -68,22 +68,11 @@ class LocalCompute:
 
     def start_node(self, launch: NodeLaunch, log_path: Path) -> LocalNode:
         """Start node ``launch.node_rank``'s launcher, its output appended to ``log_path``."""
-        log_path.parent.mkdir(parents=True, exist_ok=True)
         env = launch.env()
         # Every node is on this machine, so gloo's traffic stays on loopback
         # (its default, the interface of the host name, may not exist).
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                launch.argv(env),
-                env=env,
-                cwd=launch.workdir,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                # Its own session: a Ctrl-C at the user's terminal never reaches it.
-                start_new_session=True,
-            )
+        proc = launch.start(env, log_path)
         return LocalNode(launch.node_rank, proc, log_path)
 
     def sweep(

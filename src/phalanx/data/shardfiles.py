@@ -10,7 +10,6 @@ builds the dataset on these.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tarfile
@@ -22,6 +21,7 @@ from typing import Any, Protocol
 
 from phalanx.data.shards import INDEX_NAME, ShardIndex, ShardInfo
 from phalanx.errors import PhalanxError
+from phalanx.hashing import file_digest
 
 
 class ShardSource(Protocol):
@@ -100,21 +100,13 @@ class _Damaged(Exception):
     """A local shard copy that cannot be used; worth one more fetch."""
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 class OpenShard:
     """A checked local shard: where each sample's image lies, and its label."""
 
     def __init__(self, path: Path, shard: ShardInfo, *, verify: bool) -> None:
         if (actual := path.stat().st_size) != shard.bytes:
             raise _Damaged(f"has {actual} bytes, index.json says {shard.bytes}")
-        if verify and (digest := _sha256(path)) != shard.sha256:
+        if verify and (digest := file_digest(path)) != shard.sha256:
             raise _Damaged(f"has sha256 {digest}, index.json says {shard.sha256}")
         self.path = path
         self._images: list[tuple[int, int]] = []

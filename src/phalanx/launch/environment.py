@@ -32,6 +32,7 @@ import subprocess
 import sys
 import sysconfig
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,7 @@ class EnvironmentRequest:
     path: Path | None = None
     """The requirements file itself, which pip reads (its ``-r`` includes are relative to it)."""
 
-    @property
+    @cached_property  # hashes included files and walks local paths: once
     def key(self) -> str:
         """The environment's cache key: content (with the files a pip file includes and the
         local paths it installs), interpreter and phalanx's environment."""

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from phalanx.launch import procs
 
 _RANK_VARIABLES = (
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
@@ -88,6 +91,29 @@ class NodeLaunch:
             "phalanx.launch.worker",
             self.command,
         ]
+
+    def start(
+        self, env: Mapping[str, str], log_path: Path, *, end_with_parent: bool = False
+    ) -> subprocess.Popen[bytes]:
+        """Start this node's launcher in ``env``, its output appended to ``log_path``.
+
+        Args:
+            end_with_parent: Have the kernel SIGTERM the launcher (which passes it on to
+                its ranks) when the starting process dies.
+        """
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            return subprocess.Popen(
+                self.argv(env),
+                env=dict(env),
+                cwd=self.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                # Its own session: a Ctrl-C at the user's terminal never reaches it.
+                start_new_session=True,
+                preexec_fn=procs.end_with_parent if end_with_parent else None,
+            )
 
     def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """The launcher's environment; torchrun adds the per-rank variables.

@@ -21,6 +21,7 @@ from typing import BinaryIO
 from urllib.parse import unquote
 
 from phalanx.errors import PhalanxError
+from phalanx.hashing import file_digest
 from phalanx.storage.location import Location
 from phalanx.storage.transfer import list_files, retrying
 
@@ -140,7 +141,7 @@ def copy_out(folder: Path, files: list[ModelFile], dest: Path, *, overwrite: boo
         if target.is_dir():
             raise PhalanxError(f"{target} is a folder where the model has a file; move it away")
         if target.exists() and not overwrite:
-            if _sha256(target) == f.sha256:
+            if file_digest(target) == f.sha256:
                 continue
             raise PhalanxError(
                 f"{target} exists and differs from the model's {rel}; pass --overwrite or "
@@ -198,14 +199,6 @@ def _stream(src: BinaryIO, dst: BinaryIO) -> tuple[int, str]:
     dst.flush()
     os.fsync(dst.fileno())
     return size, digest.hexdigest()
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _is_local(loc: Location) -> bool:

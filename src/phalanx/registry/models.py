@@ -16,7 +16,6 @@ no row; the next registration of that version removes it.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import sqlite3
 import tempfile
@@ -30,9 +29,8 @@ from phalanx.registry.files import source_files as list_source
 from phalanx.registry.sources import resolve_source
 from phalanx.workspace import Workspace
 from phalanx.workspace.metrics import latest_metrics
+from phalanx.workspace.names import ASSET_NAME_RE, VERSION_RE
 
-MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
-VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 STAGING = ".staging"
 
 
@@ -73,7 +71,7 @@ def check_name(name: str, version: str | None = None) -> None:
     Raises:
         PhalanxError: naming the value and what is allowed.
     """
-    if not MODEL_NAME_RE.fullmatch(name) or ".." in name:
+    if not ASSET_NAME_RE.fullmatch(name) or ".." in name:
         raise PhalanxError(
             f"model name {name!r} is invalid: use letters, digits, '_', '-' and '.', starting "
             "with a letter or digit"

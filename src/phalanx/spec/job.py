@@ -39,7 +39,6 @@ from phalanx.spec.parts import (
 from phalanx.spec.values import (
     ENV_VAR_RE,
     IDENTIFIER_RE,
-    JOB_NAME_RE,
     base_dir_of,
     coerce_str_mapping,
     is_remote,
@@ -47,6 +46,7 @@ from phalanx.spec.values import (
     show,
     user_error,
 )
+from phalanx.workspace.names import NAME_RE
 
 # Outputs every job has without declaring them: the checkpoint folder, which
 # stays the same across attempts (also in $PHALANX_CHECKPOINT_DIR).
@@ -187,7 +187,7 @@ class JobSpec(SpecModel):
     @field_validator("name")
     @classmethod
     def _azure_name(cls, value: str | None) -> str | None:
-        if value is not None and not JOB_NAME_RE.fullmatch(value):
+        if value is not None and not NAME_RE.fullmatch(value):
             raise user_error(
                 f"'{value}' is not a valid job name; start with a letter or digit, then use "
                 "only letters, digits, '_' and '-' (at most 255 characters)"

@@ -7,7 +7,6 @@ phalanx's own block.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -21,17 +20,13 @@ from phalanx.spec.values import (
     strip_file_scheme,
     user_error,
 )
+from phalanx.workspace.names import ASSET_NAME_RE, VERSION_RE
 
 # Azure ML asset types phalanx does not read yet; named so the error says so
 # instead of listing them as typos.
 _LATER_ASSET_TYPES = frozenset(
     {"mltable", "mlflow_model", "custom_model", "triton_model", "uri_file_list"}
 )
-
-
-# The registry's rules (phalanx.registry.check_name); spec does not import the registry.
-_REGISTER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
-_REGISTER_VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 class SpecModel(BaseModel):
@@ -150,7 +145,7 @@ class OutputSpec(_DataPath, SpecModel):
     @field_validator("name")
     @classmethod
     def _name_valid(cls, value: str | None) -> str | None:
-        if value is not None and (not _REGISTER_NAME_RE.fullmatch(value) or ".." in value):
+        if value is not None and (not ASSET_NAME_RE.fullmatch(value) or ".." in value):
             raise user_error(
                 f"'{value}' is not a valid name to register; use letters, digits, '_', '-' "
                 "and '.', starting with a letter or digit"
@@ -164,7 +159,7 @@ class OutputSpec(_DataPath, SpecModel):
             return None
         if info.data.get("name") is None:
             raise user_error("a version needs a name to register the output under; add name:")
-        if not _REGISTER_VERSION_RE.fullmatch(value) or ".." in value or value == "latest":
+        if not VERSION_RE.fullmatch(value) or ".." in value or value == "latest":
             raise user_error(
                 f"'{value}' is not a valid version; use letters, digits, '_', '-' and '.' "
                 "(not 'latest'), or leave it out to get the next number"

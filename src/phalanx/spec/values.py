@@ -21,7 +21,6 @@ from pydantic_core import PydanticCustomError
 USER_ERROR_TYPE = "phalanx"
 
 #: Azure ML's rule for job names.
-JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$")
 #: Input and output names: what ``${{inputs.<name>}}`` can refer to.
 IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Names a POSIX shell accepts as environment variables.

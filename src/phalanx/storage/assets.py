@@ -7,16 +7,13 @@ resolve through here. ``latest`` is the most recently created version.
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 import time
 from dataclasses import dataclass, field
 
 from phalanx.errors import PhalanxError
 from phalanx.workspace import Workspace
-
-ASSET_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
-VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+from phalanx.workspace.names import ASSET_NAME_RE, VERSION_RE
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ values; cloud SDKs are imported only when a datastore of their type is opened.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -30,12 +29,12 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 from phalanx.errors import PhalanxError
 from phalanx.storage.location import Location
 from phalanx.storage.secrets import SecretRef, SecretStore, resolve
+from phalanx.workspace.names import NAME_RE
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
 DEFAULT_DATASTORE = "default"
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$")
 
 # The credential kinds of each type, in the order `datastore show` lists them.
 AZURE_CREDENTIALS = ("account_key", "sas_token", "connection_string")

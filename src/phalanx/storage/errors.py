@@ -79,17 +79,26 @@ def check_reachable(url: str, *, timeout: float = 5.0) -> None:
     Raises:
         PhalanxError: the host does not resolve or refuses the connection.
     """
-    import socket
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return
     port = parts.port or (443 if parts.scheme == "https" else 80)
+    check_port(parts.hostname, port, f"for {url}", "check the endpoint and the network", timeout)
+
+
+def check_port(host: str, port: int, what: str, fix: str, timeout: float = 5.0) -> None:
+    """Fail fast when nothing accepts a TCP connection at ``host:port``.
+
+    Raises:
+        PhalanxError: ``cannot reach HOST:PORT {what} (why); {fix}``.
+    """
+    import socket
+
     try:
-        socket.create_connection((parts.hostname, port), timeout=timeout).close()
+        socket.create_connection((host, port), timeout=timeout).close()
     except OSError as exc:
         raise PhalanxError(
-            f"cannot reach {parts.hostname}:{port} for {url} ({exc.strerror or exc}); check the "
-            "endpoint and the network"
+            f"cannot reach {host}:{port} {what} ({exc.strerror or exc}); {fix}"
         ) from exc

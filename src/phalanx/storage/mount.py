@@ -411,13 +411,9 @@ def _end_with_parent() -> None:
     A supervisor killed outright (SIGKILL, the OOM killer) never unmounts; without
     this its mount servers would outlive it, and their mounts with them.
     """
-    import ctypes
+    from phalanx.launch.procs import end_with_parent
 
-    PR_SET_PDEATHSIG = 1
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the supervisor's unmount is all there is
+    if not end_with_parent(signal.SIGTERM):  # not Linux: the supervisor's unmount is all
         return
     parent = multiprocessing.parent_process()
     if parent is not None and os.getppid() != parent.pid:  # it died before prctl took effect

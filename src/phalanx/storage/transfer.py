@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import binascii
 import errno
-import hashlib
 import json
 import logging
 import os
@@ -30,6 +29,7 @@ from typing import Any, TypeVar
 from filelock import FileLock
 
 from phalanx.errors import PhalanxError
+from phalanx.hashing import file_digest
 from phalanx.storage.errors import denied, storage_errors
 from phalanx.storage.location import Location
 
@@ -61,7 +61,6 @@ _TRANSIENT_NAMES = frozenset(
         "IncompleteReadError",
     }
 )
-_CHUNK = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -189,17 +188,13 @@ def copy_problem(path: Path, remote: RemoteInfo, sha256: str | None = None) -> s
         return f"copy is {size} bytes, the store says {remote.size}"
     if sha256 is not None:
         name, expected, source = "sha256", sha256, "expected"
-        digest = hashlib.sha256()
     elif remote.md5 is not None:
         name, expected, source = "md5", remote.md5, "the store says"
-        digest = hashlib.md5(usedforsecurity=False)
     else:
         return None
-    with path.open("rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    if digest.hexdigest() != expected:
-        return f"{name} is {digest.hexdigest()}, {source} {expected}"
+    actual = file_digest(path, name)
+    if actual != expected:
+        return f"{name} is {actual}, {source} {expected}"
     return None
 
 

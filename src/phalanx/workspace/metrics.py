@@ -8,6 +8,7 @@ module is the reader's side, for the CLI and the model registry.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,21 +22,9 @@ def read_metrics(job_dir: Path, file: str = METRICS_FILE) -> History:
     """Each metric's ``(step, value)`` history in step order; a step logged again (by
     the attempt that resumed) keeps its last value. A torn last line is skipped."""
     latest: dict[str, dict[Any, tuple[int, float | None]]] = {}
-    try:
-        lines = (job_dir / file).read_text().splitlines()
-    except FileNotFoundError:
-        return {}
-    for order, line in enumerate(lines):
-        try:
-            record = json.loads(line)
-            name = str(record["name"])
-        except (ValueError, KeyError, TypeError):
-            continue
-        step = record.get("step")
-        if not _valid_step(step):
-            continue
+    for order, name, step, value in _records(job_dir / file):
         key = step if step is not None else ("t", order)
-        latest.setdefault(name, {})[key] = (order, record.get("value"))
+        latest.setdefault(name, {})[key] = (order, value)
     history: History = {}
     for name, points in latest.items():
         stepped = sorted((k, v) for k, (_, v) in points.items() if not isinstance(k, tuple))
@@ -46,22 +35,23 @@ def read_metrics(job_dir: Path, file: str = METRICS_FILE) -> History:
 
 def latest_metrics(job_dir: Path, file: str = METRICS_FILE) -> dict[str, float | None]:
     """The value each metric was last logged with (in the order the lines were written)."""
-    latest: dict[str, float | None] = {}
+    return {name: value for _, name, _, value in _records(job_dir / file)}
+
+
+def _records(path: Path) -> Iterator[tuple[int, str, int | None, float | None]]:
+    """``(line number, name, step, value)`` of each readable line, as log_metric writes
+    them: lines that do not parse (a torn last one) or whose step is not a whole
+    number are skipped."""
     try:
-        lines = (job_dir / file).read_text().splitlines()
+        lines = path.read_text().splitlines()
     except FileNotFoundError:
-        return {}
-    for line in lines:
+        return
+    for order, line in enumerate(lines):
         try:
             record = json.loads(line)
             name = str(record["name"])
         except (ValueError, KeyError, TypeError):
             continue
-        if _valid_step(record.get("step")):
-            latest[name] = record.get("value")
-    return latest
-
-
-def _valid_step(step: object) -> bool:
-    """A step as log_metric writes it: a whole number, or none."""
-    return step is None or (isinstance(step, int) and not isinstance(step, bool))
+        step = record.get("step")
+        if step is None or (isinstance(step, int) and not isinstance(step, bool)):
+            yield order, name, step, record.get("value")

@@ -98,8 +98,12 @@ _NOUNS = (
     "yarrow",
 )
 
-# Azure ML's rule for job names, which phalanx keeps so names travel both ways.
+# Azure ML's rule for job names, which phalanx keeps so names travel both ways;
+# datastores are named the same way.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$")
+# Data assets and models may also use '.', as Azure ML's do; versions likewise, shorter.
+ASSET_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
+VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 def generate_name() -> str:
