@@ -253,7 +253,7 @@ def test_a_cancel_stops_a_download_between_files(
     """In process (the supervisor's code path): a cancel noticed mid-download ends it."""
     from unittest import mock
 
-    from phalanx.jobs.inputs import PreparationCanceled, make_ready
+    from phalanx.jobs.inputs import PreparationCanceled, check_inputs, make_ready
     from phalanx.spec import load_spec
     from phalanx.storage.cache import NodeCache
     from phalanx.workspace import Workspace
@@ -267,7 +267,13 @@ def test_a_cancel_stops_a_download_between_files(
         cache = NodeCache(tmp_path / "cache")
         try:
             try:
-                make_ready(spec, ws, tmp_path / "mounts", cache, canceled=lambda: next(answers))
+                make_ready(
+                    spec.data_inputs(),
+                    check_inputs(spec, ws),
+                    tmp_path / "mounts",
+                    cache,
+                    canceled=lambda: next(answers),
+                )
             except PreparationCanceled as exc:
                 assert "inputs.data: canceled after 0 of 2 files" in str(exc)
             else:

@@ -3,7 +3,8 @@
 ``ray start --head`` and ``ray start --address`` as an operator would run them,
 each node with a custom resource of its own (``node_a``, ``node_b``) so a test
 can tell them apart and kill one: a node is its raylet process, found by that
-resource in its command line.
+resource in its command line. Each node has a phalanx folder of its own
+(``PHALANX_NODE_HOME``), as separate machines would.
 """
 
 from __future__ import annotations
@@ -33,11 +34,16 @@ class RayCluster:
     temp_dir: Path
     env: dict[str, str] = field(default_factory=dict)
 
+    def node_home(self, resource: str) -> Path:
+        """The node's own phalanx folder (``PHALANX_NODE_HOME``): its cache, its job folders."""
+        return self.temp_dir / "nodes" / resource
+
     def start_worker(self, resource: str = "node_b") -> None:
         """Add a node (again, after :meth:`kill_node`)."""
         resources = json.dumps({resource: 1})
+        env = {**self.env, "PHALANX_NODE_HOME": str(self.node_home(resource))}
         _ray(["start", f"--address={self.gcs_address}", "--num-cpus=2",
-              f"--resources={resources}", "--disable-usage-stats"], self.env)  # fmt: skip
+              f"--resources={resources}", "--disable-usage-stats"], env)  # fmt: skip
         self.wait_nodes(2)
 
     def raylet(self, resource: str) -> psutil.Process:
@@ -82,9 +88,10 @@ def start_cluster(temp_dir: Path, *, workers: int = 1, token: str | None = None)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     if token is not None:
         env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+    head_env = {**env, "PHALANX_NODE_HOME": str(temp_dir / "nodes" / "node_a")}
     _ray(["start", "--head", f"--port={gcs_port}", f"--ray-client-server-port={client_port}",
           "--num-cpus=2", '--resources={"node_a": 1}', "--include-dashboard=false",
-          f"--temp-dir={temp_dir}", "--disable-usage-stats"], env)  # fmt: skip
+          f"--temp-dir={temp_dir}", "--disable-usage-stats"], head_env)  # fmt: skip
     head_ip = subprocess.run(
         [sys.executable, "-c", "import ray; print(ray.util.get_node_ip_address())"],
         capture_output=True, text=True, check=True,

@@ -62,6 +62,14 @@ def _probe(address: str) -> None:
 )
 @click.option("--cpus-per-node", type=float, help="CPUs per node bundle (default: processes).")
 @click.option("--gpus-per-node", type=float, default=0, show_default=True)
+@click.option(
+    "--files",
+    type=click.Choice(["local", "shared"]),
+    default="local",
+    show_default=True,
+    help="local: each node keeps the job's files and ships them back; shared: every node "
+    "sees this workspace at the same path.",
+)
 @click.option("--no-check", is_flag=True, help="Record it without checking the address answers.")
 def create_cmd(
     name: str,
@@ -72,6 +80,7 @@ def create_cmd(
     placement: str,
     cpus_per_node: float | None,
     gpus_per_node: float,
+    files: str,
     no_check: bool,
 ) -> int:
     """Register a Ray cluster as a compute target."""
@@ -95,6 +104,7 @@ def create_cmd(
         placement=placement,  # click.Choice checked it
         cpus_per_node=cpus_per_node,
         gpus_per_node=gpus_per_node,
+        files=files,  # click.Choice checked it
     )
     create_target(ws, target)
     console.print(f"compute [bold]{name}[/bold] ({kind}) → {address}")

@@ -8,6 +8,11 @@ stops the job's processes on its node. The launcher gets ``PR_SET_PDEATHSIG``:
 when the agent's worker process dies with its node's raylet, the launcher is
 told to stop (SIGTERM, passed on to the ranks) rather than left running.
 
+Before the launcher starts, the agent sets the job up on its node
+(:class:`~phalanx.compute.nodejob.NodeFolder`): inputs made ready through the
+node's cache and, with ``files: local``, the job's folder of its own, whose
+changes each poll returns for the supervisor to write into the workspace.
+
 This module is imported inside Ray's worker processes; it imports ``ray`` only
 through the decorator applied by :func:`agent_class`.
 """
@@ -20,6 +25,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from phalanx.compute.nodejob import NodeFolder, NodeJob
+from phalanx.compute.ship import Change
+from phalanx.jobs.watchdog import dump_stacks
 from phalanx.launch import procs
 from phalanx.launch.node import NodeLaunch
 from phalanx.launch.ports import free_ports
@@ -30,6 +38,21 @@ class NodeAgent:
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
+        self._folder: NodeFolder | None = None
+
+    def setup(self, job: NodeJob, node_rank: int, checkpoints: Any = None) -> None:
+        """Set the job up on this node: its folder and its inputs (downloads, mounts).
+
+        Args:
+            checkpoints: ``files: local``: the workspace's checkpoints as an archive (or a
+                Ray object reference to one), copied in before the attempt starts.
+        """
+        import ray
+
+        code = ray.get(job.code) if isinstance(job.code, ray.ObjectRef) else job.code
+        if isinstance(checkpoints, ray.ObjectRef):
+            checkpoints = ray.get(checkpoints)
+        self._folder = NodeFolder(job, node_rank, code=code, checkpoints=checkpoints)
 
     def address(self) -> str:
         """This node's address as Ray knows it (others reach its ranks there)."""
@@ -47,13 +70,30 @@ class NodeAgent:
         """Start the node's launcher; returns its pid on this node."""
         import ray
 
+        log = Path(log_path)
+        if self._folder is not None:
+            launch, log = self._folder.launch(launch), self._folder.here(log)
         env = launch.env()
         env["PHALANX_RAY_NODE_ID"] = ray.get_runtime_context().get_node_id()
-        self._proc = launch.start(env, Path(log_path), end_with_parent=True)
+        self._proc = launch.start(env, log, end_with_parent=True)
         return self._proc.pid
 
-    def poll(self) -> int | None:
-        return None if self._proc is None else self._proc.poll()
+    def poll(
+        self, resend: list[tuple[str, str]] | None = None
+    ) -> tuple[int | None, list[Change], bool]:
+        """The launcher's exit code (``None`` while it runs), the job files that changed,
+        and whether more changes wait (the exit code is held back until none do).
+
+        Args:
+            resend: Files the supervisor could not extend: sent whole this time.
+        """
+        code = None if self._proc is None else self._proc.poll()
+        scanner = None if self._folder is None else self._folder.scanner
+        if scanner is None:
+            return code, [], False
+        scanner.forget(resend or [])
+        changes, more = scanner.scan()
+        return (None if more else code), changes, more
 
     def signal(self, signum: int) -> None:
         if self._proc is not None and self._proc.poll() is None:
@@ -69,7 +109,20 @@ class NodeAgent:
 
     def sweep(self, job_dir: str, attempt: int | None, grace_s: float) -> int:
         """Stop every process of the job (or attempt) left on this node."""
-        return procs.sweep(job_dir, attempt, grace_s)
+        return procs.sweep(self._job_dir(job_dir), attempt, grace_s)
+
+    def dump_stacks(self, job_dir: str, attempt: int) -> int:
+        """Ask the attempt's Python processes on this node for their stacks."""
+        return dump_stacks(self._job_dir(job_dir), attempt)
+
+    def close(self) -> None:
+        """Unmount the job's inputs on this node."""
+        folder, self._folder = self._folder, None
+        if folder is not None:
+            folder.close()
+
+    def _job_dir(self, job_dir: str) -> str:
+        return job_dir if self._folder is None else str(self._folder.root)
 
     def pid(self) -> int:
         return os.getpid()

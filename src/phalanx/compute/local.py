@@ -12,10 +12,15 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from phalanx.launch import procs
 from phalanx.launch.node import NodeLaunch
 from phalanx.launch.ports import free_ports
+
+if TYPE_CHECKING:
+    from phalanx.jobs.prepare import Prepared
+    from phalanx.workspace.layout import JobPaths
 
 
 @dataclass
@@ -48,6 +53,17 @@ class LocalCompute:
 
     name = "local"
     master_addr = "127.0.0.1"
+    prepares_on_nodes = False
+    """Inputs and the environment are made ready by the supervisor, on this machine."""
+
+    def attach(self, prepared: Prepared, paths: JobPaths) -> None:
+        """Nothing to send anywhere: every node is this machine."""
+
+    def dump_stacks(self, job_dir: Path, attempt: int) -> int:
+        """Ask the attempt's Python processes for their stacks."""
+        from phalanx.jobs.watchdog import dump_stacks
+
+        return dump_stacks(str(job_dir), attempt)
 
     def allocate(self, nodes: int, procs_per_node: int, deadline: float | None) -> None:
         """Nothing to reserve: this machine is always there."""

@@ -13,9 +13,15 @@ the attempt as an infrastructure failure; the placement group is removed, and
 the next attempt asks for a new one, which Ray places on the nodes it has
 then, waiting for a node to come back if it must.
 
-For now the job's folder (``PHALANX_HOME``) must be visible on every node at
-the same path (one machine, or a shared file system): ranks write their logs,
-records and checkpoints there.
+Each agent sets the job up on its node before the launcher starts
+(:mod:`phalanx.compute.nodejob`): the inputs are downloaded or mounted through
+that node's cache, and the job's environment is Ray's ``runtime_env``, built by
+Ray on each node. With ``files: local`` (the default) the node keeps the job's
+files in a folder of its own and every poll brings their changes back into the
+workspace (:mod:`phalanx.compute.ship`): logs stream, and records, heartbeats,
+metrics, outputs and checkpoints arrive within a second; each attempt starts
+with the workspace's checkpoints. ``files: shared`` is for clusters whose nodes
+all see the workspace at the same path.
 
 Authentication: with Ray's token authentication (``RAY_AUTH_MODE=token``,
 Ray ≥ 2.52) the target's token is given to Ray through ``RAY_AUTH_TOKEN`` in
@@ -32,23 +38,32 @@ import os
 import signal
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from phalanx.compute.nodejob import NodeJob, code_archive, pack
+from phalanx.compute.ship import apply
 from phalanx.compute.targets import RayTarget
 from phalanx.errors import PhalanxError
 from phalanx.launch import procs
 from phalanx.launch.node import NodeLaunch
 from phalanx.storage.redact import remember
 
+if TYPE_CHECKING:
+    from phalanx.jobs.prepare import Prepared
+    from phalanx.workspace.layout import JobPaths
+
 log = logging.getLogger(__name__)
 
 PLACEMENT_POLL_S = 2.0
 POLL_EVERY_S = 1.0
-CLIENT_TRIES = 3
 """Seconds between asking a node's agent whether its launcher still runs."""
+CLIENT_TRIES = 3
 CALL_TIMEOUT_S = 30.0
+SETUP_TIMEOUT_S = 900.0
+"""Seconds for an agent to start (Ray building the job's environment included) and to
+make the inputs ready on its node."""
 
 
 @dataclass
@@ -58,11 +73,15 @@ class RayNode:
     node_rank: int
     agent: Any
     log_path: Path
+    roots: dict[str, Path] | None = None
+    """``files: local``: where the node's shipped files go in the workspace."""
     signalled: bool = False
     lost: str | None = None
     """Why the node was lost (its agent died), once it was."""
     _polled_at: float = -1e9
     _last: int | None = None
+    _more: bool = False
+    _resend: list[tuple[str, str]] = field(default_factory=list)
 
     def _call(self, method: str, *args: Any, timeout: float = CALL_TIMEOUT_S) -> Any:
         import ray
@@ -78,16 +97,34 @@ class RayNode:
 
     def poll(self) -> int | None:
         # The runner polls every 0.1 s; a remote call that often costs the ranks CPU.
-        # A rank's failure still shows at once, through its record in the job folder.
+        # A rank's failure still shows within a second, through its record.
         now = time.monotonic()
-        if self.lost is None and self._last is None and now - self._polled_at < POLL_EVERY_S:
+        waiting = self._last is None and not self._more
+        if self.lost is None and waiting and now - self._polled_at < POLL_EVERY_S:
             return None
         self._polled_at = now
-        code = self._call("poll")
+        code = self._sync()
         if self.lost is not None:
             return -int(signal.SIGKILL)
-        self._last = None if code is None else int(code)
-        return self._last
+        self._last = code
+        return code
+
+    def _sync(self) -> int | None:
+        """Ask the agent; write the files it shipped into the workspace."""
+        answer = self._call("poll", self._resend)
+        if answer is None:
+            return None
+        code, changes, self._more = answer
+        if self.roots is not None and changes:
+            self._resend = apply(changes, self.roots)
+        return None if code is None else int(code)
+
+    def flush(self) -> None:
+        """Bring every change the node still has into the workspace."""
+        for _ in range(1000):
+            self._sync()
+            if not self._more or self.lost is not None:
+                return
 
     def signal(self, sig: signal.Signals) -> None:
         self._call("signal", int(sig))
@@ -95,6 +132,7 @@ class RayNode:
 
     def wait(self, timeout: float) -> int | None:
         code = self._call("wait", timeout, timeout=timeout + CALL_TIMEOUT_S)
+        self.flush()
         return None if code is None else int(code)
 
 
@@ -108,6 +146,8 @@ class RayCompute:
     """
 
     name = "ray"
+    prepares_on_nodes = True
+    """Inputs are made ready, and the environment built, by each node."""
 
     def __init__(
         self,
@@ -122,6 +162,29 @@ class RayCompute:
         self._agents: list[Any] = []
         self._hosts: list[str] = []
         self._connected = False
+        self._job: NodeJob | None = None
+        self._paths: JobPaths | None = None
+        self._runtime_env: dict[str, Any] | None = None
+        self._code: Any = None
+
+    def attach(self, prepared: Prepared, paths: JobPaths) -> None:
+        """The job the next attempts run: what each node needs to set it up."""
+        files = self.target.files
+        self._code, digest = code_archive(paths.code) if files == "local" else (None, "")
+        self._paths = paths
+        self._runtime_env = prepared.runtime_env
+        self._job = NodeJob(
+            job_name=paths.root.name,
+            job_dir=paths.root,
+            files=files,
+            command=prepared.template,
+            literals=dict(prepared.literals),
+            data_inputs=dict(prepared.data_inputs),
+            locations=dict(prepared.located),
+            output_dirs=dict(prepared.output_dirs),
+            output_files=dict(prepared.output_files),
+            code_digest=digest,
+        )
 
     def connect(self) -> None:
         if self._connected:
@@ -201,16 +264,76 @@ class RayCompute:
                     f"{self.target.address} in {waited:.0f} s; the cluster lacks free nodes"
                 )
         actor = agent_class(cpus, self.target.gpus_per_node)
+        options: dict[str, Any] = {}
+        if self._runtime_env:
+            options["runtime_env"] = self._runtime_env
         self._agents = [
             actor.options(
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     self._pg, placement_group_bundle_index=i
-                )
+                ),
+                **options,
             ).remote()
             for i in range(nodes)
         ]
-        self._hosts = ray.get([a.address.remote() for a in self._agents], timeout=120)
+        if self._runtime_env:
+            log.info("Ray builds the job's environment on each node (runtime_env)")
+        self._hosts = self._gather([a.address.remote() for a in self._agents], deadline)
         log.info("Ray placed %d node(s): %s", nodes, ", ".join(self._hosts))
+        if self._job is not None:
+            self._setup_nodes(deadline)
+
+    def _setup_nodes(self, deadline: float | None) -> None:
+        """Have every agent set the job up on its node, all at once."""
+        import ray
+
+        assert self._job is not None and self._paths is not None
+        job, checkpoints = self._job, None
+        if job.files == "local":
+            if not isinstance(self._code, ray.ObjectRef):
+                self._code = ray.put(self._code)
+            job = replace(job, code=self._code)
+            if any(self._paths.checkpoints.rglob("*")):
+                checkpoints = ray.put(pack(self._paths.checkpoints))
+        started = time.monotonic()
+        self._gather([a.setup.remote(job, i, checkpoints) for i, a in enumerate(self._agents)],
+                     deadline)  # fmt: skip
+        log.info("the job is set up on %d node(s) in %.1f s", len(self._agents),
+                 time.monotonic() - started)  # fmt: skip
+
+    def _gather(self, refs: list[Any], deadline: float | None) -> list[Any]:
+        """The agents' answers; cancel and the job's deadline are honoured while waiting.
+
+        Raises:
+            PhalanxError: an agent failed (its node could not build the environment, or
+                make an input ready), or the wait was canceled or ran out.
+        """
+        import ray
+
+        limit = time.monotonic() + SETUP_TIMEOUT_S
+        pending = list(refs)
+        while pending:
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=PLACEMENT_POLL_S)
+            now = time.monotonic()
+            if pending and (self._cancelled() or now > limit or (deadline and now > deadline)):
+                self.release()
+                raise PhalanxError("canceled or timed out while the nodes were set up")
+        try:
+            return list(ray.get(refs))
+        except ray.exceptions.RuntimeEnvSetupError as exc:
+            self.release()
+            raise PhalanxError(
+                "environment: Ray could not build the job's environment on a node: "
+                f"{_last_line(str(exc))}; fix environment.pip_file/conda_file"
+            ) from exc
+        except ray.exceptions.RayTaskError as exc:
+            self.release()
+            cause = getattr(exc, "cause", None)
+            message = str(cause) if isinstance(cause, PhalanxError) else _last_line(str(exc))
+            raise PhalanxError(f"setting the job up on a Ray node failed: {message}") from exc
+        except ray.exceptions.RayError as exc:
+            self.release()
+            raise PhalanxError(f"a Ray node was lost while the job was set up: {exc}") from exc
 
     @property
     def master_addr(self) -> str:
@@ -229,7 +352,25 @@ class RayCompute:
 
         agent = self._agents[launch.node_rank]
         ray.get(agent.start.remote(launch, str(log_path)), timeout=120)
-        return RayNode(launch.node_rank, agent, log_path)
+        roots = None
+        if self._job is not None and self._job.files == "local":
+            roots = {"job": self._job.job_dir}
+            roots.update({f"out:{n}": p for n, p in self._job.output_dirs.items()})
+        return RayNode(launch.node_rank, agent, log_path, roots=roots)
+
+    def dump_stacks(self, job_dir: Path, attempt: int) -> int:
+        """Ask the attempt's Python processes on every node for their stacks."""
+        import ray
+
+        from phalanx.jobs.watchdog import dump_stacks
+
+        asked = dump_stacks(str(job_dir), attempt)
+        for agent in self._agents:
+            with contextlib.suppress(ray.exceptions.RayError):
+                asked += int(
+                    ray.get(agent.dump_stacks.remote(str(job_dir), attempt), timeout=CALL_TIMEOUT_S)
+                )
+        return asked
 
     def sweep(
         self, job_dir: Path, attempt: int | None, grace_s: float, *, descendants: bool = False
@@ -258,6 +399,9 @@ class RayCompute:
         import ray
         from ray.util.placement_group import remove_placement_group
 
+        closing = [agent.close.remote() for agent in self._agents]
+        with contextlib.suppress(ray.exceptions.RayError):
+            ray.wait(closing, num_returns=len(closing), timeout=CALL_TIMEOUT_S)  # unmounts
         for agent in self._agents:
             with contextlib.suppress(ray.exceptions.RayError):
                 ray.kill(agent)
@@ -267,3 +411,9 @@ class RayCompute:
                 remove_placement_group(self._pg)
             self._pg = None
         self._hosts = []
+
+
+def _last_line(text: str) -> str:
+    """The last meaningful line of a Ray error (its traceback is long)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return (lines or ["no detail"])[-1][:300]

@@ -45,6 +45,9 @@ class RayTarget(BaseModel):
     """CPUs a node's bundle reserves; the job's processes per node when absent."""
     gpus_per_node: float = Field(default=0, ge=0)
     """GPUs a node's bundle reserves."""
+    files: Literal["local", "shared"] = "local"
+    """``local``: each node keeps the job's files in a folder of its own and ships them to
+    the workspace; ``shared``: every node sees the workspace at the same path."""
 
     def token_value(self, ws: Workspace) -> str | None:
         """The token, resolved now (``None`` for a cluster without authentication)."""

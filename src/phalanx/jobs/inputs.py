@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 from typing import TypeVar
@@ -113,8 +113,8 @@ class PreparationCanceled(PhalanxError):
 
 
 def make_ready(
-    spec: JobSpec,
-    ws: Workspace,
+    inputs: Mapping[str, InputSpec],
+    located: Mapping[str, Location],
     mount_root: Path,
     cache: NodeCache | None = None,
     canceled: Callable[[], bool] = lambda: False,
@@ -122,6 +122,8 @@ def make_ready(
     """Download or mount every data input; return the value each input takes in the command.
 
     Args:
+        inputs: The job's data inputs (:meth:`JobSpec.data_inputs`).
+        located: Where each one is (:func:`check_inputs`).
         canceled: Asked between files of a download and between inputs; when it answers
             ``True`` the work stops (files already down are kept for the next job).
 
@@ -132,10 +134,10 @@ def make_ready(
     ready = InputsReady()
     ready.canceled = canceled
     try:
-        for name, value in spec.data_inputs().items():
+        for name, value in inputs.items():
             if canceled():
                 raise PreparationCanceled("canceled while preparing the inputs")
-            loc = locate(name, value, ws)
+            loc = located[name]
             if is_local_fs(loc):
                 ready.values[name] = loc.path
             elif value.mode == "direct":

@@ -15,10 +15,16 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from phalanx.errors import PhalanxError
 from phalanx.jobs.inputs import InputsReady, check_inputs, is_local_fs, make_ready
-from phalanx.launch.environment import EnvironmentRequest, ensure_environment, request_for
+from phalanx.launch.environment import (
+    EnvironmentRequest,
+    ensure_environment,
+    ray_runtime_env,
+    request_for,
+)
 from phalanx.spec import InputSpec, JobSpec, interpolate, render_literal
 from phalanx.storage.location import Location
 from phalanx.storage.uri import resolve
@@ -43,6 +49,19 @@ class Prepared:
     ready: InputsReady | None = None
     env_prefix: Path | None = None
     """The job's built environment (``environment.pip_file``/``conda_file``), if any."""
+    template: str = ""
+    """The spec's command before substitution (nodes that make their own inputs ready)."""
+    literals: dict[str, str] = field(default_factory=dict)
+    """Inputs that are values, rendered."""
+    data_inputs: dict[str, InputSpec] = field(default_factory=dict)
+    located: dict[str, Location] = field(default_factory=dict)
+    """Where each data input is (``on_nodes``: made ready by each node, not here)."""
+    output_dirs: dict[str, Path] = field(default_factory=dict)
+    """Each output's folder here (for a ``uri_file`` output, the folder it is written in)."""
+    output_files: dict[str, str] = field(default_factory=dict)
+    """``uri_file`` outputs: the file's name inside its folder."""
+    runtime_env: dict[str, Any] | None = None
+    """``on_nodes``: the job's environment for Ray to build on each node."""
 
     def upload(self) -> list[str]:
         """Copy every upload-mode output's new and changed files to its datastore.
@@ -162,8 +181,11 @@ def check(spec: JobSpec, ws: Workspace) -> None:
     from phalanx.jobs.register import check_registrations
 
     check_launcher(spec)
-    check_compute(spec, ws)
-    check_environment(spec)
+    on_ray = check_compute(spec, ws)
+    if on_ray:
+        runtime_env_for(spec)
+    else:
+        check_environment(spec)
     check_inputs(spec, ws)
     check_outputs(spec, ws)
     check_registrations(spec, ws)
@@ -181,8 +203,23 @@ def check_environment(spec: JobSpec) -> EnvironmentRequest | None:
     return request_for(env.pip_file, env.conda_file)
 
 
-def check_compute(spec: JobSpec, ws: Workspace) -> None:
+def runtime_env_for(spec: JobSpec) -> dict[str, Any] | None:
+    """The job's environment as Ray's ``runtime_env``; ``None`` if it asks for none.
+
+    Raises:
+        PhalanxError: its file cannot be read or cannot be installed on a cluster's nodes.
+    """
+    env = spec.inline_environment
+    if env is None or not env.builds:
+        return None
+    return ray_runtime_env(env.pip_file, env.conda_file)
+
+
+def check_compute(spec: JobSpec, ws: Workspace) -> bool:
     """Refuse an unknown compute target, or one whose token cannot be read.
+
+    Returns:
+        Whether the job runs on a Ray cluster.
 
     Raises:
         PhalanxError: naming the target.
@@ -192,6 +229,7 @@ def check_compute(spec: JobSpec, ws: Workspace) -> None:
     target = target_for(spec.compute, ws)
     if target is not None:
         target.token_value(ws)
+    return target is not None
 
 
 def check_launcher(spec: JobSpec) -> None:
@@ -222,28 +260,47 @@ def check_launcher(spec: JobSpec) -> None:
 
 
 def prepare(
-    spec: JobSpec, paths: JobPaths, ws: Workspace, canceled: Callable[[], bool] = lambda: False
+    spec: JobSpec,
+    paths: JobPaths,
+    ws: Workspace,
+    canceled: Callable[[], bool] = lambda: False,
+    *,
+    on_nodes: bool = False,
 ) -> Prepared:
     """Make inputs ready, create output folders and substitute them into the command.
+
+    Args:
+        on_nodes: The nodes make the inputs ready and Ray builds the environment (Ray
+            compute): here they are only located and checked, and the command is left
+            for each node to substitute.
 
     Raises:
         PreparationCanceled: ``canceled()`` answered ``True`` while inputs were prepared.
         PhalanxError: an input or output cannot be provided.
     """
     remote_outputs = check_outputs(spec, ws)
-    request = check_environment(spec)
     env_prefix = None
-    if request is not None:
+    runtime_env = None
+    if on_nodes:
+        runtime_env = runtime_env_for(spec)
+    elif (request := check_environment(spec)) is not None:
         env_prefix = ensure_environment(
             request, ws.home / "envs", paths.system_logs / "environment.txt"
         )
-    ready = make_ready(spec, ws, paths.root / "mounts", canceled=canceled)
+    located = check_inputs(spec, ws)
+    if on_nodes:
+        ready = InputsReady()
+    else:
+        ready = make_ready(spec.data_inputs(), located, paths.root / "mounts", canceled=canceled)
     try:
-        inputs: dict[str, str] = {}
-        for name, value in spec.inputs.items():
-            inputs[name] = (
-                ready.values[name] if isinstance(value, InputSpec) else render_literal(value)
-            )
+        literals = {
+            name: render_literal(value)
+            for name, value in spec.inputs.items()
+            if not isinstance(value, InputSpec)
+        }
+        inputs = {**literals, **ready.values}
+        output_dirs: dict[str, Path] = {}
+        output_files: dict[str, str] = {}
         outputs: dict[str, str] = {}
         uploads: dict[str, tuple[Path, Location]] = {}
         for name, out in spec.outputs.items():
@@ -268,6 +325,9 @@ def prepare(
                 folder = folder / base
                 dest = Location(dest.fs, dest.path.rpartition("/")[0], dest.url.rpartition("/")[0])
             target = folder.parent if out.type == "uri_file" else folder
+            output_dirs[name] = target
+            if out.type == "uri_file":
+                output_files[name] = folder.name
             try:
                 target.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
@@ -282,8 +342,21 @@ def prepare(
         raise
     # The built-in output (a spec cannot declare one of that name).
     references = {**outputs, "checkpoints": str(paths.checkpoints)}
-    command = interpolate(spec.command, inputs, references)
+    command = spec.command if on_nodes else interpolate(spec.command, inputs, references)
     env = {k: str(v) for k, v in spec.environment_variables.items()}
     return Prepared(
-        command, inputs, outputs, env, uploads=uploads, ready=ready, env_prefix=env_prefix
+        command,
+        inputs,
+        outputs,
+        env,
+        uploads=uploads,
+        ready=ready,
+        env_prefix=env_prefix,
+        template=spec.command,
+        literals=literals,
+        data_inputs=spec.data_inputs(),
+        located=located,
+        output_dirs=output_dirs,
+        output_files=output_files,
+        runtime_env=runtime_env,
     )

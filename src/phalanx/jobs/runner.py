@@ -43,7 +43,7 @@ from phalanx.jobs.prepare import Prepared, prepare
 from phalanx.jobs.register import register_outputs
 from phalanx.jobs.sysmetrics import SystemSampler
 from phalanx.jobs.uploads import UPLOAD_REQUEST, UploadLoop
-from phalanx.jobs.watchdog import STACK_DUMP_WAIT_S, Watchdog, dump_stacks
+from phalanx.jobs.watchdog import STACK_DUMP_WAIT_S, Watchdog
 from phalanx.launch.exitcodes import PREEMPTED_EXIT_CODE
 from phalanx.launch.node import NodeLaunch
 from phalanx.launch.rootcause import (
@@ -127,12 +127,19 @@ class JobRunner:
 
     def _prepare_and_run(self, spec: JobSpec, deadline: float | None) -> JobStatus:
         try:
-            prepared = prepare(spec, self.paths, self.ws, canceled=self._cancelled)
+            prepared = prepare(
+                spec,
+                self.paths,
+                self.ws,
+                canceled=self._cancelled,
+                on_nodes=self.compute.prepares_on_nodes,
+            )
         except PreparationCanceled:
             return self._finish(JobStatus.CANCELED, None)
         except PhalanxError as exc:
             log.error("preparing failed: %s", exc)
             return self._finish(JobStatus.FAILED, RootCause(message=str(exc)))
+        self.compute.attach(prepared, self.paths)
         syncer = UploadLoop(prepared, self.paths.root / UPLOAD_REQUEST)
         try:
             return self._attempts(spec, prepared, deadline, syncer)
@@ -370,7 +377,7 @@ class JobRunner:
     def _hang(self, attempt: int, nodes: list[Node], watchdog: Watchdog) -> AttemptOutcome:
         log.warning("attempt %d: no progress for %.0f s; dumping stacks", attempt, watchdog.limit)
         quietest = watchdog.quietest()  # before the dumps write to every log
-        if dump_stacks(str(self.paths.root), attempt):
+        if self.compute.dump_stacks(self.paths.root, attempt):
             time.sleep(STACK_DUMP_WAIT_S)  # let faulthandler finish writing
         cause = watchdog.root_cause(quietest)
         self._stop(attempt, nodes, FAILURE_GRACE_S)

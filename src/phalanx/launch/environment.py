@@ -105,6 +105,65 @@ def request_for(
     return EnvironmentRequest("conda-pip", "\n".join(_pip_packages(doc)) + "\n", folder)
 
 
+def ray_runtime_env(
+    pip_file: str | None, conda_file: str | dict[str, Any] | None
+) -> dict[str, Any]:
+    """The job's environment as Ray's ``runtime_env``: Ray builds it on each node (once per
+    content) and runs the node agent, and so the node's launcher and ranks, inside it.
+
+    A pip file's ``-r`` includes are read in; a conda file with conda packages goes to
+    Ray's ``conda`` (the nodes need conda), one with only pip packages to ``pip``.
+
+    Raises:
+        PhalanxError: a file cannot be read, or it installs from a path or a constraints
+            file on this machine, which the cluster's nodes do not have.
+    """
+    if pip_file is not None:
+        _read(pip_file, "pip_file")
+        return {"pip": {"packages": _pip_lines(Path(pip_file), set()), "pip_check": False}}
+    assert conda_file is not None  # the spec allows one of the two
+    doc: Any = conda_file
+    if not isinstance(conda_file, dict):
+        try:
+            doc = yaml.safe_load(_read(conda_file, "conda_file")) or {}
+        except yaml.YAMLError as exc:
+            raise PhalanxError(f"environment.conda_file {conda_file}: not YAML ({exc})") from exc
+    deps = doc.get("dependencies", []) if isinstance(doc, dict) else []
+    if any(isinstance(d, str) and not _PYTHON_SPEC.match(d) and not _PIP_SPEC.match(d)
+           for d in deps or []):  # fmt: skip
+        return {"conda": doc}
+    return {"pip": {"packages": _pip_packages(doc), "pip_check": False}}
+
+
+def _pip_lines(path: Path, seen: set[Path]) -> list[str]:
+    """A requirements file's lines with its ``-r`` includes read in."""
+    real = path.resolve()
+    if real in seen:
+        return []
+    seen.add(real)
+    lines: list[str] = []
+    for line in _read(str(real), "pip_file").splitlines():
+        stripped = line.split(" #")[0].strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if match := _INCLUDE.match(stripped):
+            if stripped.startswith(("-c", "--constraint")):
+                raise PhalanxError(
+                    f"environment.pip_file {path}: a constraints file ({match[1]}) is not on the "
+                    "Ray cluster's nodes; pin the versions in the requirements instead"
+                )
+            lines += _pip_lines(real.parent / match[1], seen)
+        elif _LOCAL.match(stripped):
+            raise PhalanxError(
+                f"environment.pip_file {path}: {stripped!r} installs from a path on this "
+                "machine, which the Ray cluster's nodes do not have; publish the package to "
+                "an index, or put it in the job's code"
+            )
+        else:
+            lines.append(stripped)
+    return lines
+
+
 def conda_tool() -> str | None:
     """The first conda-like tool on ``PATH``."""
     return next((exe for t in _CONDA_TOOLS if (exe := shutil.which(t))), None)
