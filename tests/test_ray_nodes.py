@@ -1,0 +1,198 @@
+"""Ray nodes that share nothing with the workspace (files: local): each node sets the job
+up in a folder of its own, makes its inputs ready through its own cache (Azurite behind a
+datastore), and its logs, metrics and outputs reach the workspace while the job runs; the
+job's environment is built by Ray (runtime_env). On the real two-node test cluster, each
+node with its own PHALANX_NODE_HOME."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+import servers
+from conftest import Cli, blob_datastore
+from phalanx.bench.raycluster import RayCluster
+
+pytestmark = pytest.mark.slow
+
+FILES = {"train/a.bin": b"a" * 3000, "train/sub/b.bin": b"b" * 5000}
+
+SCRIPT = """
+import hashlib, json, os, sys, time
+from pathlib import Path
+import torch.distributed as dist
+from phalanx.train import log_metric
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+data = Path(sys.argv[1])
+digest = hashlib.sha256()
+for path in sorted(p for p in data.rglob("*") if p.is_file() and not p.name.startswith(".")):
+    digest.update(path.relative_to(data).as_posix().encode() + path.read_bytes())
+rec = {"input": str(data), "digest": digest.hexdigest(), "rank": rank,
+       "job_dir": os.environ["PHALANX_JOB_DIR"], "home": os.environ["PHALANX_HOME"]}
+Path(os.environ["PHALANX_OUTPUTS_DIR"], f"rank_{rank}.json").write_text(json.dumps(rec))
+if rank == 0:
+    Path(sys.argv[2], "weights.txt").write_text("trained")
+    log_metric("loss", 0.5, step=1)
+print("halfway", rank, flush=True)
+time.sleep(float(sys.argv[3]))
+dist.barrier()
+print("finished", rank, flush=True)
+dist.destroy_process_group()
+"""
+
+
+def _expected_digest() -> str:
+    digest = hashlib.sha256()
+    for path in sorted(FILES):
+        digest.update(path.removeprefix("train/").encode() + FILES[path])
+    return digest.hexdigest()
+
+
+def test_nodes_keep_their_own_files_and_ship_them_back(
+    cli: Cli, ray_cluster: RayCluster, azurite: servers.Azurite
+) -> None:
+    from azure.storage.blob import BlobServiceClient
+
+    container = blob_datastore(cli, azurite, FILES)
+    cli.run(
+        "compute", "create", "--name", "apart", "--address", ray_cluster.gcs_address, check=True
+    )  # fmt: skip  (files: local is the default)
+    cli.write("src/nodes.py", SCRIPT)
+    spec = cli.write(
+        "job.yml",
+        """
+        command: python nodes.py ${{inputs.data}} ${{outputs.model}} 6
+        code: src
+        compute: apart
+        inputs:
+          data: {type: uri_folder, path: azureml://datastores/blobs/paths/train, mode: download}
+        outputs:
+          model: {type: uri_folder, path: azureml://datastores/blobs/paths/out, mode: upload}
+        resources: {instance_count: 2}
+        distribution: {type: pytorch, process_count_per_instance: 1}
+        limits: {timeout: 300}
+        """,
+    )
+    name = cli.create(spec)
+    job = cli.wait(name, ("Running",), timeout=180)
+    job_dir = Path(job["job_dir"])
+    # Logs stream: a rank's line is in the workspace while the job still runs.
+    deadline = time.monotonic() + 60
+    while "halfway" not in _text(job_dir / "user_logs" / "std_log_process_1.txt"):
+        assert time.monotonic() < deadline, "rank 1's log never reached the workspace"
+        time.sleep(0.2)
+    assert cli.show(name)["status"] == "Running"
+
+    job = cli.wait(name, ("Completed", "Failed"), timeout=180)
+    assert job["status"] == "Completed", job
+    ranks = [json.loads((job_dir / "outputs" / f"rank_{r}.json").read_text()) for r in range(2)]
+    homes = {ray_cluster.node_home("node_a"), ray_cluster.node_home("node_b")}
+    # Each node ran the job in its own folder, fed from its own cache.
+    assert {Path(r["home"]) for r in ranks} == homes
+    for r in ranks:
+        home = Path(r["home"])
+        assert Path(r["job_dir"]).is_relative_to(home / "jobs")
+        assert Path(r["input"]).is_relative_to(home / "cache" / "downloads")
+        assert r["digest"] == _expected_digest()
+    # Nothing was fetched by the supervisor.
+    assert not (cli.workdir.parent / "cache" / "downloads").exists()
+    for rank in range(2):
+        log = _text(job_dir / "user_logs" / f"std_log_process_{rank}.txt")
+        assert f"halfway {rank}" in log and f"finished {rank}" in log
+    assert (job_dir / "system_logs" / "node_1.txt").is_file()
+    metrics = [json.loads(x) for x in _text(job_dir / "metrics.jsonl").splitlines()]
+    assert [(m["name"], m["value"]) for m in metrics] == [("loss", 0.5)]
+    # The upload-mode output went node -> workspace -> datastore.
+    service = BlobServiceClient.from_connection_string(azurite.connection_string)
+    blob = service.get_blob_client(container, "out/weights.txt")
+    assert blob.download_blob().readall() == b"trained"
+    # The storage key travelled in memory only: no file of the workspace or a node has it.
+    for root in (cli.home, *homes):
+        leaked = [
+            p for p in root.rglob("*")
+            if p.is_file() and not p.is_symlink()
+            and servers.AZURITE_KEY.encode() in p.read_bytes()
+        ]  # fmt: skip
+        assert leaked == [], leaked
+
+
+def test_shared_files_write_the_workspace_directly(cli: Cli, ray_cluster: RayCluster) -> None:
+    cli.run("compute", "create", "--name", "together", "--address", ray_cluster.gcs_address,
+            "--files", "shared", check=True)  # fmt: skip
+    cli.write("src/nodes.py", SCRIPT)
+    cli.write("data/x.bin", "x")
+    spec = cli.write(
+        "job.yml",
+        f"""
+        command: python nodes.py ${{{{inputs.data}}}} ${{{{outputs.model}}}} 0
+        code: src
+        compute: together
+        inputs:
+          data: {{type: uri_folder, path: {cli.workdir / "data"}}}
+        outputs:
+          model: {{type: uri_folder}}
+        resources: {{instance_count: 1}}
+        limits: {{timeout: 300}}
+        """,
+    )
+    name = cli.create(spec)
+    job = cli.wait(name, ("Completed", "Failed"), timeout=180)
+    assert job["status"] == "Completed", job
+    rank0 = json.loads((Path(job["job_dir"]) / "outputs" / "rank_0.json").read_text())
+    assert rank0["job_dir"] == job["job_dir"]
+    assert rank0["input"] == str(cli.workdir / "data")
+    assert (Path(job["job_dir"]) / "outputs" / "model" / "weights.txt").read_text() == "trained"
+    shown = json.loads(cli.run("compute", "show", "together", check=True).stdout)
+    assert shown["files"] == "shared"
+
+
+ENV_SCRIPT = """
+import json, os, sys
+import pyfiglet, torch
+out = {"python": sys.executable, "pyfiglet": pyfiglet.__file__, "torch": torch.__version__}
+open(os.path.join(os.environ["PHALANX_OUTPUTS_DIR"], "env.json"), "w").write(json.dumps(out))
+"""
+
+
+def test_environment_is_built_by_ray_on_the_node(cli: Cli, ray_cluster: RayCluster) -> None:
+    cli.write("src/env_job.py", ENV_SCRIPT)
+    cli.write("requirements.txt", "-r common.txt\n")
+    cli.write("common.txt", "pyfiglet==1.0.4  # a small pure-Python package\n")
+    job_yml = """
+        command: python env_job.py
+        code: src
+        compute: {address}
+        environment: {{pip_file: {file}}}
+        resources: {{instance_count: 1}}
+        limits: {{timeout: 600}}
+        """
+    spec = cli.write("job.yml", job_yml.format(address=ray_cluster.gcs_address,
+                                               file="requirements.txt"))  # fmt: skip
+    name = cli.create(spec)
+    job = cli.wait(name, ("Completed", "Failed"), timeout=600)
+    assert job["status"] == "Completed", job
+    seen = json.loads((Path(job["job_dir"]) / "outputs" / "env.json").read_text())
+    assert "runtime_resources" in seen["python"]  # Ray's environment on the node
+    assert "runtime_resources" in seen["pyfiglet"] and seen["torch"]
+    assert not (cli.home / "envs").exists()  # nothing built by the supervisor
+
+    cli.write("bad.txt", "phalanx-no-such-package-anywhere==9.9\n")
+    spec = cli.write("job.yml", job_yml.format(address=ray_cluster.gcs_address, file="bad.txt"))
+    name = cli.create(spec)
+    job = cli.wait(name, ("Completed", "Failed"), timeout=600)
+    assert job["status"] == "Failed"
+    assert "Ray could not build the job's environment" in job["error"]["message"]
+
+    cli.write("local.txt", "./mypkg\n")
+    spec = cli.write("job.yml", job_yml.format(address=ray_cluster.gcs_address, file="local.txt"))
+    refused = cli.run("job", "create", "-f", str(spec))
+    assert refused.returncode == 2 and "installs from a path on this machine" in refused.stderr
+
+
+def _text(path: Path) -> str:
+    return path.read_text() if path.is_file() else ""

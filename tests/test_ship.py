@@ -1,0 +1,121 @@
+"""Shipping a node's job files to the workspace (phalanx.compute.ship), folder to folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from phalanx.compute.ship import Scanner, apply
+
+
+def _pair(tmp_path: Path) -> tuple[Path, Path, Scanner]:
+    node, ws = tmp_path / "node", tmp_path / "ws"
+    node.mkdir()
+    ws.mkdir()
+    return node, ws, Scanner({"job": node}, skip=frozenset({"code"}))
+
+
+def _ship(scanner: Scanner, ws: Path, budget: int = 1 << 20) -> bool:
+    changes, more = scanner.scan(budget)
+    assert apply(changes, {"job": ws}) == []
+    return more
+
+
+def test_logs_are_appended_to_what_the_workspace_has(tmp_path: Path) -> None:
+    node, ws, scanner = _pair(tmp_path)
+    (ws / "user_logs").mkdir()
+    (ws / "user_logs" / "std_log_process_0.txt").write_text("attempt 1 line\n")  # earlier attempt
+    (node / "user_logs").mkdir()
+    log = node / "user_logs" / "std_log_process_0.txt"
+    log.write_text("attempt 2 a\n")
+    _ship(scanner, ws)
+    with open(log, "a") as f:
+        f.write("attempt 2 b\n")
+    _ship(scanner, ws)
+    assert (ws / "user_logs" / "std_log_process_0.txt").read_text() == (
+        "attempt 1 line\nattempt 2 a\nattempt 2 b\n"
+    )
+    changes, _ = scanner.scan()
+    assert changes == []  # nothing new: nothing sent
+
+
+def test_whole_files_replace_grow_in_place_and_deletions(tmp_path: Path) -> None:
+    node, ws, scanner = _pair(tmp_path)
+    (node / "code").mkdir()
+    (node / "code" / "train.py").write_text("skipped")
+    (node / "checkpoints").mkdir()
+    ckpt = node / "checkpoints" / "step.txt"
+    ckpt.write_text("5")
+    events = node / "outputs" / "events.out"
+    events.parent.mkdir()
+    events.write_bytes(b"a" * 5000)
+    _ship(scanner, ws)
+    assert (ws / "checkpoints" / "step.txt").read_text() == "5"
+    assert not (ws / "code").exists()
+    # Rewritten by rename (a new inode): sent whole.
+    tmp = ckpt.with_suffix(".tmp")
+    tmp.write_text("12")
+    os.replace(tmp, ckpt)
+    # Grown in place: only the new bytes go.
+    with open(events, "ab") as f:
+        f.write(b"b" * 10)
+    changes, _ = scanner.scan()
+    sent = {c.path: c for c in changes}
+    grown = sent["outputs/events.out"]
+    assert grown.offset == 5000 and grown.data == b"b" * 10
+    assert sent["checkpoints/step.txt"].offset == -1
+    assert apply(changes, {"job": ws}) == []
+    assert (ws / "outputs" / "events.out").read_bytes() == b"a" * 5000 + b"b" * 10
+    assert (ws / "checkpoints" / "step.txt").read_text() == "12"
+    # Rewritten in place with other bytes: not taken for growth.
+    events.write_bytes(b"c" * 6000)
+    _ship(scanner, ws)
+    assert (ws / "outputs" / "events.out").read_bytes() == b"c" * 6000
+    ckpt.unlink()
+    _ship(scanner, ws)
+    assert not (ws / "checkpoints" / "step.txt").exists()
+    assert not list(ws.rglob(".*.shipping"))
+
+
+def test_a_copy_that_does_not_match_is_sent_whole_again(tmp_path: Path) -> None:
+    node, ws, scanner = _pair(tmp_path)
+    data = node / "outputs" / "data.bin"
+    data.parent.mkdir()
+    data.write_bytes(b"x" * 100)
+    _ship(scanner, ws)
+    (ws / "outputs" / "data.bin").write_bytes(b"x" * 50)  # changed here meanwhile
+    with open(data, "ab") as f:
+        f.write(b"y")
+    changes, _ = scanner.scan()
+    resend = apply(changes, {"job": ws})
+    assert resend == [("job", "outputs/data.bin")]
+    scanner.forget(resend)
+    _ship(scanner, ws)
+    assert (ws / "outputs" / "data.bin").read_bytes() == b"x" * 100 + b"y"
+
+
+def test_a_budget_spreads_big_changes_over_scans(tmp_path: Path) -> None:
+    node, ws, scanner = _pair(tmp_path)
+    (node / "outputs").mkdir()
+    for i in range(3):
+        (node / "outputs" / f"f{i}.bin").write_bytes(bytes([i]) * 1000)
+    scans = 1
+    while _ship(scanner, ws, budget=1500):
+        scans += 1
+    assert scans == 3  # one file per scan (each at least one)
+    assert [(ws / "outputs" / f"f{i}.bin").read_bytes() for i in range(3)] == [
+        bytes([i]) * 1000 for i in range(3)
+    ]
+
+
+def test_seeded_files_are_not_sent_back_and_paths_stay_inside(tmp_path: Path) -> None:
+    node, ws, scanner = _pair(tmp_path)
+    (node / "checkpoints").mkdir()
+    (node / "checkpoints" / "seed.pt").write_bytes(b"seed")
+    scanner.know("job")
+    assert scanner.scan() == ([], False)
+    from phalanx.compute.ship import Change
+
+    bad = [Change("job", "../escape.txt", b"no"), Change("job", "/abs.txt", b"no")]
+    assert apply(bad, {"job": ws}) == []
+    assert not (tmp_path / "escape.txt").exists() and not Path("/abs.txt").exists()
