@@ -196,3 +196,53 @@ def test_environment_is_built_by_ray_on_the_node(cli: Cli, ray_cluster: RayClust
 
 def _text(path: Path) -> str:
     return path.read_text() if path.is_file() else ""
+
+
+MPI_SCRIPT = """
+import json, os, sys
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+total = comm.allreduce(comm.Get_rank() + 1)
+keys = ["RANK", "NODE_RANK", "PHALANX_RAY_NODE_ID", "PHALANX_JOB_DIR", "OMPI_COMM_WORLD_LOCAL_SIZE"]
+seen = {k: os.environ.get(k) for k in keys}
+seen.update(rank=comm.Get_rank(), total=total, out=sys.argv[1])
+out = os.path.join(os.environ["PHALANX_OUTPUTS_DIR"], f"rank_{comm.Get_rank()}.json")
+open(out, "w").write(json.dumps(seen))
+print(f"rank {comm.Get_rank()} allreduce {total}", flush=True)
+"""
+
+
+def test_mpi_across_ray_nodes(cli: Cli, ray_cluster: RayCluster) -> None:
+    """mpirun on node 0; node 1's daemon started by node 1's agent (no ssh), its ranks in
+    node 1's folder and environment, their logs shipped back."""
+    cli.write("src/mpi_job.py", MPI_SCRIPT)
+    spec = cli.write(
+        "job.yml",
+        f"""
+        command: python mpi_job.py ${{{{outputs.model}}}}
+        code: src
+        compute: {ray_cluster.gcs_address}
+        outputs:
+          model: {{type: uri_folder}}
+        resources: {{instance_count: 2}}
+        distribution: {{type: mpi, process_count_per_instance: 2}}
+        limits: {{timeout: 300}}
+        """,
+    )
+    name = cli.create(spec)
+    job = cli.wait(name, ("Completed", "Failed"), timeout=240)
+    assert job["status"] == "Completed", job
+    job_dir = Path(job["job_dir"])
+    ranks = [json.loads((job_dir / "outputs" / f"rank_{r}.json").read_text()) for r in range(4)]
+    assert [r["total"] for r in ranks] == [10] * 4
+    assert [r["NODE_RANK"] for r in ranks] == ["0", "0", "1", "1"]
+    assert {r["OMPI_COMM_WORLD_LOCAL_SIZE"] for r in ranks} == {"2"}
+    node_ids = [r["PHALANX_RAY_NODE_ID"] for r in ranks]
+    assert node_ids[0] == node_ids[1] != node_ids[2] == node_ids[3]
+    for r in ranks:
+        # Each node's ranks ran in that node's folder, with that node's command.
+        assert Path(r["PHALANX_JOB_DIR"]).name.endswith(f"-node{r['NODE_RANK']}")
+        assert r["out"].startswith(r["PHALANX_JOB_DIR"])
+    for rank in range(4):
+        log = _text(job_dir / "user_logs" / f"std_log_process_{rank}.txt")
+        assert f"rank {rank} allreduce 10" in log

@@ -19,9 +19,14 @@ through the decorator applied by :func:`agent_class`.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import shutil
 import socket
 import subprocess
+import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +34,12 @@ from phalanx.compute.nodejob import NodeFolder, NodeJob
 from phalanx.compute.ship import Change
 from phalanx.jobs.watchdog import dump_stacks
 from phalanx.launch import procs
+from phalanx.launch.mpi_agent import SOCKET_ENV
 from phalanx.launch.node import NodeLaunch
 from phalanx.launch.ports import free_ports
+
+MPI_HOST = "phalanx-node-"
+"""How ``mpirun`` names node K on Ray (``phalanx-node-K``); node 0 is its own address."""
 
 
 class NodeAgent:
@@ -39,6 +48,8 @@ class NodeAgent:
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
         self._folder: NodeFolder | None = None
+        self._armed: tuple[dict[str, str], Path, Path] | None = None
+        self._socket_dir: str | None = None
 
     def setup(self, job: NodeJob, node_rank: int, checkpoints: Any = None) -> None:
         """Set the job up on this node: its folder and its inputs (downloads, mounts).
@@ -66,8 +77,13 @@ class NodeAgent:
     def free_ports(self, count: int) -> list[int]:
         return free_ports(count, "0.0.0.0")
 
-    def start(self, launch: NodeLaunch, log_path: str) -> int:
-        """Start the node's launcher; returns its pid on this node."""
+    def start(self, launch: NodeLaunch, log_path: str, peers: list[Any] | None = None) -> int:
+        """Start the node's launcher; returns its pid on this node (0 for an MPI node
+        other than node 0, whose daemon ``mpirun`` asks for through :meth:`run_daemon`).
+
+        Args:
+            peers: MPI, node 0: every node's agent, to start ``mpirun``'s daemons on.
+        """
         import ray
 
         log = Path(log_path)
@@ -75,8 +91,52 @@ class NodeAgent:
             launch, log = self._folder.launch(launch), self._folder.here(log)
         env = launch.env()
         env["PHALANX_RAY_NODE_ID"] = ray.get_runtime_context().get_node_id()
+        if launch.distribution == "mpi" and launch.node_rank > 0:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            self._armed = (env, log, launch.workdir)
+            return 0
+        if peers:
+            env[SOCKET_ENV] = self._serve(peers)
         self._proc = launch.start(env, log, end_with_parent=True)
         return self._proc.pid
+
+    def run_daemon(self, command: str) -> int:
+        """Run ``mpirun``'s daemon command on this node, in the node's environment, until
+        it ends (as ssh would); its exit status."""
+        if self._armed is None:
+            raise RuntimeError("this node has no MPI job to run a daemon for")
+        env, log, cwd = self._armed
+        with open(log, "ab") as out:
+            self._proc = subprocess.Popen(
+                ["/bin/sh", "-c", command],
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=procs.end_with_parent,
+            )
+        return self._proc.wait()
+
+    def _serve(self, peers: list[Any]) -> str:
+        """Listen where node 0's ``mpi_agent`` asks for daemons; the socket's path."""
+        self._socket_dir = tempfile.mkdtemp(prefix="phalanx-mpi-")  # 0700: ours only
+        path = os.path.join(self._socket_dir, "agent.sock")
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(path)
+        server.listen(64)
+
+        def accept() -> None:
+            while True:
+                try:
+                    conn, _ = server.accept()
+                except OSError:
+                    return
+                threading.Thread(target=_relay, args=(conn, peers), daemon=True).start()
+
+        threading.Thread(target=accept, name="mpi-agent", daemon=True).start()
+        return path
 
     def poll(
         self, resend: list[tuple[str, str]] | None = None
@@ -96,6 +156,8 @@ class NodeAgent:
         return (None if more else code), changes, more
 
     def signal(self, signum: int) -> None:
+        if self._armed is not None:
+            return  # an MPI daemon: mpirun on node 0 passes signals to every rank
         if self._proc is not None and self._proc.poll() is None:
             self._proc.send_signal(signum)
 
@@ -120,6 +182,8 @@ class NodeAgent:
         folder, self._folder = self._folder, None
         if folder is not None:
             folder.close()
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
 
     def _job_dir(self, job_dir: str) -> str:
         return job_dir if self._folder is None else str(self._folder.root)
@@ -132,4 +196,24 @@ def agent_class(num_cpus: float, num_gpus: float) -> Any:
     """:class:`NodeAgent` as a Ray actor class reserving a node's bundle."""
     import ray
 
-    return ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0)(NodeAgent)
+    # Threads: an MPI daemon's run_daemon call lasts the whole attempt, polls go on.
+    options: dict[str, Any] = {"max_concurrency": 16, "max_restarts": 0}
+    return ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, **options)(NodeAgent)
+
+
+def _relay(conn: socket.socket, peers: list[Any]) -> None:
+    """One ``mpi_agent`` request: run the daemon on the node it names, answer its status."""
+    import ray
+
+    with conn:
+        try:
+            request = json.loads(conn.makefile("r").readline())
+            host = str(request["host"])
+            if not host.startswith(MPI_HOST):
+                raise ValueError(f"unknown MPI host {host!r}")
+            agent = peers[int(host.removeprefix(MPI_HOST))]
+            answer = str(int(ray.get(agent.run_daemon.remote(str(request["command"])))))
+        except Exception as exc:  # told to mpirun through mpi_agent's exit status
+            answer = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        with contextlib.suppress(OSError):
+            conn.sendall(answer.encode() + b"\n")

@@ -55,6 +55,8 @@ class LocalCompute:
     master_addr = "127.0.0.1"
     prepares_on_nodes = False
     """Inputs and the environment are made ready by the supervisor, on this machine."""
+    starts_every_node = False
+    """MPI: one ``mpirun`` on node 0 starts every node's ranks (its daemons run here)."""
 
     def attach(self, prepared: Prepared, paths: JobPaths) -> None:
         """Nothing to send anywhere: every node is this machine."""
@@ -81,6 +83,10 @@ class LocalCompute:
         if count > 254:
             raise ValueError("local compute gives at most 254 nodes loopback addresses")
         return [f"127.0.0.{k + 1}" for k in range(count)]
+
+    def mpi_hosts(self, count: int) -> list[str]:
+        """``mpirun``'s hosts: every node's loopback address."""
+        return self.node_hosts(count)
 
     def start_node(self, launch: NodeLaunch, log_path: Path) -> LocalNode:
         """Start node ``launch.node_rank``'s launcher, its output appended to ``log_path``."""

@@ -148,6 +148,9 @@ class RayCompute:
     name = "ray"
     prepares_on_nodes = True
     """Inputs are made ready, and the environment built, by each node."""
+    starts_every_node = True
+    """Every node gets an agent call to start, MPI's too: it ships its files, and runs
+    the daemon ``mpirun`` asks for."""
 
     def __init__(
         self,
@@ -342,6 +345,13 @@ class RayCompute:
     def node_hosts(self, count: int) -> list[str]:
         return list(self._hosts[:count])
 
+    def mpi_hosts(self, count: int) -> list[str]:
+        """``mpirun``'s hosts: node 0's address (where it runs), then ``phalanx-node-K``,
+        which node 0's agent passes to node K's (two Ray nodes may share an address)."""
+        from phalanx.compute.agent import MPI_HOST
+
+        return [self._hosts[0], *(f"{MPI_HOST}{k}" for k in range(1, count))]
+
     def free_ports(self, node: int, count: int) -> list[int]:
         import ray
 
@@ -351,7 +361,9 @@ class RayCompute:
         import ray
 
         agent = self._agents[launch.node_rank]
-        ray.get(agent.start.remote(launch, str(log_path)), timeout=120)
+        mpi_root = launch.distribution == "mpi" and launch.node_rank == 0
+        peers = self._agents if mpi_root and len(self._agents) > 1 else None
+        ray.get(agent.start.remote(launch, str(log_path), peers), timeout=120)
         roots = None
         if self._job is not None and self._job.files == "local":
             roots = {"job": self._job.job_dir}

@@ -219,11 +219,15 @@ class JobRunner:
         )
         nodes: list[Node] = []
         # Addresses per node matter to mpirun and TF_CONFIG; torchrun needs node 0's only.
-        needs_hosts = spec.distribution_type in ("mpi", "tensorflow")
-        hosts = tuple(self.compute.node_hosts(spec.instance_count)) if needs_hosts else ()
+        mpi = spec.distribution_type == "mpi"
+        hosts: tuple[str, ...] = ()
+        if mpi:
+            hosts = tuple(self.compute.mpi_hosts(spec.instance_count))
+        elif spec.distribution_type == "tensorflow":
+            hosts = tuple(self.compute.node_hosts(spec.instance_count))
         tf_cluster = _tf_cluster(spec, hosts, self.compute.free_ports)
         # MPI: one mpirun on node 0 starts the ranks of every node.
-        launchers = 1 if spec.distribution_type == "mpi" else spec.instance_count
+        launchers = 1 if mpi and not self.compute.starts_every_node else spec.instance_count
         for node_rank in range(launchers):
             launch = NodeLaunch(
                 job_name=self.name,

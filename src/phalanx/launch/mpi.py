@@ -13,10 +13,12 @@ node K, the numbering torchrun uses) and sets ``OMPI_COMM_WORLD_RANK``,
 ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` and
 ``NODE_RANK`` from them, so a script may read either set. Open MPI starts its
 daemon on the other hosts through the *rsh agent*: phalanx's
-:mod:`phalanx.launch.mpi_agent` instead of ssh. For now the agent starts
-daemons on this machine only (local compute); MPI across machines is not
-supported yet. The variables phalanx sets are forwarded to every rank with
-``-x``. When any rank fails, ``mpirun`` stops the others; SIGTERM to ``mpirun``
+:mod:`phalanx.launch.mpi_agent` instead of ssh, which starts it on this
+machine (local compute) or asks node K's Ray agent to (Ray compute: the hosts
+are then named ``phalanx-node-K``, whatever their addresses). The variables
+phalanx sets are forwarded to every rank with ``-x``, but for those that differ
+per node (folders, inputs, the command with them), which a rank takes from its
+node's daemon. When any rank fails, ``mpirun`` stops the others; SIGTERM to ``mpirun``
 (a preemption notice, a stop) reaches every rank.
 
 Local compute gives each node its own loopback address (``127.0.0.1``,
@@ -37,6 +39,14 @@ from phalanx.errors import PhalanxError
 # Variables worth forwarding when set: interpreters, libraries, thread counts, NICs.
 _FORWARD_ALWAYS = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "HOME")
 _FORWARD_PREFIXES = ("PHALANX_", "NCCL_", "GLOO_", "TORCH_", "HOROVOD_", "CUDA_", "TF_")
+# What differs between nodes (their folders, inputs, command, environment): a rank gets
+# these from its node's daemon, which its node's agent started in that node's environment.
+_NODE_LOCAL = frozenset({
+    "PATH", "VIRTUAL_ENV", "HOME", "NODE_RANK", "TORCHELASTIC_ERROR_FILE", "PHALANX_JOB_DIR",
+    "PHALANX_HOME", "PHALANX_CHECKPOINT_DIR", "PHALANX_OUTPUTS_DIR", "PHALANX_NODE_COMMAND",
+    "PHALANX_RAY_NODE_ID", "PHALANX_MPI_AGENT_SOCKET",
+})  # fmt: skip
+_NODE_LOCAL_PREFIXES = ("PHALANX_INPUT_", "PHALANX_OUTPUT_")
 
 
 def mpirun_path() -> str:
@@ -99,6 +109,7 @@ def mpirun_argv(
         }
         & set(env)
     )
+    names = [n for n in names if n not in _NODE_LOCAL and not n.startswith(_NODE_LOCAL_PREFIXES)]
     agent = f"{sys.executable} -m phalanx.launch.mpi_agent"
     argv = [
         mpirun_path(),

@@ -160,6 +160,8 @@ class NodeLaunch:
             env[f"PHALANX_OUTPUT_{name.upper()}"] = value
         if self.tf_cluster is not None:
             env["PHALANX_TF_CLUSTER"] = json.dumps(self.tf_cluster)
+        if self.distribution == "mpi":
+            env["PHALANX_NODE_COMMAND"] = self.command
         # torchrun's own error file goes to the system logs, not a temp folder.
         env["TORCHELASTIC_ERROR_FILE"] = str(
             self.job_dir

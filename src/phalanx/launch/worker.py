@@ -85,8 +85,10 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m phalanx.launch.worker COMMAND", file=sys.stderr)
         return 2
-    command = argv[0]
     env = dict(os.environ)
+    # MPI: mpirun gives every rank node 0's command line; a node's own (its input paths)
+    # comes from its daemon's environment.
+    command = env.get("PHALANX_NODE_COMMAND") or argv[0]
     _rank_env_from_mpi(env)
     _tf_config(env)
     rank = int(env["RANK"])
