@@ -3,10 +3,16 @@ environment layered on phalanx's, reused by the next job; refusals and notes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+
+import psutil
 
 from conftest import Cli
 
@@ -106,6 +112,52 @@ def test_a_failed_build_fails_the_job_and_leaves_nothing(cli: Cli) -> None:
 
     missing = cli.run("job", "create", "-f", str(_job(cli, "{pip_file: nope.txt}")))
     assert missing.returncode == 2 and "environment.pip_file: file" in missing.stderr
+
+
+def test_cancel_stops_a_build_in_progress(cli: Cli) -> None:
+    """pip waits on a package index that accepts connections and never answers; a cancel
+    ends the job at once, and no half-built environment or pip process is left."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def hang() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                held.append(server.accept()[0])  # read nothing, answer nothing
+
+    threading.Thread(target=hang, daemon=True).start()
+    try:
+        index = f"http://127.0.0.1:{server.getsockname()[1]}/simple"
+        cli.write("src/env_job.py", SCRIPT)
+        cli.write("requirements.txt", f"--index-url {index}\n{PACKAGE}\n")
+        name = cli.create(_job(cli, "{pip_file: requirements.txt}"))
+        supervisor = cli.home / "jobs" / name / "system_logs" / "supervisor.txt"
+        deadline = time.monotonic() + 60
+        while not held:  # pip is waiting for the index
+            assert time.monotonic() < deadline, "pip never reached the index"
+            time.sleep(0.1)
+        assert "building" in supervisor.read_text()
+        asked = time.monotonic()
+        cli.run("job", "cancel", name, check=True)
+        job = cli.wait(name, ("Canceled", "Failed", "Completed"), timeout=30)
+        assert job["status"] == "Canceled", job
+        assert time.monotonic() - asked < 20  # not pip's own timeouts and retries
+        assert [p for p in (cli.home / "envs").iterdir() if p.is_dir()] == []
+        requirements = str(cli.workdir / "requirements.txt")
+        pips = [
+            p for p in psutil.process_iter(["cmdline"])
+            if requirements in " ".join(p.info["cmdline"] or [])
+        ]  # fmt: skip
+        assert pips == []
+    finally:
+        stop.set()
+        for conn in held:
+            conn.close()
+        server.close()
 
 
 def test_image_is_recorded_with_a_note(cli: Cli) -> None:

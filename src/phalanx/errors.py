@@ -14,6 +14,10 @@ class PhalanxError(Exception):
     exit_code: int = 2
 
 
+class PreparationCanceled(PhalanxError):
+    """The job was canceled while it was being prepared (inputs, its environment)."""
+
+
 class SpecError(PhalanxError):
     """A job spec that does not validate.
 

@@ -25,7 +25,7 @@ from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 from typing import TypeVar
 
-from phalanx.errors import PhalanxError
+from phalanx.errors import PhalanxError, PreparationCanceled
 from phalanx.spec import InputSpec, JobSpec
 from phalanx.storage.cache import NodeCache
 from phalanx.storage.errors import storage_errors
@@ -106,10 +106,6 @@ class InputsReady:
 
     def close(self) -> None:
         self._stack.close()
-
-
-class PreparationCanceled(PhalanxError):
-    """The job was canceled while its inputs were being made ready."""
 
 
 def make_ready(

@@ -285,7 +285,7 @@ def prepare(
         runtime_env = runtime_env_for(spec)
     elif (request := check_environment(spec)) is not None:
         env_prefix = ensure_environment(
-            request, ws.home / "envs", paths.system_logs / "environment.txt"
+            request, ws.home / "envs", paths.system_logs / "environment.txt", canceled
         )
     located = check_inputs(spec, ws)
     if on_nodes:

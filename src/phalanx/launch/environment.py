@@ -23,28 +23,33 @@ try.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import yaml
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from phalanx import __version__
-from phalanx.errors import PhalanxError
+from phalanx.errors import PhalanxError, PreparationCanceled
 
 log = logging.getLogger(__name__)
 
 READY = ".phalanx-ready"
+POLL_S = 0.5
 _CONDA_TOOLS = ("micromamba", "mamba", "conda")
 # Conda dependency specs phalanx can honour without conda: the interpreter and pip.
 _PYTHON_SPEC = re.compile(r"^python(?:\s*[=<>!~].*)?$")
@@ -169,17 +174,25 @@ def conda_tool() -> str | None:
     return next((exe for t in _CONDA_TOOLS if (exe := shutil.which(t))), None)
 
 
-def ensure_environment(request: EnvironmentRequest, root: Path, log_path: Path) -> Path:
+def ensure_environment(
+    request: EnvironmentRequest,
+    root: Path,
+    log_path: Path,
+    canceled: Callable[[], bool] = lambda: False,
+) -> Path:
     """The ready environment for ``request`` under ``root``, built if it is not there.
 
     Args:
         root: The node's environments folder (``$PHALANX_HOME/envs``).
         log_path: The build's output is appended here.
+        canceled: Asked every half second while waiting for another job's build and while
+            building; ``True`` stops the build (nothing half-built is kept).
 
     Returns:
         The environment's folder (its ``bin/python`` is the job's ``python``).
 
     Raises:
+        PreparationCanceled: ``canceled()`` said so.
         PhalanxError: the build failed (the last line of its output, and the log named).
     """
     root.mkdir(parents=True, exist_ok=True)
@@ -187,23 +200,35 @@ def ensure_environment(request: EnvironmentRequest, root: Path, log_path: Path) 
     if (target / READY).exists():
         log.info("environment %s: reused (%s)", request.key, target)
         return target
-    with FileLock(str(root / f"{request.key}.lock")):
+    lock = FileLock(str(root / f"{request.key}.lock"))
+    while True:  # another job may be building it: wait, and listen for a cancel
+        try:
+            lock.acquire(timeout=POLL_S)
+            break
+        except Timeout:
+            if canceled():
+                raise PreparationCanceled("canceled while waiting for the environment") from None
+    try:
         if (target / READY).exists():  # another job built it while this one waited
             log.info("environment %s: built by another job meanwhile", request.key)
             return target
         shutil.rmtree(target, ignore_errors=True)  # a build killed before it was ready
         log.info("environment %s: building (%s)", request.key, request.kind)
         try:
-            _build(request, target, log_path)
+            _build(request, target, log_path, canceled)
             (target / READY).write_text(json.dumps({"kind": request.kind}) + "\n")
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
+    finally:
+        lock.release()
     log.info("environment %s: ready (%s)", request.key, target)
     return target
 
 
-def _build(request: EnvironmentRequest, prefix: Path, log_path: Path) -> None:
+def _build(
+    request: EnvironmentRequest, prefix: Path, log_path: Path, canceled: Callable[[], bool]
+) -> None:
     cwd = request.folder if request.folder is not None and request.folder.is_dir() else None
     if request.kind == "conda":
         tool = conda_tool()
@@ -212,11 +237,12 @@ def _build(request: EnvironmentRequest, prefix: Path, log_path: Path) -> None:
         conda_yml.write_text(request.text)
         try:
             _run([tool, "env", "create", "--yes", "-p", str(prefix), "-f", str(conda_yml)],
-                 log_path, cwd, "conda env create")  # fmt: skip
+                 log_path, cwd, "conda env create", canceled)  # fmt: skip
         finally:
             conda_yml.unlink(missing_ok=True)
         return
-    _run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], log_path, cwd, "venv")
+    _run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], log_path, cwd, "venv",
+         canceled)  # fmt: skip
     _layer_on_phalanx(prefix)
     requirements = request.path
     if requirements is None:  # a conda file's pip section
@@ -229,7 +255,7 @@ def _build(request: EnvironmentRequest, prefix: Path, log_path: Path) -> None:
         _run(
             [sys.executable, "-m", "pip", "--python", str(python), "install",
              "--no-input", "--disable-pip-version-check", "-r", str(requirements)],
-            log_path, cwd, "pip install",
+            log_path, cwd, "pip install", canceled,
         )  # fmt: skip
 
 
@@ -244,15 +270,32 @@ def _layer_on_phalanx(prefix: Path) -> None:
     (site_packages / "zz_phalanx_base.pth").write_text("\n".join(lines) + "\n")
 
 
-def _run(argv: list[str], log_path: Path, cwd: Path | None, what: str) -> None:
+def _run(
+    argv: list[str], log_path: Path, cwd: Path | None, what: str, canceled: Callable[[], bool]
+) -> None:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
         out.write(f"$ {' '.join(argv)}\n".encode())
         out.flush()
-        code = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, cwd=cwd).returncode
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True
+        )
+        while (code := _wait(proc, POLL_S)) is None:
+            if canceled():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # pip and what it started
+                proc.wait()
+                raise PreparationCanceled(f"canceled during the environment's {what}")
     if code != 0:
         last = _last_line(log_path)
         raise PhalanxError(f"environment: {what} failed (exit {code}): {last}; see {log_path}")
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout: float) -> int | None:
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def _last_line(path: Path) -> str:
