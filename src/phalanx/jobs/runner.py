@@ -36,8 +36,7 @@ from typing import Any
 
 from phalanx.compute.local import LocalCompute, LocalNode
 from phalanx.compute.ray import RayCompute, RayNode
-from phalanx.errors import PhalanxError
-from phalanx.errors import PreparationCanceled
+from phalanx.errors import PhalanxError, PreparationCanceled
 from phalanx.jobs.policy import decide
 from phalanx.jobs.prepare import Prepared, prepare
 from phalanx.jobs.register import register_outputs

@@ -35,8 +35,10 @@ Environment of every worker process
 ``PHALANX_INPUT_<NAME>``     each input's value: a local path (download, ro_mount, local
                              data) or the URI as written (``direct``); name upper-cased
 ``PHALANX_OUTPUT_<NAME>``    each output's folder
-``PHALANX_JOB_DIR``          the job's folder in the workspace
+``PHALANX_JOB_DIR``          the job's folder in the workspace (on Ray with ``files:
+                             local``, the node's own copy, shipped back as it changes)
 ``PHALANX_HOME``             the workspace, so ``phalanx.data`` resolves datastore URIs
+                             (on Ray with ``files: local``, the node's home and cache)
 ``PYTHONUNBUFFERED=1``       so log lines reach the log files as they are printed
 ``PHALANX_HEARTBEAT_FILE``   where ``phalanx.train.heartbeat()`` records progress (hang watchdog)
 ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1``  a failed NCCL collective raises rather than hangs
