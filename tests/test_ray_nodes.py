@@ -99,6 +99,8 @@ def test_nodes_keep_their_own_files_and_ship_them_back(
         assert Path(r["job_dir"]).is_relative_to(home / "jobs")
         assert Path(r["input"]).is_relative_to(home / "cache" / "downloads")
         assert r["digest"] == _expected_digest()
+    for home in homes:  # each node's copy of the job is gone once shipped; its cache stays
+        assert not list((home / "jobs").glob(f"{name}-node*"))
     # Nothing was fetched by the supervisor.
     assert not (cli.workdir.parent / "cache" / "downloads").exists()
     for rank in range(2):
@@ -246,3 +248,5 @@ def test_mpi_across_ray_nodes(cli: Cli, ray_cluster: RayCluster) -> None:
     for rank in range(4):
         log = _text(job_dir / "user_logs" / f"std_log_process_{rank}.txt")
         assert f"rank {rank} allreduce 10" in log
+    # Two Ray nodes of one machine: no shared-memory segments between them.
+    assert "vader" not in _text(job_dir / "system_logs" / "node_0.txt")

@@ -84,6 +84,10 @@ class LocalCompute:
             raise ValueError("local compute gives at most 254 nodes loopback addresses")
         return [f"127.0.0.{k + 1}" for k in range(count)]
 
+    def shares_machine(self, count: int) -> bool:
+        """Every node is this machine."""
+        return count > 1
+
     def mpi_hosts(self, count: int) -> list[str]:
         """``mpirun``'s hosts: every node's loopback address."""
         return self.node_hosts(count)

@@ -117,10 +117,12 @@ class NodeFolder:
         self.job = job
         self.home = node_home()
         self.scanner: Scanner | None = None
+        self._mounts: Path | None = None
         name = f"{job.job_name}-node{node_rank}"
         if job.files == "local":
             self.root = self.home / "jobs" / name
             mounts = self.home / "mounts" / name
+            self._mounts = mounts
             self._fresh(code or b"", checkpoints)
             outputs = {n: self.root / "named_outputs" / n for n in job.output_dirs}
         else:
@@ -198,7 +200,13 @@ class NodeFolder:
             return path
 
     def close(self) -> None:
+        """Unmount the inputs; with ``files: local``, remove the node's copy of the job
+        (everything in it has been shipped)."""
         self.ready.close()
+        if self.scanner is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+        if self._mounts is not None:
+            shutil.rmtree(self._mounts, ignore_errors=True)
 
 
 def code_archive(code_dir: Path) -> tuple[bytes, str]:

@@ -345,6 +345,10 @@ class RayCompute:
     def node_hosts(self, count: int) -> list[str]:
         return list(self._hosts[:count])
 
+    def shares_machine(self, count: int) -> bool:
+        """Whether two of the first ``count`` nodes are one machine (one address)."""
+        return len(set(self._hosts[:count])) < count
+
     def mpi_hosts(self, count: int) -> list[str]:
         """``mpirun``'s hosts: node 0's address (where it runs), then ``phalanx-node-K``,
         which node 0's agent passes to node K's (two Ray nodes may share an address)."""

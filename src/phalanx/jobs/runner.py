@@ -249,6 +249,7 @@ class JobRunner:
                 hosts=hosts,
                 tf_cluster=tf_cluster,
                 env_prefix=prepared.env_prefix,
+                shared_machine=mpi and self.compute.shares_machine(spec.instance_count),
             )
             nodes.append(self.compute.start_node(launch, self.paths.node_log(node_rank)))
 

@@ -86,6 +86,7 @@ def mpirun_argv(
     env: Mapping[str, str],
     forward: Iterable[str],
     loopback: bool,
+    one_machine: bool = False,
 ) -> list[str]:
     """The ``mpirun`` command line of one attempt.
 
@@ -98,6 +99,8 @@ def mpirun_argv(
         loopback: Every host is this machine: keep Open MPI's traffic on ``lo``
             and off shared memory, whose segment names would collide between
             "hosts" that share one kernel.
+        one_machine: Some hosts are one machine (Ray nodes started side by side): keep
+            Open MPI off shared memory, whose segments those "hosts" would share.
     """
     names = sorted(
         {
@@ -125,9 +128,10 @@ def mpirun_argv(
         "plm_rsh_agent",
         agent,
     ]
+    if loopback or one_machine:
+        argv += ["--mca", "btl", "self,tcp"]
     if loopback:
-        argv += ["--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo"]
-        argv += ["--mca", "oob_tcp_if_include", "lo"]
+        argv += ["--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"]
     if os.geteuid() == 0:
         argv.append("--allow-run-as-root")
     for name in names:

@@ -56,6 +56,8 @@ class NodeLaunch:
     """TensorFlow's cluster: ``worker`` (and ``ps``) task addresses."""
     env_prefix: Path | None = None
     """The job's built environment; its ``bin`` comes first on ``PATH``."""
+    shared_machine: bool = False
+    """Some of the job's nodes are one machine (MPI then stays off shared memory)."""
 
     def argv(self, env: Mapping[str, str] | None = None) -> list[str]:
         """The launcher's command line for this node.
@@ -74,6 +76,7 @@ class NodeLaunch:
                 env=self.env() if env is None else env,
                 forward=self.user_env.keys(),
                 loopback=all(h.startswith("127.") for h in self.hosts),
+                one_machine=self.shared_machine,
             )
         return [
             sys.executable,
