@@ -100,7 +100,7 @@ def test_nodes_keep_their_own_files_and_ship_them_back(
         assert Path(r["input"]).is_relative_to(home / "cache" / "downloads")
         assert r["digest"] == _expected_digest()
     for home in homes:  # each node's copy of the job is gone once shipped; its cache stays
-        assert not list((home / "jobs").glob(f"{name}-node*"))
+        assert not list((home / "jobs").glob(f"{name}-*"))
     # Nothing was fetched by the supervisor.
     assert not (cli.workdir.parent / "cache" / "downloads").exists()
     for rank in range(2):
@@ -188,7 +188,7 @@ def test_environment_is_built_by_ray_on_the_node(cli: Cli, ray_cluster: RayClust
     name = cli.create(spec)
     job = cli.wait(name, ("Completed", "Failed"), timeout=600)
     assert job["status"] == "Failed"
-    assert "Ray could not build the job's environment" in job["error"]["message"]
+    assert "Ray could not build the job's environment" in job["error"]["message"], job["error"]
 
     cli.write("local.txt", "./mypkg\n")
     spec = cli.write("job.yml", job_yml.format(address=ray_cluster.gcs_address, file="local.txt"))

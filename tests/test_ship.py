@@ -71,6 +71,19 @@ def test_whole_files_replace_grow_in_place_and_deletions(tmp_path: Path) -> None
     events.write_bytes(b"c" * 6000)
     _ship(scanner, ws)
     assert (ws / "outputs" / "events.out").read_bytes() == b"c" * 6000
+    # Rewritten in place at the same size (a database page): sent whole, not as nothing.
+    with open(events, "r+b") as f:
+        f.write(b"d" * 10)
+    os.utime(events, ns=(events.stat().st_atime_ns, events.stat().st_mtime_ns + 1_000_000))
+    _ship(scanner, ws)
+    assert (ws / "outputs" / "events.out").read_bytes() == b"d" * 10 + b"c" * 5990
+    # Only logs and the job's metrics are appended; another .jsonl file is a file.
+    rows = node / "outputs" / "eval.jsonl"
+    rows.write_text('{"a": 1}\n')
+    _ship(scanner, ws)
+    rows.write_text('{"a": 2}\n')
+    _ship(scanner, ws)
+    assert (ws / "outputs" / "eval.jsonl").read_text() == '{"a": 2}\n'
     ckpt.unlink()
     _ship(scanner, ws)
     assert not (ws / "checkpoints" / "step.txt").exists()

@@ -49,6 +49,9 @@ class NodeAgent:
         self._proc: subprocess.Popen[bytes] | None = None
         self._folder: NodeFolder | None = None
         self._armed: tuple[dict[str, str], Path, Path] | None = None
+        self._answer: tuple[int, list[Change], bool] = (0, [], False)
+        """The last changes sent (sequence number, changes, more): sent again until the
+        supervisor says it has them."""
         self._socket_dir: str | None = None
 
     def setup(self, job: NodeJob, node_rank: int, checkpoints: Any = None) -> None:
@@ -139,21 +142,28 @@ class NodeAgent:
         return path
 
     def poll(
-        self, resend: list[tuple[str, str]] | None = None
-    ) -> tuple[int | None, list[Change], bool]:
+        self, acked: int = 0, resend: list[tuple[str, str]] | None = None
+    ) -> tuple[int | None, list[Change], bool, int]:
         """The launcher's exit code (``None`` while it runs), the job files that changed,
-        and whether more changes wait (the exit code is held back until none do).
+        whether more changes wait (the exit code is held back until none do), and the
+        answer's sequence number.
 
         Args:
+            acked: The last answer the supervisor wrote; an earlier one is sent again (its
+                reply was lost or timed out).
             resend: Files the supervisor could not extend: sent whole this time.
         """
         code = None if self._proc is None else self._proc.poll()
         scanner = None if self._folder is None else self._folder.scanner
         if scanner is None:
-            return code, [], False
+            return code, [], False, 0
+        seq, changes, more = self._answer
+        if acked < seq:
+            return None, changes, True, seq
         scanner.forget(resend or [])
         changes, more = scanner.scan()
-        return (None if more else code), changes, more
+        self._answer = (seq + 1, changes, more)
+        return (None if more else code), changes, more, seq + 1
 
     def signal(self, signum: int) -> None:
         if self._armed is not None:

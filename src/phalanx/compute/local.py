@@ -41,6 +41,9 @@ class LocalNode:
             self.proc.send_signal(sig)
         self.signalled = self.signalled or sig == signal.SIGTERM
 
+    def flush(self) -> None:
+        """Nothing to bring over: the node writes the job folder itself."""
+
     def wait(self, timeout: float) -> int | None:
         try:
             return self.proc.wait(timeout)

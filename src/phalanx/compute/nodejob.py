@@ -43,8 +43,8 @@ from phalanx.storage.location import Location
 log = logging.getLogger(__name__)
 
 NODE_HOME_ENV = "PHALANX_NODE_HOME"
-SKIPPED = frozenset({"code", "named_outputs"})
-"""Folders of a node's job folder that are not shipped back."""
+SKIPPED = frozenset({"named_outputs"})
+"""Folders of a node's job folder not shipped as such (named outputs go to their own)."""
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,9 @@ class NodeFolder:
         self.home = node_home()
         self.scanner: Scanner | None = None
         self._mounts: Path | None = None
-        name = f"{job.job_name}-node{node_rank}"
+        # Job names are unique within a workspace only: two workspaces share a cluster.
+        where = hashlib.sha256(str(job.job_dir).encode()).hexdigest()[:8]
+        name = f"{job.job_name}-{where}-node{node_rank}"
         if job.files == "local":
             self.root = self.home / "jobs" / name
             mounts = self.home / "mounts" / name
@@ -138,11 +140,16 @@ class NodeFolder:
         if job.files == "local":
             roots = {"job": self.root, **{f"out:{n}": p for n, p in outputs.items()}}
             self.scanner = Scanner(roots, skip=SKIPPED)
-            self.scanner.know("job")  # the checkpoints just copied in are the workspace's
-        self.ready = self._inputs(mounts)
-        self.inputs = {**job.literals, **self.ready.values}
-        references = {**self.outputs, "checkpoints": str(self.root / "checkpoints")}
-        self.command = interpolate(job.command, self.inputs, references)
+            self.scanner.know("job")  # the code and checkpoints copied in: the workspace's
+        self.ready = InputsReady()
+        try:
+            self.ready = self._inputs(mounts)
+            self.inputs = {**job.literals, **self.ready.values}
+            references = {**self.outputs, "checkpoints": str(self.root / "checkpoints")}
+            self.command = interpolate(job.command, self.inputs, references)
+        except BaseException:
+            self.close()  # nothing left mounted or half set up
+            raise
 
     def _fresh(self, code: bytes, checkpoints: bytes | None) -> None:
         """An empty job folder but for the code (kept when its digest matches)."""

@@ -61,6 +61,9 @@ POLL_EVERY_S = 1.0
 """Seconds between asking a node's agent whether its launcher still runs."""
 CLIENT_TRIES = 3
 CALL_TIMEOUT_S = 30.0
+POLL_TIMEOUT_S = 300.0
+"""A poll's answer may carry a big checkpoint: it gets longer, and a late answer is
+asked for again rather than taken for a lost node."""
 SETUP_TIMEOUT_S = 900.0
 """Seconds for an agent to start (Ray building the job's environment included) and to
 make the inputs ready on its node."""
@@ -81,6 +84,7 @@ class RayNode:
     _polled_at: float = -1e9
     _last: int | None = None
     _more: bool = False
+    _acked: int = 0
     _resend: list[tuple[str, str]] = field(default_factory=list)
 
     def _call(self, method: str, *args: Any, timeout: float = CALL_TIMEOUT_S) -> Any:
@@ -90,6 +94,9 @@ class RayNode:
             return None
         try:
             return ray.get(getattr(self.agent, method).remote(*args), timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            log.warning("node %d: no answer to %s in %.0f s", self.node_rank, method, timeout)
+            return None
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
             self.lost = f"its Ray actor died ({type(exc).__name__}): the node or its raylet is gone"
             log.warning("node %d lost: %s", self.node_rank, self.lost)
@@ -111,12 +118,13 @@ class RayNode:
 
     def _sync(self) -> int | None:
         """Ask the agent; write the files it shipped into the workspace."""
-        answer = self._call("poll", self._resend)
+        answer = self._call("poll", self._acked, self._resend, timeout=POLL_TIMEOUT_S)
         if answer is None:
             return None
-        code, changes, self._more = answer
-        if self.roots is not None and changes:
-            self._resend = apply(changes, self.roots)
+        code, changes, self._more, seq = answer
+        if seq != self._acked:  # not an answer already written
+            self._resend = apply(changes, self.roots) if self.roots is not None else []
+            self._acked = seq
         return None if code is None else int(code)
 
     def flush(self) -> None:
@@ -336,7 +344,16 @@ class RayCompute:
             raise PhalanxError(f"setting the job up on a Ray node failed: {message}") from exc
         except ray.exceptions.RayError as exc:
             self.release()
-            raise PhalanxError(f"a Ray node was lost while the job was set up: {exc}") from exc
+            text = str(exc)
+            if "runtime env" in text.lower() or "runtime_env" in text:
+                # The actor died of its environment (how Ray reports it varies with timing).
+                raise PhalanxError(
+                    "environment: Ray could not build the job's environment on a node: "
+                    f"{_last_line(text)}; fix environment.pip_file/conda_file"
+                ) from exc
+            raise PhalanxError(
+                f"a Ray node was lost while the job was set up: {_last_line(text)}"
+            ) from exc
 
     @property
     def master_addr(self) -> str:
@@ -367,7 +384,13 @@ class RayCompute:
         agent = self._agents[launch.node_rank]
         mpi_root = launch.distribution == "mpi" and launch.node_rank == 0
         peers = self._agents if mpi_root and len(self._agents) > 1 else None
-        ray.get(agent.start.remote(launch, str(log_path), peers), timeout=120)
+        try:
+            ray.get(agent.start.remote(launch, str(log_path), peers), timeout=120)
+        except ray.exceptions.RayError as exc:
+            raise PhalanxError(
+                f"node {launch.node_rank}'s launcher could not be started on its Ray node: "
+                f"{_last_line(str(exc))}"
+            ) from exc
         roots = None
         if self._job is not None and self._job.files == "local":
             roots = {"job": self._job.job_dir}

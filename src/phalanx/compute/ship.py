@@ -8,7 +8,7 @@ watchdog, the failure analysis, uploads and the next attempt find it.
 
 Two kinds of file:
 
-- *logs* (``user_logs/``, ``system_logs/**.txt``, ``*.jsonl``) only grow: new
+- *logs* (``user_logs/``, ``system_logs/**.txt``, ``metrics.jsonl``) only grow: new
   bytes are appended to the workspace's copy, which also holds earlier
   attempts' lines (a node starts each attempt with an empty folder);
 - every other file (records, heartbeats, checkpoints, outputs) is copied
@@ -60,10 +60,11 @@ class _Seen:
 
 
 def is_log(path: str) -> bool:
+    """Whether ``path`` (below the job root) only grows: a log, or the job's metrics."""
     parts = PurePosixPath(path).parts
-    if path.endswith(".jsonl"):
+    if path == "metrics.jsonl":
         return True
-    return bool(parts) and parts[0] in _LOG_DIRS and path.endswith((".txt", ".log"))
+    return bool(parts) and parts[0] in _LOG_DIRS and path.endswith((".txt", ".log", ".jsonl"))
 
 
 class Scanner:
@@ -132,7 +133,7 @@ class Scanner:
         grew = (
             seen is not None
             and seen.ino == st.st_ino
-            and st.st_size >= seen.size
+            and st.st_size > seen.size  # same size, new time: rewritten, sent whole
             and _tail(path, seen.size) == seen.tail
         )
         offset = seen.size if (grew and seen is not None) else 0

@@ -312,6 +312,7 @@ def prepare(
                 in_place, dest = Path(dest.path), None
             if dest is not None and out.mode == "rw_mount":
                 outputs[name] = str(_rw_mount(name, dest, paths, ready))
+                output_dirs[name] = Path(outputs[name])
                 continue
             if in_place is not None:
                 folder = in_place

@@ -93,6 +93,7 @@ class JobRunner:
         self.compute: LocalCompute | RayCompute = compute or LocalCompute()
         self.paths: JobPaths = workspace.paths(name)
         self._cancel = False
+        self._master_port = 0
 
     def request_cancel(self, *_: object) -> None:
         """Signal handler: stop the job at the next poll."""
@@ -205,7 +206,7 @@ class JobRunner:
         self, spec: JobSpec, prepared: Prepared, deadline: float | None
     ) -> AttemptOutcome:
         master_addr = self.compute.master_addr
-        master_port = self.compute.free_ports(0, 1)[0]
+        master_port = self._master_port = self.compute.free_ports(0, 1)[0]
         attempt = self.ws.start_attempt(self.name, master_port=master_port)
         self.ws.set_status(self.name, JobStatus.RUNNING)
         log.info(
@@ -227,38 +228,27 @@ class JobRunner:
         tf_cluster = _tf_cluster(spec, hosts, self.compute.free_ports)
         # MPI: one mpirun on node 0 starts the ranks of every node.
         launchers = 1 if mpi and not self.compute.starts_every_node else spec.instance_count
-        for node_rank in range(launchers):
-            launch = NodeLaunch(
-                job_name=self.name,
-                job_dir=self.paths.root,
-                attempt=attempt.number,
-                command=prepared.command,
-                node_rank=node_rank,
-                nnodes=spec.instance_count,
-                nproc_per_node=spec.process_count_per_instance,
-                master_addr=master_addr,
-                master_port=master_port,
-                workdir=self.paths.code,
-                checkpoint_dir=self.paths.checkpoints,
-                outputs_dir=self.paths.outputs,
-                shutdown_timeout=spec.retry.preemption_grace,
-                inputs=prepared.inputs,
-                outputs=prepared.outputs,
-                user_env=prepared.env,
-                distribution=spec.distribution_type,
-                hosts=hosts,
-                tf_cluster=tf_cluster,
-                env_prefix=prepared.env_prefix,
-                shared_machine=mpi and self.compute.shares_machine(spec.instance_count),
+        # Node 0 last: on Ray its mpirun asks the other nodes for daemons at once.
+        try:
+            for node_rank in [*range(1, launchers), 0]:
+                nodes.append(self._start_node(spec, prepared, attempt.number, node_rank, hosts,
+                                              tf_cluster))  # fmt: skip
+        except PhalanxError as exc:
+            log.error("attempt %d: %s", attempt.number, exc)
+            self._stop(attempt.number, nodes, FAILURE_GRACE_S)
+            outcome = AttemptOutcome(
+                AttemptStatus.FAILED, FailureCause.INFRASTRUCTURE, RootCause(message=str(exc))
             )
-            nodes.append(self.compute.start_node(launch, self.paths.node_log(node_rank)))
-
-        outcome = self._watch(spec, attempt.number, nodes, deadline)
+        else:
+            nodes.sort(key=lambda n: n.node_rank)
+            outcome = self._watch(spec, attempt.number, nodes, deadline)
         # Whatever the outcome, nothing of the attempt outlives it: not even a
         # daemon a successful command left running in the background.
         left = self.compute.sweep(self.paths.root, attempt.number, grace_s=2.0, descendants=True)
         if left:
             log.warning("stopped %d process(es) left running by attempt %d", left, attempt.number)
+        for node in nodes:
+            node.flush()  # what the stopped processes wrote last
         self.compute.reap(nodes)
         self.ws.end_attempt(
             self.name,
@@ -269,6 +259,42 @@ class JobRunner:
             error=outcome.error,
         )
         return outcome
+
+    def _start_node(
+        self,
+        spec: JobSpec,
+        prepared: Prepared,
+        attempt: int,
+        node_rank: int,
+        hosts: tuple[str, ...],
+        tf_cluster: dict[str, list[str]] | None,
+    ) -> Node:
+        """Start node ``node_rank``'s launcher (or, on Ray, arm an MPI node's agent)."""
+        launch = NodeLaunch(
+            job_name=self.name,
+            job_dir=self.paths.root,
+            attempt=attempt,
+            command=prepared.command,
+            node_rank=node_rank,
+            nnodes=spec.instance_count,
+            nproc_per_node=spec.process_count_per_instance,
+            master_addr=self.compute.master_addr,
+            master_port=self._master_port,
+            workdir=self.paths.code,
+            checkpoint_dir=self.paths.checkpoints,
+            outputs_dir=self.paths.outputs,
+            shutdown_timeout=spec.retry.preemption_grace,
+            inputs=prepared.inputs,
+            outputs=prepared.outputs,
+            user_env=prepared.env,
+            distribution=spec.distribution_type,
+            hosts=hosts,
+            tf_cluster=tf_cluster,
+            env_prefix=prepared.env_prefix,
+            shared_machine=spec.distribution_type == "mpi"
+            and self.compute.shares_machine(spec.instance_count),
+        )
+        return self.compute.start_node(launch, self.paths.node_log(node_rank))
 
     def _watch(
         self, spec: JobSpec, attempt: int, nodes: list[Node], deadline: float | None
@@ -383,6 +409,8 @@ class JobRunner:
         quietest = watchdog.quietest()  # before the dumps write to every log
         if self.compute.dump_stacks(self.paths.root, attempt):
             time.sleep(STACK_DUMP_WAIT_S)  # let faulthandler finish writing
+            for node in nodes:
+                node.flush()  # the stacks, from nodes that keep their own files
         cause = watchdog.root_cause(quietest)
         self._stop(attempt, nodes, FAILURE_GRACE_S)
         return AttemptOutcome(AttemptStatus.FAILED, FailureCause.HANG, cause)
