@@ -68,7 +68,6 @@ class NodeJob:
     """``uri_file`` outputs: the file's name inside its folder."""
     code: Any = None
     """``local``: the code snapshot as a tar archive (bytes, or a Ray object reference)."""
-    code_digest: str = ""
 
 
 def pack(folder: Path) -> bytes:
@@ -152,20 +151,10 @@ class NodeFolder:
             raise
 
     def _fresh(self, code: bytes, checkpoints: bytes | None) -> None:
-        """An empty job folder but for the code (kept when its digest matches)."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        for child in self.root.iterdir():
-            if child.name == "code":
-                continue
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child)
-            else:
-                child.unlink()
-        stamp = self.root / "code" / ".phalanx-code-digest"
-        if not stamp.is_file() or stamp.read_text() != self.job.code_digest:
-            shutil.rmtree(self.root / "code", ignore_errors=True)
-            unpack(code, self.root / "code")
-            stamp.write_text(self.job.code_digest)
+        """A new job folder: the code and the workspace's checkpoints (a folder an agent
+        that died left behind is replaced)."""
+        shutil.rmtree(self.root, ignore_errors=True)
+        unpack(code, self.root / "code")
         for sub in ("user_logs", "system_logs", "outputs", "checkpoints"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         if checkpoints:
@@ -214,9 +203,3 @@ class NodeFolder:
             shutil.rmtree(self.root, ignore_errors=True)
         if self._mounts is not None:
             shutil.rmtree(self._mounts, ignore_errors=True)
-
-
-def code_archive(code_dir: Path) -> tuple[bytes, str]:
-    """The code snapshot's archive and its digest."""
-    data = pack(code_dir)
-    return data, hashlib.sha256(data).hexdigest()

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from phalanx.compute.nodejob import NodeJob, code_archive, pack
+from phalanx.compute.nodejob import NodeJob, pack
 from phalanx.compute.ship import apply
 from phalanx.compute.targets import RayTarget
 from phalanx.errors import PhalanxError
@@ -181,7 +181,7 @@ class RayCompute:
     def attach(self, prepared: Prepared, paths: JobPaths) -> None:
         """The job the next attempts run: what each node needs to set it up."""
         files = self.target.files
-        self._code, digest = code_archive(paths.code) if files == "local" else (None, "")
+        self._code = pack(paths.code) if files == "local" else None
         self._paths = paths
         self._runtime_env = prepared.runtime_env
         self._job = NodeJob(
@@ -194,7 +194,6 @@ class RayCompute:
             locations=dict(prepared.located),
             output_dirs=dict(prepared.output_dirs),
             output_files=dict(prepared.output_files),
-            code_digest=digest,
         )
 
     def connect(self) -> None:

@@ -133,9 +133,7 @@ def ray_runtime_env(
             doc = yaml.safe_load(_read(conda_file, "conda_file")) or {}
         except yaml.YAMLError as exc:
             raise PhalanxError(f"environment.conda_file {conda_file}: not YAML ({exc})") from exc
-    deps = doc.get("dependencies", []) if isinstance(doc, dict) else []
-    if any(isinstance(d, str) and not _PYTHON_SPEC.match(d) and not _PIP_SPEC.match(d)
-           for d in deps or []):  # fmt: skip
+    if _conda_only(doc):
         return {"conda": doc}
     return {"pip": {"packages": _pip_packages(doc), "pip_check": False}}
 
@@ -346,21 +344,32 @@ def _read(path: str, field: str) -> str:
         raise PhalanxError(f"environment.{field} {path}: {exc.strerror}") from exc
 
 
+def _dependencies(doc: Any) -> list[Any]:
+    return list((doc.get("dependencies") if isinstance(doc, dict) else None) or [])
+
+
+def _conda_only(doc: Any) -> list[str]:
+    """A conda file's dependencies that only conda installs (not python, pip, its pip list)."""
+    return [
+        str(dep)
+        for dep in _dependencies(doc)
+        if not (isinstance(dep, dict) and isinstance(dep.get("pip"), list))
+        and not (
+            isinstance(dep, str)
+            and (_PYTHON_SPEC.match(dep.strip()) or _PIP_SPEC.match(dep.strip()))
+        )
+    ]
+
+
 def _pip_packages(doc: Any) -> list[str]:
     """A conda file's ``pip:`` packages; anything else but python and pip is refused."""
-    deps = doc.get("dependencies", []) if isinstance(doc, dict) else []
     pip: list[str] = []
-    conda_only: list[str] = []
-    for dep in deps or []:
+    for dep in _dependencies(doc):
         if isinstance(dep, dict) and isinstance(dep.get("pip"), list):
             pip.extend(str(p) for p in dep["pip"])
         elif isinstance(dep, str) and _PYTHON_SPEC.match(dep.strip()):
             _check_python(dep.strip())
-        elif isinstance(dep, str) and _PIP_SPEC.match(dep.strip()):
-            continue
-        else:
-            conda_only.append(str(dep))
-    if conda_only:
+    if conda_only := _conda_only(doc):
         raise PhalanxError(
             f"environment.conda_file lists conda packages ({', '.join(conda_only[:5])}) and no "
             "conda, mamba or micromamba is installed; install one on the nodes, or move the "
