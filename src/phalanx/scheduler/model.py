@@ -1,0 +1,142 @@
+"""What the scheduler reasons about: machines, requests, grants, jobs in the queue.
+
+Plain values with no I/O, so a decision can be made (and tested) without a
+database or a process. Resources are counted per *host* (a machine of the
+target); a job's request is per *node* (``resources.instance_count`` nodes, each
+on one host).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+# Azure ML's names, lowest first; a job without them is medium / standard.
+PRIORITIES = {"low": 1, "medium": 2, "high": 3}
+TIERS = {"spot": 1, "basic": 2, "standard": 3, "premium": 4}
+DEFAULT_PRIORITY = PRIORITIES["medium"]
+DEFAULT_TIER = TIERS["standard"]
+
+
+@dataclass(frozen=True)
+class Host:
+    """One machine of a compute target and what it has for jobs."""
+
+    name: str
+    gpus: tuple[str, ...] = ()
+    """Device ids (``CUDA_VISIBLE_DEVICES`` values) jobs may be given."""
+    cpus: float = 0.0
+    """CPU slots (cores, or what the target was told)."""
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Everything a compute target has, host by host."""
+
+    target: str
+    hosts: tuple[Host, ...]
+    spread: bool = False
+    """Nodes of one job go to different hosts (Ray's STRICT_SPREAD). Local
+    compute has one host, which every node of a job shares."""
+
+    @property
+    def gpus(self) -> int:
+        return sum(len(h.gpus) for h in self.hosts)
+
+    @property
+    def cpus(self) -> float:
+        return sum(h.cpus for h in self.hosts)
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a job needs: ``nodes`` nodes of ``gpus`` devices and ``cpus`` slots each."""
+
+    nodes: int
+    gpus: int = 0
+    cpus: float = 0.0
+
+    def describe(self) -> str:
+        """``4 GPUs on 1 node`` / ``2 CPUs on each of 2 nodes``."""
+        parts = []
+        if self.gpus:
+            parts.append(_count(self.gpus, "GPU"))
+        if self.cpus or not self.gpus:
+            parts.append(_count(self.cpus, "CPU"))
+        what = " + ".join(parts)
+        return f"{what} on 1 node" if self.nodes == 1 else f"{what} on each of {self.nodes} nodes"
+
+
+def _count(n: float, unit: str) -> str:
+    number = f"{n:g}"
+    return f"{number} {unit}" if n == 1 else f"{number} {unit}s"
+
+
+@dataclass(frozen=True)
+class NodeGrant:
+    """What one node of a job was given: a host, its devices, its CPU slots."""
+
+    host: str
+    gpus: tuple[str, ...] = ()
+    cpus: float = 0.0
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """A job waiting for its request to fit."""
+
+    name: str
+    request: Request
+    submitted: float
+    priority: int = DEFAULT_PRIORITY
+    tier: int = DEFAULT_TIER
+    timeout: float | None = None
+    """``limits.timeout`` still left, in seconds: the backfill estimate of its run time."""
+
+    @property
+    def key(self) -> tuple[float, float, float, str]:
+        """Queue order: priority, then tier (both highest first), then submission."""
+        return (-self.priority, -self.tier, self.submitted, self.name)
+
+    @property
+    def preemptible(self) -> bool:
+        return preemptible(self.priority, self.tier)
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """A job that holds devices: running, preparing, or leaving after a preemption."""
+
+    name: str
+    nodes: tuple[NodeGrant, ...]
+    priority: int = DEFAULT_PRIORITY
+    tier: int = DEFAULT_TIER
+    ends_by: float = math.inf
+    """When it ends at the latest (its ``limits.timeout``); infinity without one."""
+    releasing: bool = False
+    """Asked to leave (preempted for another job); ``ends_by`` is then its grace's end."""
+    started: float = 0.0
+    """When it was given its devices (the latest started is preempted first: it lost least)."""
+
+    @property
+    def preemptible(self) -> bool:
+        return preemptible(self.priority, self.tier)
+
+
+def preemptible(priority: int, tier: int) -> bool:
+    """Spot-tier and low-priority jobs may be preempted for a job of higher priority."""
+    return tier <= TIERS["spot"] or priority <= PRIORITIES["low"]
+
+
+@dataclass
+class Decision:
+    """One pass of the scheduler over a target's queue."""
+
+    admit: dict[str, tuple[NodeGrant, ...]] = field(default_factory=dict)
+    """Jobs that start now, with what each node gets."""
+    preempt: dict[str, str] = field(default_factory=dict)
+    """Running jobs to preempt → the queued job they make room for."""
+    waiting: dict[str, str] = field(default_factory=dict)
+    """Queued jobs that stay queued → why, in words."""
+    position: dict[str, int] = field(default_factory=dict)
+    """Queued jobs → their place in the queue (1 = next)."""

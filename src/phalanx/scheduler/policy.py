@@ -1,0 +1,246 @@
+"""The scheduling rule: which queued jobs start now, which running jobs make room.
+
+:func:`decide` is one pass over a compute target's queue. It is a pure
+function of the target's capacity, what runs, what waits and the time, so the
+same inputs always give the same decision.
+
+The rule
+--------
+1. **Order.** Queued jobs are ordered by ``queue_settings.priority`` (high >
+   medium > low), then ``job_tier`` (premium > standard > basic > spot), then
+   submission time.
+2. **Start in order.** Jobs start in that order while they fit on what is free.
+3. **The first job that does not fit gets a reservation** (EASY backfilling,
+   as Slurm's and Maui's backfill schedulers do). From the running jobs'
+   ``limits.timeout`` the scheduler works out the earliest time it will fit
+   (its *shadow time*) and what will be free then. A job further back may
+   start now only if it fits now and either ends, by its own
+   ``limits.timeout``, before the shadow time, or leaves the first job room
+   at the shadow time. A job without ``limits.timeout`` is taken to run
+   forever: it never ends "before" anything, and what it holds is never
+   counted on. So a stream of small jobs can never push a big job back, and
+   jobs with time limits still fill the gaps. Only the first blocked job
+   holds a reservation; every job becomes the first in turn.
+4. **Preemption.** When the first blocked job could fit by taking the place
+   of running *preemptible* jobs (``job_tier: spot`` or ``priority: low``)
+   that rank below it, the fewest such jobs are preempted, lowest priority
+   and tier first, the most recently started first among equals (it lost the
+   least work). They save through the preemption path and go back to the
+   queue; the freed devices are held for the job they were preempted for.
+   A job that is not preemptible is never preempted.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from phalanx.scheduler.model import (
+    Capacity,
+    Decision,
+    NodeGrant,
+    QueuedJob,
+    Request,
+    RunningJob,
+)
+from phalanx.scheduler.placement import Free, never_fits
+
+# Above this many candidates, victims are chosen greedily instead of by trying every set.
+_EXHAUSTIVE_VICTIMS = 12
+
+
+@dataclass
+class _Reservation:
+    """The first blocked job and what it is promised."""
+
+    job: QueuedJob
+    shadow: float
+    """When it will fit at the latest, as far as time limits tell (infinity: unknown)."""
+    free_then: Free
+    """What will be free at ``shadow``, less what later jobs were let take since."""
+
+    def lets(self, job: QueuedJob, grant: tuple[NodeGrant, ...], now: float, cap: Capacity) -> bool:
+        """Whether ``job`` may start now on ``grant`` without delaying the reserved job."""
+        ends = now + job.timeout if job.timeout is not None else math.inf
+        if ends <= self.shadow < math.inf:
+            return True
+        after = self.free_then.copy()
+        after.take(grant)
+        if after.place(self.job.request, cap.spread) is None:
+            return False
+        self.free_then = after
+        return True
+
+
+def decide(
+    capacity: Capacity,
+    running: Sequence[RunningJob],
+    queued: Sequence[QueuedJob],
+    now: float,
+) -> Decision:
+    """One scheduling pass over a target (see the module docstring for the rule).
+
+    Args:
+        capacity: What the target has.
+        running: Jobs holding devices, those leaving after a preemption included.
+        queued: Jobs waiting, in any order.
+        now: The current time (``time.time()``), for time limits.
+
+    Returns:
+        The jobs to start with their nodes, the jobs to preempt, and for every
+        job that keeps waiting its position and the reason.
+    """
+    decision = Decision()
+    order = sorted(queued, key=lambda j: j.key)
+    decision.position = {job.name: i + 1 for i, job in enumerate(order)}
+    free = Free.of(capacity, [r.nodes for r in running])
+    # Jobs started in this pass run too, for the shadow time of a later reservation.
+    holding = list(running)
+    reservation: _Reservation | None = None
+    for job in order:
+        never = never_fits(job.request, capacity)
+        if never is not None:
+            decision.waiting[job.name] = f"cannot start: it {never}"
+            continue
+        grant = free.place(job.request, capacity.spread)
+        if reservation is None:
+            if grant is not None:
+                _start(decision, free, holding, job, grant, now)
+                continue
+            reservation = _reserve(decision, capacity, free, holding, job, now)
+            continue
+        if grant is not None and reservation.lets(job, grant, now, capacity):
+            _start(decision, free, holding, job, grant, now)
+            continue
+        ahead = decision.position[job.name] - 1
+        held_for = reservation.job.name if grant is not None else None
+        decision.waiting[job.name] = _wait_reason(job.request, free, ahead, held_for)
+    return decision
+
+
+def _start(
+    decision: Decision,
+    free: Free,
+    holding: list[RunningJob],
+    job: QueuedJob,
+    grant: tuple[NodeGrant, ...],
+    now: float,
+) -> None:
+    decision.admit[job.name] = grant
+    free.take(grant)
+    ends = now + job.timeout if job.timeout is not None else math.inf
+    holding.append(RunningJob(job.name, grant, job.priority, job.tier, ends, started=now))
+
+
+def _reserve(
+    decision: Decision,
+    capacity: Capacity,
+    free: Free,
+    holding: list[RunningJob],
+    job: QueuedJob,
+    now: float,
+) -> _Reservation:
+    """Hold the future for the first job that does not fit, preempting for it if it may."""
+    leaving = [r for r in holding if r.releasing]
+    soon = free.copy()
+    for r in leaving:
+        soon.give(r.nodes, capacity)
+    if leaving and soon.place(job.request, capacity.spread) is not None:
+        names = ", ".join(sorted(r.name for r in leaving))
+        decision.waiting[job.name] = f"waiting for preempted job(s) {names} to save and leave"
+        return _Reservation(job, now, soon)
+    victims = _victims(capacity, soon, holding, job)
+    if victims:
+        for victim in victims:
+            decision.preempt[victim.name] = job.name
+            soon.give(victim.nodes, capacity)
+        names = ", ".join(v.name for v in victims)
+        decision.waiting[job.name] = (
+            f"preempting {names} (lower priority, preemptible) to make room; "
+            f"needs {job.request.describe()}"
+        )
+        return _Reservation(job, now, soon)
+    shadow, then = _shadow(capacity, free, holding, job.request)
+    decision.waiting[job.name] = _wait_reason(job.request, free, 0, None)
+    return _Reservation(job, shadow, then)
+
+
+def _shadow(
+    capacity: Capacity, free: Free, holding: Sequence[RunningJob], request: Request
+) -> tuple[float, Free]:
+    """The earliest time ``request`` fits as running jobs end by their time limits, and
+    what is free then; infinity and what finite-limit jobs free, when no time limit tells."""
+    then = free.copy()
+    for job in sorted(holding, key=lambda r: r.ends_by):
+        if math.isinf(job.ends_by):
+            break
+        then.give(job.nodes, capacity)
+        if then.place(request, capacity.spread) is not None:
+            # Jobs ending at the same moment free their share too.
+            for other in holding:
+                if other is not job and other.ends_by == job.ends_by:
+                    then.give(other.nodes, capacity)
+            return job.ends_by, then
+    return math.inf, then
+
+
+def _victims(
+    capacity: Capacity, free: Free, holding: Sequence[RunningJob], job: QueuedJob
+) -> list[RunningJob]:
+    """The fewest preemptible jobs ranked below ``job`` whose devices make it fit."""
+    candidates = sorted(
+        (
+            r
+            for r in holding
+            if not r.releasing and r.preemptible and (r.priority, r.tier) < (job.priority, job.tier)
+        ),
+        key=lambda r: (r.priority, r.tier, -r.started, r.name),
+    )
+    if not candidates:
+        return []
+    everything = free.copy()
+    for r in candidates:
+        everything.give(r.nodes, capacity)
+    if everything.place(job.request, capacity.spread) is None:
+        return []  # even all of them would not make room
+    if len(candidates) <= _EXHAUSTIVE_VICTIMS:
+        for size in range(1, len(candidates) + 1):
+            # Combinations come in candidate order: lowest-ranked sets first.
+            for chosen in itertools.combinations(candidates, size):
+                trial = free.copy()
+                for r in chosen:
+                    trial.give(r.nodes, capacity)
+                if trial.place(job.request, capacity.spread) is not None:
+                    return list(chosen)
+    chosen_list: list[RunningJob] = []
+    trial = free.copy()
+    for r in candidates:
+        chosen_list.append(r)
+        trial.give(r.nodes, capacity)
+        if trial.place(job.request, capacity.spread) is not None:
+            # Drop any that turned out not to be needed, latest added kept.
+            for extra in list(chosen_list[:-1]):
+                without = free.copy()
+                for keep in chosen_list:
+                    if keep is not extra:
+                        without.give(keep.nodes, capacity)
+                if without.place(job.request, capacity.spread) is not None:
+                    chosen_list.remove(extra)
+            return chosen_list
+    return []
+
+
+def _wait_reason(request: Request, free: Free, ahead: int, held_for: str | None) -> str:
+    """``needs 4 GPUs on 1 node; 2 free; 1 job ahead``."""
+    if request.gpus:
+        have = f"{free.gpu_count()} GPU{'s' if free.gpu_count() != 1 else ''} free"
+    else:
+        have = f"{free.cpu_count():g} CPU{'s' if free.cpu_count() != 1 else ''} free"
+    reason = f"needs {request.describe()}; {have}"
+    if ahead:
+        reason += f"; {ahead} job{'s' if ahead != 1 else ''} ahead"
+    if held_for is not None:
+        reason += f" (what is free is held for {held_for}, which is first in line)"
+    return reason

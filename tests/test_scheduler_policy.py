@@ -1,0 +1,293 @@
+"""The scheduling rule on its own: order, devices, backfill, preemption, and a random run.
+
+These call the pure decision function (no processes): the end-to-end tests of
+the queue, with real jobs, are in test_scheduler_jobs.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from dataclasses import dataclass, field
+
+from phalanx.scheduler.model import (
+    PRIORITIES,
+    TIERS,
+    Capacity,
+    Host,
+    NodeGrant,
+    QueuedJob,
+    Request,
+    RunningJob,
+)
+from phalanx.scheduler.placement import Free, never_fits
+from phalanx.scheduler.policy import decide
+
+EIGHT = Capacity("box", (Host("box", tuple(str(i) for i in range(8)), cpus=32),))
+
+
+def gpus(n: int, nodes: int = 1) -> Request:
+    return Request(nodes=nodes, gpus=n)
+
+
+def queued(name: str, req: Request, at: float = 0.0, **kw: object) -> QueuedJob:
+    return QueuedJob(name, req, submitted=at, **kw)  # type: ignore[arg-type]
+
+
+def running(name: str, devices: str, **kw: object) -> RunningJob:
+    node = NodeGrant("box", tuple(devices.split(",")) if devices else ())
+    return RunningJob(name, (node,), **kw)  # type: ignore[arg-type]
+
+
+def test_jobs_start_in_priority_then_tier_then_submission_order() -> None:
+    box = Capacity("box", (Host("box", ("0",)),))
+    jobs = [
+        queued("low-early", gpus(1), 1, priority=PRIORITIES["low"]),
+        queued("medium-spot", gpus(1), 2, tier=TIERS["spot"]),
+        queued("medium-late", gpus(1), 4),
+        queued("medium-early", gpus(1), 3),
+        queued("medium-premium", gpus(1), 5, tier=TIERS["premium"]),
+        queued("high", gpus(1), 6, priority=PRIORITIES["high"]),
+    ]
+    decision = decide(box, [], jobs, now=10)
+    assert list(decision.admit) == ["high"]
+    order = sorted(decision.position, key=decision.position.__getitem__)
+    assert order == [
+        "high", "medium-premium", "medium-early", "medium-late", "medium-spot", "low-early"
+    ]  # fmt: skip
+
+
+def test_every_node_gets_disjoint_devices_lowest_first() -> None:
+    decision = decide(
+        EIGHT,
+        [running("a", "0,1")],
+        [queued("two-nodes", gpus(2, nodes=2)), queued("one", gpus(1), 1)],
+        now=0,
+    )
+    nodes = decision.admit["two-nodes"]
+    assert [n.gpus for n in nodes] == [("2", "3"), ("4", "5")]
+    assert decision.admit["one"][0].gpus == ("6",)
+
+
+def test_a_job_too_big_for_the_target_names_both_numbers() -> None:
+    reason = never_fits(gpus(9), EIGHT)
+    assert reason is not None and "9 GPUs" in reason and "has 8" in reason
+    spread = Capacity("ray", (Host("a", ("0",)), Host("b", ("0",))), spread=True)
+    assert never_fits(gpus(1, nodes=2), spread) is None
+    three = never_fits(gpus(1, nodes=3), spread)
+    assert three is not None and "3 nodes" in three and "has 2" in three
+    cpu = Capacity("cpu", (Host("h", cpus=2),))
+    too_many = never_fits(Request(nodes=1, cpus=4), cpu)
+    assert too_many is not None and "4 CPUs" in too_many and "has 2" in too_many
+
+
+def test_a_big_job_at_the_head_is_not_starved_by_small_ones() -> None:
+    # 6 of 8 GPUs busy with no time limit; the head needs 4: nothing may take the 2 free.
+    busy = [running("a", "0,1,2,3"), running("b", "4,5")]
+    jobs = [queued("big", gpus(4), 1)] + [queued(f"small{i}", gpus(1), 2 + i) for i in range(5)]
+    decision = decide(EIGHT, busy, jobs, now=0)
+    assert decision.admit == {}
+    assert "needs 4 GPU" in decision.waiting["big"] and "2 GPUs free" in decision.waiting["big"]
+    assert "held for big" in decision.waiting["small0"]
+    assert "5 jobs ahead" in decision.waiting["small4"]
+
+
+def test_backfill_takes_only_what_cannot_delay_the_head() -> None:
+    # b ends at t=100 (its limits.timeout); then the head (4 GPUs) fits on 2 + 2.
+    busy = [running("a", "0,1,2,3"), running("b", "4,5", ends_by=100.0)]
+    jobs = [
+        queued("big", gpus(4), 1),
+        queued("endless", gpus(1), 2),  # no limit: would hold a GPU big needs at t=100
+        queued("long", gpus(1), 3, timeout=500.0),  # ends after 100: the same
+        queued("short", gpus(2), 4, timeout=50.0),  # ends at 50 < 100: may run now
+    ]
+    decision = decide(EIGHT, busy, jobs, now=0)
+    assert set(decision.admit) == {"short"}
+    assert "held for big" in decision.waiting["endless"]
+    assert "held for big" in decision.waiting["long"]
+    # With room to spare at the shadow time, a job with no limit may take the spare.
+    roomy = [running("a", "0,1", ends_by=100.0), running("b", "2,3,4,5")]
+    decision = decide(EIGHT, roomy, [queued("big", gpus(3), 1), queued("x", gpus(1), 2)], now=0)
+    # At t=100: 0,1 + 6,7 free = 4; big needs 3; x takes one of 6,7 and big still fits.
+    assert set(decision.admit) == {"x"}
+
+
+def test_the_fewest_lowest_preemptible_jobs_are_preempted_for_a_higher_one() -> None:
+    low, spot = PRIORITIES["low"], TIERS["spot"]
+    busy = [
+        running("steady", "0,1,2,3"),  # medium/standard: never preempted
+        running("low-small", "4", priority=low, started=5),
+        running("low-big", "5,6", priority=low, started=1),
+        running("spot", "7", tier=spot, started=9),
+    ]
+    decision = decide(EIGHT, busy, [queued("urgent", gpus(2), 1, priority=3)], now=10)
+    # One job frees two: low-big alone (fewest), not low-small + spot.
+    assert decision.preempt == {"low-big": "urgent"}
+    assert "preempting low-big" in decision.waiting["urgent"]
+    # While it leaves, nothing more is preempted and nobody takes its devices.
+    leaving = [*busy[:2], running("low-big", "5,6", priority=low, releasing=True), busy[3]]
+    later = decide(
+        EIGHT, leaving, [queued("urgent", gpus(2), 1, priority=3), queued("x", gpus(1), 2)], 11
+    )
+    assert later.preempt == {} and later.admit == {}
+    assert "to save and leave" in later.waiting["urgent"]
+
+
+def test_non_preemptible_and_equal_rank_jobs_are_never_preempted() -> None:
+    busy = [running("a", "0,1,2,3,4,5,6,7")]
+    decision = decide(EIGHT, busy, [queued("high", gpus(1), 1, priority=3)], now=0)
+    assert decision.preempt == {}
+    spot = TIERS["spot"]
+    busy = [running("s", "0,1,2,3,4,5,6,7", tier=spot)]
+    decision = decide(EIGHT, busy, [queued("s2", gpus(1), 1, tier=spot)], now=0)
+    assert decision.preempt == {}  # same rank: waits
+    decision = decide(EIGHT, busy, [queued("std", gpus(1), 1)], now=0)
+    assert decision.preempt == {"s": "std"}  # standard tier ranks above spot
+
+
+def test_free_gives_devices_back_in_host_order() -> None:
+    free = Free.of(EIGHT, [[NodeGrant("box", ("2", "5"))]])
+    assert free.gpus["box"] == ["0", "1", "3", "4", "6", "7"]
+    free.give([NodeGrant("box", ("5", "2"))], EIGHT)
+    assert free.gpus["box"] == [str(i) for i in range(8)]
+
+
+# A random run: submissions, completions, cancels and lost supervisors, with the
+# scheduler's decisions carried out as the supervisors would (a preempted job
+# leaves a few ticks later and goes back to the queue).
+
+
+@dataclass
+class _Sim:
+    capacity: Capacity
+    rng: random.Random
+    now: float = 0.0
+    queue: dict[str, QueuedJob] = field(default_factory=dict)
+    running: dict[str, RunningJob] = field(default_factory=dict)
+    leave_at: dict[str, float] = field(default_factory=dict)
+    ended: set[str] = field(default_factory=set)
+    submitted: int = 0
+
+    def submit(self) -> None:
+        self.submitted += 1
+        name = f"j{self.submitted}"
+        nodes = self.rng.choice([1, 1, 1, 2])
+        request = Request(nodes=nodes, gpus=self.rng.choice([1, 1, 2, 4]))
+        timeout = self.rng.choice([None, 20.0, 60.0])
+        priority = self.rng.choice([1, 2, 2, 3])
+        tier = self.rng.choice([1, 2, 3, 3, 4])
+        self.queue[name] = QueuedJob(name, request, self.now, priority, tier, timeout)
+
+    def step(self) -> None:
+        decision = decide(
+            self.capacity, list(self.running.values()), list(self.queue.values()), self.now
+        )
+        for name, nodes in decision.admit.items():
+            job = self.queue.pop(name)
+            ends = self.now + job.timeout if job.timeout else math.inf
+            self.running[name] = RunningJob(
+                name, nodes, job.priority, job.tier, ends, started=self.now
+            )
+        for name in decision.preempt:
+            job = self.running[name]
+            assert job.preemptible and not job.releasing
+            self.running[name] = RunningJob(
+                name, job.nodes, job.priority, job.tier, self.now + 3, True, job.started
+            )
+            self.leave_at[name] = self.now + self.rng.choice([1, 2, 3])
+        self.check(decision.preempt)
+
+    def requeue(self, name: str) -> None:
+        job = self.running.pop(name)
+        self.leave_at.pop(name, None)
+        request = Request(nodes=len(job.nodes), gpus=len(job.nodes[0].gpus))
+        self.queue[name] = QueuedJob(name, request, self.now, job.priority, job.tier, None)
+
+    def end(self, name: str) -> None:
+        self.running.pop(name, None)
+        self.queue.pop(name, None)
+        self.leave_at.pop(name, None)
+        self.ended.add(name)
+
+    def tick(self) -> None:
+        self.now += 1
+        for name, at in list(self.leave_at.items()):
+            if at <= self.now:
+                self.requeue(name)
+        for name, job in list(self.running.items()):
+            if job.ends_by <= self.now and not job.releasing:
+                self.end(name)  # its time limit
+        event = self.rng.random()
+        if event < 0.45:
+            self.submit()
+        elif event < 0.7 and self.running:
+            self.end(self.rng.choice(sorted(self.running)))  # completed
+        elif event < 0.8 and self.queue:
+            self.end(self.rng.choice(sorted(self.queue)))  # canceled while queued
+        elif event < 0.9 and self.running:
+            # Its supervisor was killed: the job goes back to the queue.
+            name = self.rng.choice(sorted(self.running))
+            self.requeue(name)
+        self.step()
+
+    def check(self, preempting: dict[str, str]) -> None:
+        held: dict[tuple[str, str], str] = {}
+        for job in self.running.values():
+            for node in job.nodes:
+                for device in node.gpus:
+                    key = (node.host, device)
+                    assert key not in held, f"{key} held by {held[key]} and {job.name}"
+                    held[key] = job.name
+        assert len(held) <= self.capacity.gpus
+        if not self.queue:
+            return
+        head = min(self.queue.values(), key=lambda j: j.key)
+        if Free.of(self.capacity, [r.nodes for r in self.running.values()]).place(
+            head.request, self.capacity.spread
+        ):
+            return  # it was not blocked by anything (e.g. waits for a higher job's room)
+        # A blocked head that could preempt lower preemptible jobs is never left waiting.
+        lower = [
+            r
+            for r in self.running.values()
+            if r.preemptible and (r.priority, r.tier) < (head.priority, head.tier)
+        ]
+        free = Free.of(
+            self.capacity,
+            [r.nodes for r in self.running.values() if r not in lower and not r.releasing],
+        )
+        if free.place(head.request, self.capacity.spread) is None:
+            return
+        leaving = [r for r in self.running.values() if r.releasing]
+        assert preempting or leaving, f"{head.name} waits behind lower jobs it could preempt"
+
+
+def test_a_random_run_keeps_devices_disjoint_and_ends_every_job() -> None:
+    for seed, capacity in itertools.product(
+        range(4),
+        [
+            EIGHT,
+            Capacity(
+                "ray", tuple(Host(f"n{i}", ("0", "1", "2", "3")) for i in range(3)), spread=True
+            ),
+        ],
+    ):
+        sim = _Sim(capacity, random.Random(seed))
+        for _ in range(300):
+            sim.tick()
+        # Stop submitting: every job still there ends.
+        for _ in range(2000):
+            if not sim.queue and not sim.running:
+                break
+            sim.now += 1
+            for name, at in list(sim.leave_at.items()):
+                if at <= sim.now:
+                    sim.requeue(name)
+            for name in sorted(sim.running):
+                if not sim.running[name].releasing:
+                    sim.end(name)
+                    break
+            sim.step()
+        assert not sim.queue and not sim.running, (seed, capacity.target)
+        assert len(sim.ended) == sim.submitted
