@@ -97,3 +97,57 @@ def test_validate_accepts_a_good_spec(cli: Cli) -> None:
     proc = cli.run("job", "validate", "-f", str(spec), "--set", "inputs.n=4")
     assert proc.returncode == 0, proc.stderr
     assert "valid" in proc.stdout and "2 node(s)" in proc.stdout
+
+
+def test_a_typo_of_a_required_field_is_the_error(cli: Cli) -> None:
+    cli.write("bad.yml", 'type: command\ncomand: python -c "print(1)"\n')
+    proc = cli.run("job", "validate", "-f", "bad.yml")
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        "error: bad.yml:2: comand: unknown field 'comand'; did you mean 'command'?\n"
+    )
+
+
+MANY_PROBLEMS = """\
+comand: python t.py
+resources:
+  instance_count: 0
+distribution:
+  tpye: pytorch
+inputs:
+  d: {mode: rw_mount, pth: x}
+"""
+
+
+def test_validate_lists_every_problem_and_create_one_line(cli: Cli) -> None:
+    cli.write("job.yml", MANY_PROBLEMS)
+    proc = cli.run("job", "validate", "-f", "job.yml", "--set", "retry.max_attempts=0")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert [line.split(": ")[:2] for line in lines] == [
+        ["error", "--set"],
+        ["error", "job.yml:1"],
+        ["error", "job.yml:3"],
+        ["error", "job.yml:5"],
+        ["error", "job.yml:7"],
+        ["error", "job.yml:7"],
+    ]
+    assert lines[0].endswith("(from --set retry.max_attempts=0)")
+    assert "did you mean 'command'?" in lines[1]
+    assert "did you mean 'type'?" in lines[3]
+    assert "did you mean 'path'?" in lines[5]
+    assert not any("missing" in line for line in lines)
+
+    proc = cli.run("job", "create", "-f", "job.yml", "--set", "retry.max_attempts=0")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"error: {lines[0].removeprefix('error: ')} (and 5 more problems)"
+    ]
+    assert json.loads(cli.run("job", "list", "--json", check=True).stdout) == []
+
+    cli.env["PHALANX_DEBUG"] = "1"
+    proc = cli.run("job", "validate", "-f", "job.yml")
+    assert proc.returncode == 2
+    assert "Traceback" in proc.stderr
+    assert len([line for line in proc.stderr.splitlines() if line.startswith("error: ")]) == 5

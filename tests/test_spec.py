@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from phalanx.errors import PhalanxError, SpecError
+from phalanx.errors import PhalanxError, SpecError, SpecProblem
 from phalanx.spec import (
     REFERENCE_RE,
     InputSpec,
@@ -523,8 +523,8 @@ BAD_SPECS = [
         [],
         "resources.instance_count",
         3,
-        "(and 1 more problem)",
-        id="counts-more-problems",
+        "must be at least 1; got 0",
+        id="first-of-two-problems",
     ),
     pytest.param(
         "command: x\n",
@@ -592,6 +592,127 @@ def test_error_line_is_reported_through_load_spec(tmp_path: Path) -> None:
     assert caught.value.one_line() == (
         f"{path}:8: resources.instance_count: must be at least 1; got 0"
     )
+
+
+# -- several problems --------------------------------------------------------
+
+# A key misspelt so that a required field goes missing: the typo is the one
+# problem (field, line, message); the missing field is not reported as well.
+TYPOS_OF_REQUIRED_FIELDS = [
+    pytest.param(
+        'type: command\ncomand: python -c "print(1)"\n',
+        ("comand", 2, "unknown field 'comand'; did you mean 'command'?"),
+        id="top-level",
+    ),
+    pytest.param(
+        "Command: x\n",
+        ("Command", 1, "unknown field 'Command'; did you mean 'command'?"),
+        id="top-level-case",
+    ),
+    pytest.param(
+        "command: x\ninputs:\n  data:\n    type: uri_folder\n    pth: d\n",
+        ("inputs.data.pth", 5, "unknown field 'pth'; did you mean 'path'?"),
+        id="input",
+    ),
+    pytest.param(
+        "command: x\ndistribution:\n  tpye: pytorch\n",
+        ("distribution.tpye", 3, "unknown field 'tpye'; did you mean 'type'?"),
+        id="distribution-tag",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), TYPOS_OF_REQUIRED_FIELDS)
+def test_typo_of_a_required_field_is_reported_as_the_typo(
+    text: str, expected: tuple[str, int, str]
+) -> None:
+    field, line, message = expected
+    with pytest.raises(SpecError) as caught:
+        load_spec_text(text, source="job.yml")
+    assert caught.value.problems == [SpecProblem(message, field=field, source="job.yml", line=line)]
+    assert caught.value.one_line() == f"job.yml:{line}: {field}: {message}"
+
+
+MANY_PROBLEMS = """\
+comand: python t.py
+resources:
+  instance_count: 0
+  instnce_type: x
+distribution: {tpye: pytorch, foo: 1}
+inputs:
+  d:
+    mode: rw_mount
+    pth: x
+"""
+
+
+def test_every_problem_is_listed_in_line_order(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as caught:
+        load_spec_text(MANY_PROBLEMS, source="job.yml", base_dir=tmp_path)
+    err = caught.value
+    assert [(p.field, p.line) for p in err.problems] == [
+        ("comand", 1),
+        ("resources.instance_count", 3),
+        ("resources.instnce_type", 4),
+        ("distribution.tpye", 5),
+        ("distribution.foo", 5),
+        ("inputs.d.mode", 8),
+        ("inputs.d.pth", 9),
+    ]
+    assert {p.source for p in err.problems} == {"job.yml"}
+    messages = [p.message for p in err.problems]
+    assert "did you mean 'instance_type'?" in messages[2]
+    assert "known fields: type, process_count_per_instance" in messages[4]
+    assert not any("required but missing" in m or m.startswith("missing") for m in messages)
+    # The one-line form (job create, run) is the first problem and the count.
+    assert err.one_line() == (
+        "job.yml:1: comand: unknown field 'comand'; did you mean 'command'? (and 6 more problems)"
+    )
+    assert str(err) == err.one_line()
+    assert (err.field, err.line) == ("comand", 1)
+
+
+def test_missing_field_without_a_near_miss_is_still_reported(tmp_path: Path) -> None:
+    text = "name: job\ncode: .\nresources:\n  instance_count: 0\n"
+    with pytest.raises(SpecError) as caught:
+        load_spec_text(text, source="job.yml", base_dir=tmp_path)
+    assert [(p.field, p.line) for p in caught.value.problems] == [
+        ("command", None),  # the document as a whole: first
+        ("resources.instance_count", 4),
+    ]
+    assert "add e.g. command: python train.py" in caught.value.problems[0].message
+
+
+def test_problems_from_set_name_the_override(tmp_path: Path) -> None:
+    text = "command: x\nresources:\n  instance_count: 2\nretry:\n  max_attempts: 0\n"
+    with pytest.raises(SpecError) as caught:
+        load_spec_text(
+            text,
+            source="job.yml",
+            base_dir=tmp_path,
+            overrides=["resources.instance_count=0", "distribution.tpye=mpi"],
+        )
+    found = {(p.field, p.source, p.line) for p in caught.value.problems}
+    assert found == {
+        ("resources.instance_count", "--set", None),
+        ("distribution.tpye", "--set", None),
+        ("retry.max_attempts", "job.yml", 5),
+    }
+    by_field = {p.field: p.message for p in caught.value.problems}
+    assert by_field["resources.instance_count"].endswith("(from --set resources.instance_count=0)")
+    assert (
+        "did you mean 'type'? (from --set distribution.tpye=mpi)" in by_field["distribution.tpye"]
+    )
+
+
+def test_a_spec_error_lists_every_problem_only_when_asked() -> None:
+    err = SpecError.of(
+        [SpecProblem("a", field="x", source="f", line=1), SpecProblem("b", source="f", line=2)]
+    )
+    assert err.lines() == ["f:1: x: a (and 1 more problem)"]
+    err.every_problem = True
+    assert err.lines() == ["f:1: x: a", "f:2: b"]
+    assert SpecError("c", source="f").lines() == ["f: c"]
 
 
 # -- overrides --------------------------------------------------------------

@@ -1,11 +1,15 @@
 """Errors a user can fix, as opposed to bugs.
 
-The CLI prints a :class:`PhalanxError` as one line and exits with
+The CLI prints a :class:`PhalanxError` as one line (``job validate``: a
+:class:`SpecError` as a line per problem) and exits with
 :attr:`PhalanxError.exit_code` (2); any other exception is a bug and keeps its
 traceback. ``PHALANX_DEBUG=1`` shows the traceback for user errors too.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 
 class PhalanxError(Exception):
@@ -13,21 +17,60 @@ class PhalanxError(Exception):
 
     exit_code: int = 2
 
+    def lines(self) -> list[str]:
+        """What the CLI prints, one ``error: …`` line each."""
+        return [str(self)]
+
 
 class PreparationCanceled(PhalanxError):
     """The job was canceled while it was being prepared (inputs, its environment)."""
 
 
-class SpecError(PhalanxError):
-    """A job spec that does not validate.
+@dataclass(frozen=True)
+class SpecProblem:
+    """One thing wrong with a job spec.
 
     Args:
         message: What is wrong and how to fix it.
         field: Dotted path of the offending field (``resources.instance_count``),
             or ``None`` for the document as a whole.
+        source: The file the spec came from (``--set`` for an override), if any.
+        line: 1-based line of the field in ``source``, if known.
+    """
+
+    message: str
+    field: str | None = None
+    source: str | None = None
+    line: int | None = None
+
+    def one_line(self) -> str:
+        """``job.yml:7: resources.instance_count: must be at least 1; got 0``."""
+        where = self.source or "job spec"
+        if self.line is not None:
+            where = f"{where}:{self.line}"
+        if self.field:
+            return f"{where}: {self.field}: {self.message}"
+        return f"{where}: {self.message}"
+
+
+class SpecError(PhalanxError):
+    """A job spec that does not validate: one problem or several.
+
+    ``str()`` is one line, the first problem and a count of the rest (what
+    ``job create`` and ``run`` print); :attr:`problems` holds every one, in the
+    order they are best fixed, and ``job validate`` prints each (see
+    :attr:`every_problem`). ``message``, ``field``, ``source`` and ``line`` are
+    those of the first problem.
+
+    Args:
+        message: What is wrong and how to fix it.
+        field: Dotted path of the offending field, or ``None``.
         source: The file the spec came from, if any.
         line: 1-based line of the field in ``source``, if known.
     """
+
+    #: Set by ``job validate``: :meth:`lines` gives every problem, not one line.
+    every_problem: bool = False
 
     def __init__(
         self,
@@ -37,19 +80,51 @@ class SpecError(PhalanxError):
         source: str | None = None,
         line: int | None = None,
     ) -> None:
-        self.message = message
-        self.field = field
-        self.source = source
-        self.line = line
+        self.problems = [SpecProblem(message, field=field, source=source, line=line)]
         super().__init__(self.one_line())
 
+    @classmethod
+    def of(cls, problems: Sequence[SpecProblem]) -> SpecError:
+        """An error listing ``problems`` (at least one), the first shown first."""
+        if not problems:
+            raise ValueError("a SpecError needs at least one problem")
+        first = problems[0]
+        error = cls(first.message, field=first.field, source=first.source, line=first.line)
+        error.problems = list(problems)
+        error.args = (error.one_line(),)
+        return error
+
+    @property
+    def message(self) -> str:
+        return self.problems[0].message
+
+    @property
+    def field(self) -> str | None:
+        return self.problems[0].field
+
+    @property
+    def source(self) -> str | None:
+        return self.problems[0].source
+
+    @property
+    def line(self) -> int | None:
+        return self.problems[0].line
+
     def one_line(self) -> str:
-        where = self.source or "job spec"
-        if self.line is not None:
-            where = f"{where}:{self.line}"
-        if self.field:
-            return f"{where}: {self.field}: {self.message}"
-        return f"{where}: {self.message}"
+        """The first problem, and how many more there are."""
+        text = self.problems[0].one_line()
+        more = len(self.problems) - 1
+        if more:
+            text += f" (and {more} more problem{'s' if more > 1 else ''})"
+        return text
+
+    def __str__(self) -> str:
+        return self.one_line()
+
+    def lines(self) -> list[str]:
+        if self.every_problem:
+            return [problem.one_line() for problem in self.problems]
+        return [self.one_line()]
 
 
 class JobNotFoundError(PhalanxError):

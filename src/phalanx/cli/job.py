@@ -11,6 +11,7 @@ from rich.console import Console
 from phalanx.cli.metrics import metrics_cmd
 from phalanx.cli.render import job_json, list_jobs, show_job
 from phalanx.cli.stream import stream_job
+from phalanx.errors import SpecError
 from phalanx.jobs.control import cancel, preempt, refresh, submit
 from phalanx.jobs.prepare import check
 from phalanx.launch.environment import environment_notes
@@ -108,8 +109,12 @@ def create_cmd(spec_file: Path, overrides: tuple[str, ...], stream: bool, all_ra
 @file_option
 @set_option
 def validate_cmd(spec_file: Path, overrides: tuple[str, ...]) -> int:
-    """Check a job spec without running it."""
-    spec, _ = load_for_run(spec_file, overrides)
+    """Check a job spec without running it; lists every problem, a line each."""
+    try:
+        spec, _ = load_for_run(spec_file, overrides)
+    except SpecError as exc:
+        exc.every_problem = True  # main's error policy prints them (exit 2)
+        raise
     console.print(
         f"[green]valid[/]: {spec_file} · {spec.instance_count} node(s) × "
         f"{spec.process_count_per_instance} process(es) on {spec.compute}",

@@ -1,6 +1,7 @@
 """``phalanx``: the command-line entry point.
 
-Errors the user can fix print one line, ``error: …``, and exit 2; set
+Errors the user can fix print one line, ``error: …`` (``job validate`` prints
+one such line per problem of the spec), and exit 2; set
 ``PHALANX_DEBUG=1`` to see their traceback too. Anything else is a bug and
 keeps its traceback.
 """
@@ -64,7 +65,8 @@ def main(argv: list[str] | None = None) -> None:
     except PhalanxError as exc:
         if debug:
             traceback.print_exc()
-        click.echo(f"error: {exc}", err=True)
+        for line in exc.lines():
+            click.echo(f"error: {line}", err=True)
         sys.exit(exc.exit_code)
     sys.exit(rc if isinstance(rc, int) else 0)
 

@@ -1,20 +1,24 @@
-"""A pydantic ``ValidationError`` → one :class:`SpecError` in plain English.
+"""A pydantic ``ValidationError`` → a :class:`SpecError` in plain English.
 
-Only the first problem is reported in full (the user fixes it and runs again);
-the count of the rest is appended. The error names the field by its dotted
-YAML path and points at its line, or at the ``--set`` item that gave it.
+Every problem is described (``job validate`` lists them all; ``job create``
+shows the first and counts the rest), each naming its field by its dotted
+YAML path and pointing at its line, or at the ``--set`` item that gave it.
+Problems are ordered by line. A required field that is missing because its
+key is misspelt (``comand:``) is one mistake, not two: only the unknown key
+is reported, with its "did you mean".
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from phalanx.errors import SpecError
+from phalanx.errors import SpecError, SpecProblem
 from phalanx.spec.environment import EnvironmentSpec
 from phalanx.spec.job import JobSpec
 from phalanx.spec.parts import (
@@ -49,6 +53,18 @@ _MISSING_HINTS = {
 _QUOTED_RE = re.compile(r"'([^']*)'")
 
 
+@dataclass(frozen=True)
+class _Found:
+    """One problem, described, before it is placed in the file."""
+
+    path: tuple[str, ...]
+    message: str
+    missing: bool = False
+    """A required field that is absent."""
+    near_miss_of: str | None = None
+    """For an unknown key: the known field it is likely a typo of."""
+
+
 def to_spec_error(
     exc: ValidationError,
     data: Mapping[str, Any],
@@ -57,7 +73,7 @@ def to_spec_error(
     lines: LineMap,
     overrides: Mapping[tuple[str, ...], str],
 ) -> SpecError:
-    """The first error of ``exc`` as a :class:`SpecError`.
+    """Every error of ``exc`` as one :class:`SpecError`.
 
     Args:
         exc: From validating ``data``.
@@ -66,26 +82,90 @@ def to_spec_error(
         lines: Line of each field path in ``source``.
         overrides: Paths set by ``--set`` → the item that set them.
     """
-    errors = exc.errors(include_url=False)
-    first = errors[0]
-    raw_loc = tuple(first["loc"])
-    ctx = first.get("ctx") or {}
-    if first["type"] == USER_ERROR_TYPE and "loc" in ctx:
+    found: list[_Found] = []
+    for error in exc.errors(include_url=False):
+        found.extend(_describe(error, data))
+    problems = [_place(one, source, lines, overrides) for one in _one_per_mistake(found)]
+    # Problems without a line (a missing top-level field, --set) concern the whole
+    # document and come first; sorted() is stable, so pydantic's order breaks ties.
+    return SpecError.of(sorted(problems, key=lambda problem: problem.line or 0))
+
+
+def _describe(error: ErrorDetails, data: Mapping[str, Any]) -> list[_Found]:
+    kind = error["type"]
+    raw_loc = tuple(error["loc"])
+    ctx = error.get("ctx") or {}
+    if kind == USER_ERROR_TYPE and "loc" in ctx:
         path: tuple[str, ...] = tuple(ctx["loc"])
     else:
-        path = _field_path(raw_loc, data, keep_last=first["type"] == "missing")
-    if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        path = _field_path(raw_loc, data, keep_last=kind == "missing")
+    if kind == "union_tag_not_found":
+        return _untagged(path, _node_at(data, path))
+    if kind == "union_tag_invalid":
         path = (*path, "type")
-    message = _message(first, raw_loc, path)
-    if len(errors) > 1:
-        more = len(errors) - 1
-        message += f" (and {more} more problem{'s' if more > 1 else ''})"
-    field = ".".join(path) or None
+    if kind == "extra_forbidden":
+        key = str(raw_loc[-1])
+        model = _model_at(raw_loc[:-1])
+        message, close = _unknown_key(key, _known_keys(model) if model is not None else [])
+        return [_Found(path, message, near_miss_of=close)]
+    return [_Found(path, _message(error, raw_loc, path), missing=kind == "missing")]
 
+
+def _untagged(path: tuple[str, ...], node: Any) -> list[_Found]:
+    """A ``distribution:`` without ``type:``.
+
+    pydantic cannot tell which model the mapping is for, so it reports nothing
+    about its keys; those that no distribution knows are reported here, so
+    that a misspelt ``tpye:`` reads as the typo it is.
+    """
+    found = [
+        _Found(
+            (*path, "type"),
+            f"missing; add type: with one of {', '.join(_DISTRIBUTIONS)}",
+            missing=True,
+        )
+    ]
+    if isinstance(node, dict):
+        known = list(dict.fromkeys(k for m in _DISTRIBUTIONS.values() for k in _known_keys(m)))
+        for key in map(str, node):
+            if key not in known:
+                message, close = _unknown_key(key, known)
+                found.append(_Found((*path, key), message, near_miss_of=close))
+    return found
+
+
+def _one_per_mistake(found: list[_Found]) -> list[_Found]:
+    """``found`` without a missing field that an unknown key is a near miss of
+    (the typo is the mistake), and without repeats."""
+    near_misses = {(one.path[:-1], one.near_miss_of) for one in found if one.near_miss_of}
+    kept: list[_Found] = []
+    seen: set[tuple[tuple[str, ...], str]] = set()
+    for one in found:
+        if one.missing and one.path and (one.path[:-1], one.path[-1]) in near_misses:
+            continue
+        if (one.path, one.message) not in seen:
+            seen.add((one.path, one.message))
+            kept.append(one)
+    return kept
+
+
+def _place(
+    one: _Found, source: str, lines: LineMap, overrides: Mapping[tuple[str, ...], str]
+) -> SpecProblem:
+    """The problem at its line in ``source``, or at the ``--set`` item that gave it."""
+    field = ".".join(one.path) or None
     for set_path, item in overrides.items():
-        if path[: len(set_path)] == set_path:
-            return SpecError(f"{message} (from --set {item})", field=field, source="--set")
-    return SpecError(message, field=field, source=source, line=_line(path, lines))
+        if one.path[: len(set_path)] == set_path:
+            return SpecProblem(f"{one.message} (from --set {item})", field=field, source="--set")
+    return SpecProblem(one.message, field=field, source=source, line=_line(one.path, lines))
+
+
+def _node_at(data: Any, path: tuple[str, ...]) -> Any:
+    for step in path:
+        if not isinstance(data, dict) or step not in data:
+            return None
+        data = data[step]
+    return data
 
 
 def _field_path(loc: tuple[Any, ...], data: Any, *, keep_last: bool) -> tuple[str, ...]:
@@ -142,6 +222,16 @@ def _one_of(choices: list[str], value: object) -> str:
     return f"{message}; did you mean '{close}'?" if close else message
 
 
+def _unknown_key(key: str, known: list[str]) -> tuple[str, str | None]:
+    """The message for an unknown ``key``, and the known field it is a near miss of."""
+    close = suggest(key, known)
+    if close:
+        return f"unknown field '{key}'; did you mean '{close}'?", close
+    if known:
+        return f"unknown field '{key}'; known fields: {', '.join(known)}", None
+    return f"unknown field '{key}'; remove it", None
+
+
 def _message(error: ErrorDetails, loc: tuple[Any, ...], path: tuple[str, ...]) -> str:
     kind = error["type"]
     ctx = error.get("ctx") or {}
@@ -151,22 +241,10 @@ def _message(error: ErrorDetails, loc: tuple[Any, ...], path: tuple[str, ...]) -
     if kind == "missing":
         name = path[-1] if path else ""
         return f"required but missing; {_MISSING_HINTS.get(name, f'add {name}:')}"
-    if kind == "extra_forbidden":
-        key = str(loc[-1])
-        model = _model_at(loc[:-1])
-        known = _known_keys(model) if model is not None else []
-        close = suggest(key, known)
-        if close:
-            return f"unknown field '{key}'; did you mean '{close}'?"
-        if known:
-            return f"unknown field '{key}'; known fields: {', '.join(known)}"
-        return f"unknown field '{key}'; remove it"
     if kind == "literal_error":
         return _one_of(_QUOTED_RE.findall(str(ctx.get("expected", ""))), value)
     if kind == "union_tag_invalid":
         return _one_of(_QUOTED_RE.findall(str(ctx.get("expected_tags", ""))), ctx.get("tag"))
-    if kind == "union_tag_not_found":
-        return f"missing; add type: with one of {', '.join(_DISTRIBUTIONS)}"
     if kind == "input_value":
         return f"{error['msg']}; got {show(value)}"
     if kind in ("int_type", "int_parsing", "int_from_float"):
