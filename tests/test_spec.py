@@ -778,6 +778,7 @@ def test_interpolate_substitutes_inputs_and_outputs() -> None:
         command,
         {"lr": render_literal(0.1), "fast": render_literal(True)},
         {"model": "/runs/j1/outputs/model"},
+        literals=("lr", "fast"),
     )
     assert result == "python t.py --lr 0.1 --fast true --out /runs/j1/outputs/model"
 

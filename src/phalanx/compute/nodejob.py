@@ -145,7 +145,9 @@ class NodeFolder:
             self.ready = self._inputs(mounts)
             self.inputs = {**job.literals, **self.ready.values}
             references = {**self.outputs, "checkpoints": str(self.root / "checkpoints")}
-            self.command = interpolate(job.command, self.inputs, references)
+            self.command = interpolate(
+                job.command, self.inputs, references, literals=job.literals.keys()
+            )
         except BaseException:
             self.close()  # nothing left mounted or half set up
             raise

@@ -343,7 +343,11 @@ def prepare(
         raise
     # The built-in output (a spec cannot declare one of that name).
     references = {**outputs, "checkpoints": str(paths.checkpoints)}
-    command = spec.command if on_nodes else interpolate(spec.command, inputs, references)
+    command = (
+        spec.command
+        if on_nodes
+        else interpolate(spec.command, inputs, references, literals=literals.keys())
+    )
     env = {k: str(v) for k, v in spec.environment_variables.items()}
     return Prepared(
         command,
