@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
+import os
+import re
+import socket
+import time
 from pathlib import Path
 
 from conftest import Cli
@@ -51,6 +56,104 @@ def test_metrics_land_once_in_order_and_read_back(cli: Cli) -> None:
     assert [(e.step, round(e.value, 6)) for e in events.Scalars("loss")] == [
         (s, round(1.0 / s, 6)) for s in range(1, 6)
     ]
+
+
+NO_TF_SCRIPT = """
+import sys
+from phalanx.train import flush_metrics, log_metric
+log_metric("loss", 0.5, 1, all_ranks=True)
+flush_metrics()
+print("IMPORTED", "tensorflow" in sys.modules, "tensorboard" in sys.modules, flush=True)
+"""
+
+# What TensorFlow prints as it loads (oneDNN notice, CPU feature guard, absl).
+TF_BANNERS = ("oneDNN custom operations", "cpu_feature_guard", "absl::InitializeLog", "TF_ENABLE")
+
+
+def test_a_rank_that_logs_metrics_never_imports_tensorflow(cli: Cli) -> None:
+    cli.write("src/metrics_job.py", NO_TF_SCRIPT)
+    name = cli.create(cli.write("job.yml", JOB))
+    job = cli.wait(name, ("Completed", "Failed"))
+    assert job["status"] == "Completed", job
+    job_dir = Path(job["job_dir"])
+    for rank in (0, 1):
+        log = (job_dir / "user_logs" / f"std_log_process_{rank}.txt").read_text()
+        assert "IMPORTED False False" in log, log
+        assert not [b for b in TF_BANNERS if b in log], log
+        # flush_metrics() wrote the event at once, into the rank's own folder.
+        files = list((job_dir / "outputs" / "tensorboard" / f"rank_{rank}").iterdir())
+        assert len(files) == 1 and files[0].stat().st_size > 60
+
+
+def test_crc32c_of_the_standard_check_vector() -> None:
+    from phalanx.train.tbevents import crc32c
+
+    assert crc32c(b"123456789") == 0xE3069283
+    assert crc32c(b"") == 0
+    assert crc32c(bytes(32)) == 0x8A9136AA  # RFC 3720, B.4: 32 bytes of zeros
+
+
+def test_records_match_tensorboards_own_framing() -> None:
+    import io
+
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    from phalanx.train.tbevents import encode_event, tfrecord
+
+    data = encode_event(1234.5, step=-3, scalars={"a": 1.5, "ü": -2.0})
+    theirs = io.BytesIO()
+    RecordWriter(theirs).write(data)
+    assert tfrecord(data) == theirs.getvalue()
+    event = Event.FromString(data)
+    assert (event.wall_time, event.step) == (1234.5, -3)
+    assert [(v.tag, v.simple_value) for v in event.summary.value] == [("a", 1.5), ("ü", -2.0)]
+    assert Event.FromString(encode_event(1.0, file_version="brain.Event:2")).file_version == (
+        "brain.Event:2"
+    )
+
+
+def test_nan_inf_negative_steps_and_unicode_tags_read_back(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from phalanx.train.tbevents import EventFileWriter
+
+    writer = EventFileWriter(tmp_path)
+    writer.add_scalars({"loss": float("nan"), "val/点数 ✓": 0.25}, step=-5, wall_time=100.0)
+    writer.add_scalar("loss", float("inf"), 2**40, wall_time=101.0)
+    writer.add_scalar("loss", float("-inf"), 0, wall_time=102.0)
+    writer.add_scalar("huge", 1e300)  # beyond float32: infinity, as a C cast makes it
+    writer.close()
+    assert re.fullmatch(
+        rf"events\.out\.tfevents\.\d{{10}}\.{re.escape(socket.gethostname())}\.{os.getpid()}\.\d+",
+        writer.path.name,
+    )
+
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert sorted(events.Tags()["scalars"]) == ["huge", "loss", "val/点数 ✓"]
+    loss = [(e.step, e.value, e.wall_time) for e in events.Scalars("loss")]
+    assert math.isnan(loss[0][1]) and loss[0][0] == -5 and loss[0][2] == 100.0
+    assert loss[1:] == [(2**40, math.inf, 101.0), (0, -math.inf, 102.0)]
+    assert [(e.step, e.value) for e in events.Scalars("val/点数 ✓")] == [(-5, 0.25)]
+    assert [e.value for e in events.Scalars("huge")] == [math.inf]
+
+
+def test_buffered_events_are_written_after_flush_secs(tmp_path: Path) -> None:
+    from phalanx.train.tbevents import EventFileWriter
+
+    writer = EventFileWriter(tmp_path, flush_secs=0.2)
+    header = writer.path.stat().st_size  # the file-version record, written at once
+    writer.add_scalar("loss", 1.0, 1)
+    assert writer.path.stat().st_size == header
+    deadline = time.monotonic() + 10
+    while writer.path.stat().st_size == header and time.monotonic() < deadline:
+        time.sleep(0.05)
+    flushed = writer.path.stat().st_size
+    assert flushed > header
+    writer.close()
+    writer.add_scalar("loss", 2.0, 2)  # after close (a late exit handler): written at once
+    assert writer.path.stat().st_size > flushed
 
 
 def test_tensorboard_of_a_job_without_event_files_is_a_clear_error(cli: Cli) -> None:

@@ -92,8 +92,8 @@ def tensorboard_cmd(names: tuple[str, ...], port: int, host: str) -> int:
         folder = Path(ws.get_job(name).job_dir) / "outputs" / "tensorboard"
         if not folder.is_dir():
             raise PhalanxError(
-                f"job {name} has no TensorBoard files ({folder}); phalanx.train.log_metric "
-                "writes them when the tensorboard package is installed"
+                f"job {name} has no TensorBoard files ({folder}): it has logged no metric yet "
+                "(phalanx.train.log_metric writes them)"
             )
         specs.append(f"{name}:{folder}")
     exe = shutil.which("tensorboard", path=os.path.dirname(sys.executable)) or shutil.which(

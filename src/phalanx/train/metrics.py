@@ -13,8 +13,11 @@ metrics NAME`` reads it) and the event files to ``<job>/outputs/tensorboard``
 ``$PHALANX_OUTPUTS_DIR`` when it is set, and nowhere otherwise. A line is
 ``{"name", "value", "step", "time", "rank", "attempt"}``; after a resume, steps
 between the last checkpoint and the failure are logged again by the next attempt
-(readers keep the last).
-TensorBoard files are written only when the ``tensorboard`` package is installed.
+(readers keep the last). Every rank that logs writes an event file of its own,
+in ``rank_<r>/``, buffered and written every 10 s, by :func:`flush_metrics` and at
+exit. The event files are written by :mod:`phalanx.train.tbevents`, not by
+``torch.utils.tensorboard``, so logging a metric never imports TensorFlow; NaN
+and infinities reach TensorBoard as they are.
 """
 
 from __future__ import annotations
@@ -27,13 +30,15 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+
+from phalanx.train.tbevents import EventFileWriter
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
+FLUSH_SECS = 10.0  # how long an event may wait in memory
 
 _lock = threading.Lock()
-_writer: Any = None  # a SummaryWriter once made; False when TensorBoard is unavailable
+_writer: EventFileWriter | None = None
 
 
 def _rank() -> int:
@@ -51,18 +56,14 @@ def _paths() -> tuple[Path, Path] | None:
     return Path(outputs) / METRICS_FILE, Path(outputs) / TENSORBOARD_DIR
 
 
-def _tensorboard(folder: Path) -> Any:
+def _tensorboard(folder: Path) -> EventFileWriter:
     global _writer
-    if _writer is None:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:  # the tensorboard package is optional
-            _writer = False
-        else:
-            # One event file per rank that logs, so ranks never share a file.
-            _writer = SummaryWriter(log_dir=str(folder / f"rank_{_rank()}"), flush_secs=10)
-            atexit.register(_writer.close)
-    return _writer or None
+    # A forked child that logs gets a file of its own (the name carries the pid).
+    if _writer is None or _writer.pid != os.getpid():
+        # One event file per rank that logs, so ranks never share a file.
+        _writer = EventFileWriter(folder / f"rank_{_rank()}", flush_secs=FLUSH_SECS)
+        atexit.register(_writer.close)
+    return _writer
 
 
 def log_metrics(
@@ -105,10 +106,7 @@ def log_metrics(
         # several ranks never interleave.
         with open(jsonl, "a") as f:
             f.write("".join(line + "\n" for line in lines))
-        writer = _tensorboard(tb_dir)
-        if writer is not None:
-            for name, number in numbers.items():
-                writer.add_scalar(name, number, global_step=step, walltime=now)
+        _tensorboard(tb_dir).add_scalars(numbers, step, wall_time=now)
 
 
 def log_metric(
@@ -121,5 +119,5 @@ def log_metric(
 def flush_metrics() -> None:
     """Write buffered TensorBoard events now (they are also written every 10 s and at exit)."""
     with _lock:
-        if _writer:
+        if _writer is not None:
             _writer.flush()
