@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import tarfile
 from collections import Counter
 from pathlib import Path
@@ -15,6 +16,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 from PIL import Image
 
 import phalanx.data.convert as convert
+from conftest import Cli
 from phalanx.data.convert import STATE_DIR, ConvertReport, convert_imagefolder
 from phalanx.data.shards import (
     INDEX_NAME,
@@ -274,16 +276,132 @@ def test_iter_samples_rejects_damaged_shards(tmp_path: Path) -> None:
         w.write("a.b", b"", 0)
 
 
-def test_hidden_files_ignored_and_strays_reported(tmp_path: Path) -> None:
+def test_hidden_names_and_strays(tmp_path: Path) -> None:
     src = make_imagefolder(tmp_path / "src", classes=1, per_class=2)
     folder = src / class_name(0)
-    (folder / ".DS_Store").write_bytes(b"x")
+    (folder / ".DS_Store").write_bytes(b"x")  # not an image: left out without a word
     (folder / "notes.txt").write_text("x")
-    (folder / "nested").mkdir()
-    (src / ".cache").mkdir()
+    (folder / "empty").mkdir()
+    make_image(np.random.default_rng(1), 50, 50).save(folder / ".hidden.jpg")
     report = run(src, tmp_path / "ds")
-    assert report.classes == [class_name(0)] and report.samples == 2
+    assert report.classes == [class_name(0)] and report.samples == 3  # .hidden.jpg counts
     assert [(s.path, s.reason) for s in report.skipped] == [
-        ("n00000000/nested", "a folder inside a class folder (not searched)"),
-        ("n00000000/notes.txt", "not an image file extension"),
+        (
+            "n00000000/notes.txt",
+            "not an image: the name does not end with "
+            ".jpg, .jpeg, .png, .ppm, .bmp, .pgm, .tif, .tiff, .webp",
+        ),
     ]
+    # A hidden folder of the source is a class, as in torchvision, so an empty one
+    # is refused as torchvision refuses it (rather than shifting every label).
+    (src / ".ipynb_checkpoints").mkdir()
+    with pytest.raises(PhalanxError, match=r"class folder\(s\) .ipynb_checkpoints hold no image"):
+        run(src, tmp_path / "ds2")
+
+
+# -- torchvision's ImageFolder rule ------------------------------------------
+
+TORCHVISION_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
+def torchvision_samples(root: Path) -> list[tuple[str, int]]:
+    """What ``torchvision.datasets.ImageFolder(root).samples`` holds, relative to ``root``:
+    its find_classes and make_dataset, written out (torchvision is not installed here)."""
+    classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir())
+    samples = []
+    for label, cls in enumerate(classes):
+        for folder, _, names in sorted(os.walk(root / cls, followlinks=True)):
+            for name in sorted(names):
+                if name.lower().endswith(TORCHVISION_EXTENSIONS):
+                    samples.append((os.path.relpath(os.path.join(folder, name), root), label))
+    return samples
+
+
+def nested_imagefolder(tmp_path: Path) -> Path:
+    """Classes with images in sub-folders, linked folders (a class and a sub-folder),
+    upper-case and hidden image names, other files and a corrupt image."""
+    rng = np.random.default_rng(5)
+    src = make_imagefolder(tmp_path / "src", classes=2, per_class=2, corrupt=1)
+    a, b = src / class_name(0), src / class_name(1)
+    (a / "nested" / "v1.2").mkdir(parents=True)  # a dot in a folder name
+    make_image(rng, 60, 50).save(a / "nested" / "v1.2" / "deep.JPG")
+    make_image(rng, 60, 50).save(a / "nested" / "shallow.Png")
+    (a / "nested" / "readme.txt").write_text("not an image")
+    make_image(rng, 60, 50).save(a / "nested" / "anim.gif")  # Pillow reads it; torchvision not
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    make_image(rng, 60, 50).save(outside / "linked.jpeg")
+    make_image(rng, 60, 50).save(outside / "linked.bmp")
+    (b / "linked").symlink_to(outside, target_is_directory=True)
+    make_image(rng, 60, 50).save(b / ".hidden.webp")
+    other = tmp_path / "other_class"
+    other.mkdir()
+    make_image(rng, 60, 50).save(other / "x.tiff")
+    (src / "z_linked_class").symlink_to(other, target_is_directory=True)
+    return src
+
+
+def test_samples_are_torchvisions(tmp_path: Path) -> None:
+    src = nested_imagefolder(tmp_path)
+    expected = torchvision_samples(src)
+    assert len(expected) == 11  # 2x2 + corrupt + deep, shallow + 2 linked + hidden + z's
+    scan = convert.scan_imagefolder(src)
+    assert scan.classes == [class_name(0), class_name(1), "z_linked_class"]
+    assert [(f.rel, f.label) for f in scan.files] == expected  # same files, same order
+
+    report = run(src, tmp_path / "ds")
+    corrupt = f"{class_name(0)}/corrupt_0.JPEG"
+    assert report.samples == len(expected) - 1  # the corrupt image is reported instead
+    reasons = {s.path: s.reason for s in report.skipped}
+    assert set(reasons) == {
+        corrupt,
+        f"{class_name(0)}/nested/readme.txt",
+        f"{class_name(0)}/nested/anim.gif",
+    }
+    assert "cannot decode image" in reasons[corrupt]
+    assert reasons[f"{class_name(0)}/nested/anim.gif"].startswith("not an image: the name")
+
+    samples = all_samples(tmp_path / "ds")
+    keys = [key for key, _, _ in samples]
+    assert len(set(keys)) == len(keys) == report.samples
+    assert not any("." in key or "/" in key for key in keys)
+    assert Counter(label for _, _, label in samples) == Counter(
+        label for rel, label in expected if rel != corrupt
+    )
+    deep = (src / class_name(0) / "nested" / "v1.2" / "deep.JPG").read_bytes()
+    assert (deep, 0) in {(jpeg, label) for _, jpeg, label in samples}
+
+    # The plan does not depend on the worker count with nested files either.
+    run(src, tmp_path / "two", workers=2)
+    assert (tmp_path / "two" / INDEX_NAME).read_text() == (tmp_path / "ds" / INDEX_NAME).read_text()
+
+
+def test_a_link_loop_ends_and_is_reported(cli: Cli, tmp_path: Path) -> None:
+    src = nested_imagefolder(tmp_path)
+    expected = torchvision_samples(src)  # before the loops: torchvision would not end
+    nested = src / class_name(0) / "nested"
+    (nested / "up").symlink_to("..", target_is_directory=True)  # back to the class folder
+    (tmp_path / "outside" / "home").symlink_to(src, target_is_directory=True)  # to the root
+
+    scan = convert.scan_imagefolder(src)
+    assert [(f.rel, f.label) for f in scan.files] == expected
+    loops = {s.path: s.reason for s in scan.skipped if "loop" in s.reason}
+    assert loops == {
+        f"{class_name(0)}/nested/up": (
+            f"a loop: links back to {class_name(0)}, which holds it; not followed"
+        ),
+        f"{class_name(1)}/linked/home": (
+            "a loop: links back to the source folder, which holds it; not followed"
+        ),
+    }
+
+    proc = cli.run(
+        "data", "convert", "imagefolder", str(src), str(tmp_path / "ds"), "--workers", "1",
+        timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert f"{len(expected) - 1} images in" in proc.stdout
+    assert f"{class_name(0)}/nested/up: a loop: links back to {class_name(0)}" in proc.stdout
+    index = read_index(local(str(tmp_path / "ds")))
+    assert index.samples == len(expected) - 1
+    assert {s.path for s in index.skipped} >= set(loops)

@@ -156,8 +156,15 @@ def convert_imagefolder_cmd(
 ) -> int:
     """SRC (one folder per class, ImageNet layout) → shards at DEST (any datastore URI or folder).
 
+    Samples are those of torchvision's ImageFolder(SRC): the classes are SRC's
+    sub-folders, sorted (label = position); each class folder is searched
+    recursively, following links to folders (a link that loops back is
+    reported, not followed); a file is an image when its name ends with .jpg,
+    .jpeg, .png, .ppm, .bmp, .pgm, .tif, .tiff or .webp, in any case.
+
     An interrupted conversion resumes where it stopped when run again.
-    Unreadable images are listed, counted and left out, never silently.
+    Files left out (other extensions, unreadable or corrupt images) are listed
+    with the reason and counted, never silently.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 

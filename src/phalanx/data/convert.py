@@ -1,5 +1,13 @@
 """Convert an ImageNet-style folder into tar shards (see :mod:`phalanx.data.shards`).
 
+Which files are samples, and their labels, follow torchvision's ``ImageFolder``
+(:mod:`phalanx.data.imagefolder`): one class per sub-folder of the source,
+sorted; each class folder searched recursively, links to folders followed
+(a link that loops back is reported, not followed); a file is a sample when its
+name ends with a torchvision image extension, in any case. Everything left out
+is listed with the reason in the report and in ``index.json``: other files,
+unreadable files and folders, loops, and images that cannot be decoded.
+
 The conversion is planned up front and the plan is a pure function of the source
 folder's listing (sorted class folders, sorted file names, file sizes), so:
 
@@ -34,6 +42,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from phalanx.data.imagefolder import SourceScan, scan_imagefolder
 from phalanx.data.images import JPEG_QUALITY, ImageDecodeError, prepare_jpeg
 from phalanx.data.shards import (
     INDEX_NAME,
@@ -51,30 +60,9 @@ DEFAULT_SHARD_BYTES = 256 * 1024 * 1024
 STATE_DIR = "_convert"
 _SAMPLE_OVERHEAD = 1792  # two ustar headers, the label block and average padding
 _SHARD_FILE = re.compile(r"shard-\d{6,}\.tar")
-_EXPECTED = "expected an ImageNet-style folder: <src>/<class>/<image files>"
 
 Progress = Callable[[int, int], None]
 """Called with (samples processed, samples planned)."""
-
-
-@dataclass(frozen=True)
-class SourceFile:
-    """One candidate image in the source folder."""
-
-    rel: str
-    label: int
-    size: int
-    mtime: int
-
-
-@dataclass(frozen=True)
-class SourceScan:
-    """What :func:`scan_imagefolder` found."""
-
-    root: Path
-    classes: list[str]
-    files: list[SourceFile]
-    skipped: list[Skipped]
 
 
 @dataclass(frozen=True)
@@ -105,62 +93,12 @@ class ConvertReport:
     """Images re-encoded (not baseline RGB JPEG, or resized)."""
 
 
-def scan_imagefolder(src: Path) -> SourceScan:
-    """List ``src/<class>/<image>`` in a deterministic order.
-
-    Hidden files and folders are ignored; files with an extension Pillow cannot open
-    and folders nested in class folders are listed in ``skipped``.
-
-    Raises:
-        PhalanxError: ``src`` is missing, not a folder, has no class folders, or a
-            class folder holds no image files.
-    """
-    if not src.exists():
-        raise PhalanxError(f"{src}: no such folder; {_EXPECTED}")
-    if not src.is_dir():
-        raise PhalanxError(f"{src}: is a file; {_EXPECTED}")
-    classes = sorted(e.name for e in os.scandir(src) if e.is_dir() and not e.name.startswith("."))
-    if not classes:
-        raise PhalanxError(f"{src}: has no class subfolders; {_EXPECTED}")
-    extensions = {ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.OPEN}
-    files: list[SourceFile] = []
-    skipped: list[Skipped] = []
-    empty: list[str] = []
-    for label, cls in enumerate(classes):
-        count = len(files)
-        try:
-            entries = sorted(os.scandir(src / cls), key=lambda e: e.name)
-        except OSError as exc:
-            raise PhalanxError(f"{src / cls}: cannot list the folder ({exc.strerror})") from exc
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue
-            rel = f"{cls}/{entry.name}"
-            try:
-                if entry.is_dir():
-                    skipped.append(Skipped(rel, "a folder inside a class folder (not searched)"))
-                elif os.path.splitext(entry.name)[1].lower() not in extensions:
-                    skipped.append(Skipped(rel, "not an image file extension"))
-                else:
-                    st = entry.stat()
-                    files.append(SourceFile(rel, label, st.st_size, int(st.st_mtime)))
-            except OSError as exc:  # a dangling link, say: report it, carry on
-                skipped.append(Skipped(rel, f"cannot read file ({exc.strerror or exc})"))
-        if len(files) == count:
-            empty.append(cls)
-    if empty:
-        names = ", ".join(empty[:3]) + (f" and {len(empty) - 3} more" if len(empty) > 3 else "")
-        raise PhalanxError(
-            f"{src}: class folder(s) {names} hold no image files; {_EXPECTED} "
-            f"(remove empty class folders)"
-        )
-    return SourceScan(src, classes, files, skipped)
-
-
 def sample_key(class_name: str, index: int) -> str:
     """The shard key of sample ``index``: ``<class>_<index>``, dot-free and tar-safe.
 
-    The dataset-wide index keeps keys unique even when two class names sanitise alike.
+    The dataset-wide index keeps keys unique even when two class names sanitise alike,
+    and the file's own path (sub-folders, dots in their names) never enters the key,
+    so ``iter_samples`` groups ``<key>.jpg`` with ``<key>.cls`` whatever the layout.
     """
     safe = re.sub(r"[^A-Za-z0-9_-]", "_", class_name)[:48] or "class"
     return f"{safe}_{index:08d}"
@@ -323,7 +261,8 @@ def convert_imagefolder(
     """Convert the ImageNet-style folder ``src`` into a sharded dataset at ``dest``.
 
     Args:
-        src: Local folder ``src/<class>/<image files>``.
+        src: Local folder ``src/<class>/[<sub-folders>/]<image files>``; which files
+            are samples is torchvision's rule (:mod:`phalanx.data.imagefolder`).
         dest: Dataset folder on any datastore; created if missing.
         shard_bytes: Target shard size (source bytes per shard, see the module doc).
         workers: Processes that encode shards in parallel; default: all CPUs. With more
