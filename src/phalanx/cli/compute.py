@@ -1,4 +1,5 @@
-"""``phalanx compute …``: named compute targets (Ray clusters)."""
+"""``phalanx compute …``: compute targets (this machine, parts of it, Ray clusters),
+and ``phalanx queue``: what each target has, what runs where, what waits."""
 
 from __future__ import annotations
 
@@ -11,12 +12,17 @@ from rich.console import Console
 from rich.table import Table
 
 from phalanx.compute.targets import (
+    LOCAL,
+    LocalTarget,
     RayTarget,
+    Target,
     check_address,
     create_target,
     delete_target,
     get_target,
     list_targets,
+    parse_devices,
+    resolve_target,
     secret_key,
 )
 from phalanx.errors import PhalanxError
@@ -29,7 +35,7 @@ console = Console()
 
 @click.group("compute")
 def compute_group() -> None:
-    """Compute targets: Ray clusters jobs can run on (this machine is `local`)."""
+    """Compute targets: this machine (`local`), parts of it, and Ray clusters."""
 
 
 def _probe(address: str) -> None:
@@ -45,8 +51,16 @@ def _probe(address: str) -> None:
 
 @compute_group.command("create")
 @click.option("--name", required=True)
-@click.option("--type", "kind", type=click.Choice(["ray"]), default="ray", show_default=True)
-@click.option("--address", required=True, help="ray://HOST:PORT (Ray Client) or HOST:PORT (GCS).")
+@click.option(
+    "--type", "kind", type=click.Choice(["ray", "local"]), default="ray", show_default=True
+)
+@click.option("--address", help="Ray: ray://HOST:PORT (Ray Client) or HOST:PORT (GCS).")
+@click.option(
+    "--gpus",
+    metavar="IDS",
+    help="local: the GPUs jobs may use (0-3,6 or UUIDs; 'none'); default: every GPU found.",
+)
+@click.option("--cpus", type=float, help="local: CPU slots jobs may use; default: the cores.")
 @click.option("--token-env", metavar="VAR", help="Variable holding the cluster's Ray auth token.")
 @click.option(
     "--store-token",
@@ -74,7 +88,9 @@ def _probe(address: str) -> None:
 def create_cmd(
     name: str,
     kind: str,
-    address: str,
+    address: str | None,
+    gpus: str | None,
+    cpus: float | None,
     token_env: str | None,
     store_token: bool,
     placement: str,
@@ -83,8 +99,20 @@ def create_cmd(
     files: str,
     no_check: bool,
 ) -> int:
-    """Register a Ray cluster as a compute target."""
+    """Register a compute target: a Ray cluster, or (--type local) a part of this machine.
+
+    `--type local --name local` sets what the built-in target may use (e.g. keep
+    GPUs 6-7 for something else); delete it to go back to everything found.
+    """
     ws = Workspace()
+    if kind == "local":
+        create_target(ws, _local(name, gpus, cpus, address))
+        console.print(f"compute [bold]{name}[/bold] (local) → {_describe_local(ws, name)}")
+        return 0
+    if gpus is not None or cpus is not None:
+        raise PhalanxError("--gpus/--cpus are for --type local; a Ray target has --gpus-per-node")
+    if address is None:
+        raise PhalanxError("--address is required for --type ray: ray://HEAD:10001 or HEAD:6379")
     check_address(address)
     if not no_check:
         _probe(address)
@@ -111,43 +139,83 @@ def create_cmd(
     return 0
 
 
+def _local(name: str, gpus: str | None, cpus: float | None, address: str | None) -> LocalTarget:
+    if address is not None:
+        raise PhalanxError("--address is for --type ray; a local target is this machine")
+    if cpus is not None and cpus <= 0:
+        raise PhalanxError(f"--cpus {cpus:g}: give a number of CPU slots above 0")
+    try:
+        devices = parse_devices(gpus) if gpus is not None else None
+    except ValueError as exc:
+        raise PhalanxError(str(exc)) from None
+    return LocalTarget(name=name, gpus=devices, cpus=cpus)
+
+
+def _describe_local(ws: Workspace, name: str) -> str:
+    from phalanx.scheduler.capacity import local_capacity
+
+    target = resolve_target(name, ws)
+    assert isinstance(target, LocalTarget)
+    host = local_capacity(target).hosts[0]
+    gpus = ",".join(host.gpus) if host.gpus else "none"
+    return f"this machine: GPUs {gpus}, {host.cpus:g} CPU slots"
+
+
 @compute_group.command("list")
 @click.option("--json", "as_json", is_flag=True)
 def list_cmd(as_json: bool) -> int:
-    """The registered targets (and `local`, always there)."""
-    targets = list_targets(Workspace())
+    """The targets (`local`, this machine, is always there)."""
+    ws = Workspace()
+    targets = list_targets(ws)
+    if not any(t.name == LOCAL for t in targets):
+        targets.insert(0, LocalTarget())
     if as_json:
-        rows = [{"name": "local", "type": "local"}, *(_json(t) for t in targets)]
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps([_json(t) for t in targets], indent=2))
         return 0
     table = Table(box=None, header_style="bold")
-    for column in ("NAME", "TYPE", "ADDRESS", "PLACEMENT", "TOKEN"):
+    for column in ("NAME", "TYPE", "WHERE", "PLACEMENT", "TOKEN"):
         table.add_column(column)
-    table.add_row("local", "local", "this machine", "", "")
     for t in targets:
-        table.add_row(t.name, t.type, t.address, t.placement, t.token.where if t.token else "none")
+        if isinstance(t, LocalTarget):
+            table.add_row(t.name, t.type, _describe_local(ws, t.name), "", "")
+        else:
+            where = t.token.where if t.token else "none"
+            table.add_row(t.name, t.type, t.address, t.placement, where)
     console.print(table)
     return 0
 
 
 @compute_group.command("show")
 @click.argument("name")
-def show_cmd(name: str) -> int:
-    """A target's settings (its token as a reference, never the value)."""
-    click.echo(json.dumps(_json(get_target(Workspace(), name)), indent=2))
+@click.option("--json", "as_json", is_flag=True)
+def show_cmd(name: str, as_json: bool) -> int:
+    """A target: its settings (a token as a reference, never the value), what it has,
+    what runs on it where, and its queue."""
+    from phalanx.cli.queue import queue_view, render_queue
+
+    ws = Workspace()
+    target = resolve_target(name, ws) if name == LOCAL else get_target(ws, name)
+    view = {"settings": _json(target), **queue_view(ws, target)}
+    if as_json:
+        click.echo(json.dumps(view, indent=2))
+        return 0
+    render_queue(console, view)
     return 0
 
 
 @compute_group.command("delete")
 @click.argument("name")
 def delete_cmd(name: str) -> int:
-    """Forget a target and its stored token (the cluster is untouched)."""
+    """Forget a target and its stored token (the cluster is untouched); deleting `local`
+    gives the built-in target everything this machine has again."""
     delete_target(Workspace(), name)
     console.print(f"compute {name} deleted")
     return 0
 
 
-def _json(target: RayTarget) -> dict[str, object]:
+def _json(target: Target) -> dict[str, object]:
+    if isinstance(target, LocalTarget):
+        return target.model_dump()
     data = target.model_dump(exclude={"token"}, exclude_none=True)
     data["token"] = target.token.where if target.token else None
     return data

@@ -24,6 +24,7 @@ from phalanx.cli.datastore import datastore_group
 from phalanx.cli.job import create_and_maybe_stream, job_group, set_option
 from phalanx.cli.metrics import tensorboard_cmd
 from phalanx.cli.model import model_group
+from phalanx.cli.queue import queue_cmd
 from phalanx.errors import PhalanxError
 
 
@@ -41,6 +42,7 @@ cli.add_command(compute_group)
 cli.add_command(model_group)
 cli.add_command(tensorboard_cmd)
 cli.add_command(bench_group)
+cli.add_command(queue_cmd)
 
 
 @cli.command("run")

@@ -77,6 +77,8 @@ def job_json(job: JobRecord) -> dict[str, Any]:
         "ended_at": iso(job.ended_at),
         "duration_s": None if job.duration is None else round(job.duration, 3),
         "compute": job.spec.get("compute", "local"),
+        "queue": job.queue,
+        "nodes": list(job.attempts[-1].nodes) if job.attempts else [],
         "instance_count": nodes,
         "process_count_per_instance": procs,
         "command": job.spec.get("command"),
@@ -95,6 +97,7 @@ def job_json(job: JobRecord) -> dict[str, Any]:
                 "started_at": iso(a.started_at),
                 "ended_at": iso(a.ended_at),
                 "error": a.error.to_dict() if a.error else None,
+                "nodes": list(a.nodes),
             }
             for a in job.attempts
         ],
@@ -148,6 +151,12 @@ def show_job(console: Console, job: JobRecord) -> None:
         "compute",
         f"{job.spec.get('compute', 'local')} · {nodes} node(s) × {procs} process(es)",
     )
+    if job.status is JobStatus.QUEUED and job.queue:
+        place = job.queue.get("position")
+        head.add_row("queue", Text(f"#{place} · {job.queue.get('reason')}" if place else
+                                   str(job.queue.get("reason"))))  # fmt: skip
+    if job.attempts and job.attempts[-1].nodes:
+        head.add_row("nodes", node_devices(job.attempts[-1].nodes))
     head.add_row("command", Text(str(job.spec.get("command", "")).strip()))
     head.add_row("job folder", job.job_dir)
     logs = paths.rank_logs()
@@ -175,11 +184,29 @@ def show_job(console: Console, job: JobRecord) -> None:
         console.print(panel)
 
 
+def node_devices(nodes: tuple[dict[str, Any], ...]) -> Text:
+    """``node 0: host-a GPUs 0,1 · node 1: host-a GPUs 2,3``."""
+    parts = []
+    for k, node in enumerate(nodes):
+        gpus = node.get("gpus") or []
+        what = f"GPUs {','.join(gpus)}" if gpus else f"{node.get('cpus', 0):g} CPU slots"
+        parts.append(f"node {k}: {node.get('host')} {what}")
+    return Text(" · ".join(parts))
+
+
+def queue_place(job: JobRecord) -> str:
+    """``#3`` for a queued job, ``-`` otherwise."""
+    if job.status is not JobStatus.QUEUED or not job.queue or not job.queue.get("position"):
+        return "-"
+    return f"#{job.queue['position']}"
+
+
 def list_jobs(console: Console, jobs: list[JobRecord]) -> None:
     table = Table(show_edge=False)
     # Names and states are never cut short; descriptive columns give way first.
     table.add_column("name", no_wrap=True, min_width=max((len(j.name) for j in jobs), default=4))
     table.add_column("status", no_wrap=True, min_width=12)
+    table.add_column("queue", no_wrap=True)
     table.add_column("display name", overflow="ellipsis", no_wrap=True)
     table.add_column("experiment", overflow="ellipsis", no_wrap=True)
     table.add_column("created", no_wrap=True, min_width=19)
@@ -188,6 +215,7 @@ def list_jobs(console: Console, jobs: list[JobRecord]) -> None:
         table.add_row(
             job.name,
             status_text(job.status),
+            queue_place(job),
             job.display_name or "",
             job.experiment_name,
             local_time(job.created_at),

@@ -1,6 +1,10 @@
 """Compute targets: where a job's nodes come from.
 
-``compute: local`` (the default) runs every node on this machine. A Ray
+``compute: local`` (the default) runs every node on this machine, with the
+GPUs and CPU cores it finds; ``phalanx compute create --type local --name
+local --gpus 0-3 --cpus 16`` changes what the built-in target may use, and a
+local target of another name (``--name team-a --gpus 4-7``) is a second queue
+over another part of this machine. A Ray
 cluster is named inline, ``compute: ray://HOST:PORT`` (Ray Client) or
 ``compute: HOST:PORT`` (the cluster's GCS address, from a machine of the
 cluster), or registered once with ``phalanx compute create --type ray`` and
@@ -17,7 +21,7 @@ import sqlite3
 import time
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from phalanx.errors import PhalanxError
 from phalanx.storage.secrets import SecretRef, SecretStore, resolve
@@ -26,6 +30,51 @@ from phalanx.workspace import Workspace
 TARGET_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 RAY_ADDRESS_RE = re.compile(r"^(ray://)?[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
 LOCAL = "local"
+
+
+class LocalTarget(BaseModel):
+    """A part of this machine (or all of it) that jobs are scheduled on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = LOCAL
+    type: Literal["local"] = "local"
+    gpus: tuple[str, ...] | None = None
+    """GPU ids jobs may be given (``CUDA_VISIBLE_DEVICES`` values); found with
+    ``nvidia-smi`` when ``None``."""
+    cpus: float | None = Field(default=None, gt=0)
+    """CPU slots jobs may use; this machine's cores when ``None``."""
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _parse_gpus(cls, value: object) -> object:
+        return parse_devices(value) if isinstance(value, str) else value
+
+
+def parse_devices(text: str) -> tuple[str, ...]:
+    """``0-3,6`` → ``("0", "1", "2", "3", "6")``; ``none`` or empty → no GPUs.
+
+    Raises:
+        ValueError: a part is neither a number, a range nor a device UUID.
+    """
+    text = text.strip()
+    if text.lower() in ("", "none"):
+        return ()
+    devices: list[str] = []
+    for part in text.split(","):
+        part = part.strip()
+        first, dash, last = part.partition("-")
+        if dash and first.isdigit() and last.isdigit() and int(first) <= int(last):
+            devices.extend(str(i) for i in range(int(first), int(last) + 1))
+        elif part.isdigit() or re.fullmatch(r"(GPU|MIG)-[0-9A-Za-z/-]+", part):
+            devices.append(part)
+        else:
+            raise ValueError(
+                f"--gpus {text!r}: {part!r} is not a device number, a range (0-3) or a GPU UUID"
+            )
+    if len(set(devices)) != len(devices):
+        raise ValueError(f"--gpus {text!r} names a device twice")
+    return tuple(devices)
 
 
 class RayTarget(BaseModel):
@@ -66,32 +115,52 @@ def check_address(address: str) -> str:
     return address
 
 
+Target = LocalTarget | RayTarget
+
+
+def resolve_target(compute: str, ws: Workspace) -> Target:
+    """The target a spec's ``compute`` names: this machine's, a registered one, or a Ray address.
+
+    Raises:
+        PhalanxError: an unknown target name.
+    """
+    name = compute.removeprefix("azureml:")
+    if compute.startswith("ray://") or ":" in name:  # a target's name has no colon
+        return RayTarget(name=compute, address=check_address(compute))
+    if name == LOCAL:
+        rows = ws.query("SELECT config_json FROM computes WHERE name = ?", (LOCAL,))
+        return _load(rows[0]["config_json"]) if rows else LocalTarget()
+    return get_target(ws, name)
+
+
 def target_for(compute: str, ws: Workspace) -> RayTarget | None:
     """The Ray target a spec's ``compute`` names; ``None`` for this machine.
 
     Raises:
         PhalanxError: an unknown target name.
     """
-    name = compute.removeprefix("azureml:")
-    if name == LOCAL:
-        return None
-    if compute.startswith("ray://") or ":" in name:  # a target's name has no colon
-        return RayTarget(name=compute, address=check_address(compute))
-    return get_target(ws, name)
+    target = resolve_target(compute, ws)
+    return target if isinstance(target, RayTarget) else None
 
 
-def create_target(ws: Workspace, target: RayTarget) -> None:
-    """Record ``target``; its token must already be a reference.
+def create_target(ws: Workspace, target: Target) -> None:
+    """Record ``target``; a Ray target's token must already be a reference.
 
     Raises:
-        PhalanxError: the name is ``local``, invalid or taken.
+        PhalanxError: the name is invalid or taken, or ``local`` is not a local target,
+            or a local target's GPUs are another local target's too.
     """
-    if target.name == LOCAL or not TARGET_NAME_RE.fullmatch(target.name):
+    if not TARGET_NAME_RE.fullmatch(target.name) or (
+        target.name == LOCAL and not isinstance(target, LocalTarget)
+    ):
         raise PhalanxError(
             f"compute name {target.name!r} is invalid or reserved: use letters, digits, '_' "
-            "and '-', not 'local'"
+            "and '-' ('local' only with --type local, for this machine's own settings)"
         )
-    check_address(target.address)
+    if isinstance(target, RayTarget):
+        check_address(target.address)
+    else:
+        _check_disjoint(ws, target)
     try:
         with ws.transaction() as db:
             db.execute(
@@ -104,7 +173,7 @@ def create_target(ws: Workspace, target: RayTarget) -> None:
         ) from exc
 
 
-def get_target(ws: Workspace, name: str) -> RayTarget:
+def get_target(ws: Workspace, name: str) -> Target:
     """The registered target ``name``.
 
     Raises:
@@ -112,7 +181,7 @@ def get_target(ws: Workspace, name: str) -> RayTarget:
     """
     rows = ws.query("SELECT config_json FROM computes WHERE name = ?", (name,))
     if not rows:
-        known = ", ".join([LOCAL, *(t.name for t in list_targets(ws))])
+        known = ", ".join(sorted({LOCAL, *(t.name for t in list_targets(ws))}))
         raise PhalanxError(
             f"compute target {name!r} not found (known: {known}); create it with "
             "`phalanx compute create --name NAME --type ray --address HOST:PORT` or write "
@@ -121,7 +190,7 @@ def get_target(ws: Workspace, name: str) -> RayTarget:
     return _load(rows[0]["config_json"])
 
 
-def list_targets(ws: Workspace) -> list[RayTarget]:
+def list_targets(ws: Workspace) -> list[Target]:
     return [
         _load(r["config_json"]) for r in ws.query("SELECT config_json FROM computes ORDER BY name")
     ]
@@ -140,8 +209,29 @@ def secret_key(name: str) -> str:
     return f"compute/{name}/token"
 
 
-def _load(config_json: str) -> RayTarget:
+def _check_disjoint(ws: Workspace, target: LocalTarget) -> None:
+    """Two local targets never share a GPU: each is its own queue over its devices."""
+    if not target.gpus:
+        return
+    for other in list_targets(ws):
+        if isinstance(other, LocalTarget) and other.name != target.name and other.gpus:
+            shared = sorted(set(other.gpus) & set(target.gpus), key=_device_order)
+            if shared:
+                raise PhalanxError(
+                    f"--gpus: device(s) {','.join(shared)} already belong to compute "
+                    f"{other.name!r}; give each local target its own GPUs"
+                )
+
+
+def _device_order(device: str) -> tuple[int, str]:
+    return (int(device), "") if device.isdigit() else (1 << 30, device)
+
+
+def _load(config_json: str) -> Target:
+    data = json.loads(config_json)
     try:
-        return RayTarget.model_validate(json.loads(config_json))
+        if data.get("type") == "local":
+            return LocalTarget.model_validate(data)
+        return RayTarget.model_validate(data)
     except ValidationError as exc:
         raise PhalanxError(f"a compute target record cannot be read: {exc}") from exc

@@ -13,21 +13,68 @@ from pathlib import Path
 import psutil
 
 from phalanx.compute.local import LocalCompute
+from phalanx.compute.targets import LocalTarget, resolve_target
 from phalanx.errors import PhalanxError
+from phalanx.jobs.policy import decide
 from phalanx.jobs.sysmetrics import INTERVAL_ENV
+from phalanx.scheduler.capacity import local_capacity
+from phalanx.scheduler.ledger import grant_of, release
+from phalanx.scheduler.process import ensure_running, is_supervisor
+from phalanx.scheduler.request import priority_of, request_for
 from phalanx.spec import JobSpec
-from phalanx.workspace import JobRecord, JobStatus, RootCause, Workspace
+from phalanx.workspace import (
+    AttemptStatus,
+    FailureCause,
+    JobRecord,
+    JobStatus,
+    QueueEntry,
+    RootCause,
+    Workspace,
+)
 from phalanx.workspace.layout import HOME_ENV
 from phalanx.workspace.snapshot import LIMIT_ENV
 
-# A Queued job whose supervisor never recorded itself within this long is lost.
-_START_TIMEOUT_S = 60.0
-
 
 def submit(ws: Workspace, spec: JobSpec, spec_text: str) -> JobRecord:
-    """Record the job and start its supervisor; returns the Queued job."""
-    job = ws.create_job(spec.to_record(), spec_text=spec_text, name=spec.name, code=spec.code_path)
-    paths = ws.paths(job.name)
+    """Record the job in its target's queue and start its supervisor; returns the Queued job.
+
+    The supervisor waits (asleep) until the scheduler gives the job its devices.
+    It carries this command's environment, as a job started here always has.
+
+    Raises:
+        PhalanxError: the target is unknown, or the job can never fit it.
+    """
+    entry = queue_entry(ws, spec)
+    job = ws.create_job(
+        spec.to_record(), spec_text=spec_text, name=spec.name, code=spec.code_path, queue=entry
+    )
+    spawn_supervisor(ws, job.name)
+    ensure_running(ws.home)
+    return ws.get_job(job.name)
+
+
+def queue_entry(ws: Workspace, spec: JobSpec) -> QueueEntry:
+    """Which queue the job joins and what it asks for there.
+
+    Raises:
+        PhalanxError: the target is unknown, or the job can never fit it.
+    """
+    target = resolve_target(spec.compute, ws)
+    capacity = local_capacity(target) if isinstance(target, LocalTarget) else None
+    request = request_for(spec, target, capacity)
+    priority, tier = priority_of(spec)
+    return QueueEntry(
+        target=target.name,
+        request={"nodes": request.nodes, "gpus": request.gpus, "cpus": request.cpus},
+        priority=priority,
+        tier=tier,
+        timeout=float(spec.limits.timeout) if spec.limits.timeout else None,
+    )
+
+
+def spawn_supervisor(ws: Workspace, name: str) -> int:
+    """Start the job's supervisor, detached, in this process's environment; its pid."""
+    paths = ws.paths(name)
     # A job submitted from inside another job is not that job's: drop its markers.
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
     env[HOME_ENV] = str(ws.home)
@@ -37,7 +84,7 @@ def submit(ws: Workspace, spec: JobSpec, spec_text: str) -> JobRecord:
             env[keep] = value
     with open(paths.supervisor_log, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "phalanx.jobs.supervisor", job.name],
+            [sys.executable, "-m", "phalanx.jobs.supervisor", name],
             env=env,
             cwd=paths.root,
             stdin=subprocess.DEVNULL,
@@ -57,8 +104,8 @@ def submit(ws: Workspace, spec: JobSpec, spec_text: str) -> JobRecord:
             time.sleep(0.01)
     except psutil.Error:
         created = time.time()
-    ws.set_supervisor(job.name, proc.pid, created)
-    return ws.get_job(job.name)
+    ws.set_supervisor(name, proc.pid, created)
+    return proc.pid
 
 
 def supervisor_alive(job: JobRecord) -> bool:
@@ -68,34 +115,64 @@ def supervisor_alive(job: JobRecord) -> bool:
     its command line. (Start times are no test: psutil derives them from the
     wall clock, so a clock step would make a live supervisor look dead.)
     """
-    if job.supervisor_pid is None:
-        return False
-    try:
-        proc = psutil.Process(job.supervisor_pid)
-        cmdline = proc.cmdline()
-        ours = "phalanx.jobs.supervisor" in cmdline and job.name in cmdline
-        return ours and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+    return job.supervisor_pid is not None and is_supervisor(job.supervisor_pid, job.name)
 
 
 def refresh(ws: Workspace, job: JobRecord) -> JobRecord:
-    """The job as stored, marked Failed if its supervisor died without ending it."""
-    if job.status.is_terminal or supervisor_alive(job):
-        return job
-    if job.supervisor_pid is None and time.time() - job.created_at < _START_TIMEOUT_S:
-        return job  # still starting
+    """The job as stored, making sure the workspace's scheduler watches it.
+
+    A job whose supervisor died is recovered by the scheduler within a second
+    or two (:func:`recover_lost`), with or without a CLI call.
+    """
+    if not job.status.is_terminal and ws.home not in _ensured:
+        ensure_running(ws.home)
+        _ensured.add(ws.home)  # once per command: a listing of 500 jobs checks once
+    return job
+
+
+_ensured: set[Path] = set()
+
+
+def recover_lost(ws: Workspace, job: JobRecord) -> None:
+    """End what a dead supervisor left: its processes, mounts and attempt; then retry or fail.
+
+    The attempt it was running (or one recorded now, when it died before its
+    first) ends as an ``infrastructure`` failure; the retry policy decides
+    whether the job goes back to the queue (to resume from its checkpoints)
+    or fails. A job that was only waiting in the queue just loses its waiting
+    process: the scheduler starts a new one when its turn comes.
+    """
     LocalCompute().sweep(Path(job.job_dir), None, grace_s=2.0)
     _unmount_leftovers(Path(job.job_dir))
-    ws.set_status(
-        job.name,
-        JobStatus.FAILED,
-        error=RootCause(
-            message="the job's supervisor process ended unexpectedly (machine restart or "
-            "kill -9); see system_logs/supervisor.txt and resubmit the job"
-        ),
+    attempts = ws.list_attempts(job.name)
+    open_attempt = next((a for a in attempts if a.ended_at is None), None)
+    if job.status is JobStatus.QUEUED and open_attempt is None and not grant_of(ws, job.name):
+        ws.clear_supervisor(job.name)
+        return
+    message = (
+        "the job's supervisor process ended unexpectedly (killed, out of memory, or the machine "
+        "restarted); its processes were stopped; see system_logs/supervisor.txt"
     )
-    return ws.get_job(job.name)
+    error = RootCause(message=message)
+    if open_attempt is None:
+        open_attempt = ws.start_attempt(job.name, master_port=None)
+    ws.end_attempt(
+        job.name,
+        open_attempt.number,
+        AttemptStatus.FAILED,
+        cause=FailureCause.INFRASTRUCTURE,
+        error=error,
+    )
+    spec = JobSpec.model_validate(job.spec)
+    earlier = [a for a in ws.list_attempts(job.name) if a.number != open_attempt.number]
+    decision = decide(spec.retry, earlier, FailureCause.INFRASTRUCTURE, error)
+    verdict = "retried" if decision.retry else "not retried"
+    ws.set_attempt_note(job.name, open_attempt.number, f"{verdict}: {decision.reason}")
+    if decision.retry:
+        ws.clear_supervisor(job.name)
+        release(ws, job.name, requeue=True)
+    else:
+        ws.set_status(job.name, JobStatus.FAILED, error=error)
 
 
 def _unmount_leftovers(job_dir: Path) -> None:

@@ -52,6 +52,10 @@ from phalanx.launch.rootcause import (
     read_rank_records,
     root_cause,
 )
+from phalanx.scheduler.ledger import grant_of, release
+from phalanx.scheduler.model import NodeGrant
+from phalanx.scheduler.process import poke
+from phalanx.scheduler.waiting import wait_for_grant
 from phalanx.spec import JobSpec
 from phalanx.workspace import (
     AttemptStatus,
@@ -94,6 +98,8 @@ class JobRunner:
         self.paths: JobPaths = workspace.paths(name)
         self._cancel = False
         self._master_port = 0
+        self._grant: tuple[NodeGrant, ...] | None = None
+        """What each node holds this attempt (from the scheduler)."""
 
     def request_cancel(self, *_: object) -> None:
         """Signal handler: stop the job at the next poll."""
@@ -153,6 +159,12 @@ class JobRunner:
         while True:
             if self._cancelled():
                 return self._finish(JobStatus.CANCELED, None)
+            # A job that gave its devices back (preempted) waits for its turn again.
+            self._grant = grant_of(self.ws, self.name) or wait_for_grant(
+                self.ws, self.name, self._cancelled
+            )
+            if not self._grant:
+                return self._finish(JobStatus.CANCELED, None)
             try:
                 # Ray: reserve the attempt's nodes, waiting for Ray to have them.
                 self.compute.allocate(
@@ -196,9 +208,14 @@ class JobRunner:
             )
             if not decision.retry:
                 return self._finish(JobStatus.FAILED, outcome.error)
+            if outcome.cause is FailureCause.PREEMPTION:
+                # Its devices were taken: back to the queue, to resume when its turn comes.
+                release(self.ws, self.name, requeue=True)
+                poke(self.ws.home)
 
     def _finish(self, status: JobStatus, error: RootCause | None) -> JobStatus:
-        self.ws.set_status(self.name, status, error=error)
+        self.ws.set_status(self.name, status, error=error)  # gives its devices back
+        poke(self.ws.home)
         log.info("job %s: %s%s", self.name, status, f" ({error.message})" if error else "")
         return status
 
@@ -207,7 +224,12 @@ class JobRunner:
     ) -> AttemptOutcome:
         master_addr = self.compute.master_addr
         master_port = self._master_port = self.compute.free_ports(0, 1)[0]
-        attempt = self.ws.start_attempt(self.name, master_port=master_port)
+        grant = self._grant or ()
+        attempt = self.ws.start_attempt(
+            self.name,
+            master_port=master_port,
+            nodes=[{"host": n.host, "gpus": list(n.gpus), "cpus": n.cpus} for n in grant],
+        )
         self.ws.set_status(self.name, JobStatus.RUNNING)
         log.info(
             "attempt %d: %d node(s) x %d process(es), master %s:%d",
@@ -293,8 +315,39 @@ class JobRunner:
             env_prefix=prepared.env_prefix,
             shared_machine=spec.distribution_type == "mpi"
             and self.compute.shares_machine(spec.instance_count),
+            devices=self._devices(node_rank),
+            node_devices=self._mpi_devices(spec),
         )
         return self.compute.start_node(launch, self.paths.node_log(node_rank))
+
+    def _devices(self, node_rank: int) -> tuple[str, ...] | None:
+        """The GPUs node ``node_rank`` was given (``None``: leave ``CUDA_VISIBLE_DEVICES`` be).
+
+        On this machine every node gets exactly its devices, none when it was given
+        none on a machine that has some. On Ray, Ray assigns each node's GPUs.
+        """
+        if not isinstance(self.compute, LocalCompute) or not self._grant:
+            return None
+        if node_rank >= len(self._grant):
+            return None
+        if not self._grant[node_rank].gpus and not self._target_has_gpus():
+            return None
+        return self._grant[node_rank].gpus
+
+    def _mpi_devices(self, spec: JobSpec) -> tuple[tuple[str, ...], ...]:
+        """MPI: every node's GPUs, for its daemon (empty when they are left be)."""
+        if spec.distribution_type != "mpi":
+            return ()
+        devices = [self._devices(k) for k in range(spec.instance_count)]
+        return tuple(d for d in devices if d is not None) if None not in devices else ()
+
+    def _target_has_gpus(self) -> bool:
+        from phalanx.compute.targets import LocalTarget, resolve_target
+        from phalanx.scheduler.capacity import local_capacity
+
+        spec = JobSpec.model_validate(self.ws.get_job(self.name).spec)
+        target = resolve_target(spec.compute, self.ws)
+        return isinstance(target, LocalTarget) and local_capacity(target).gpus > 0
 
     def _watch(
         self, spec: JobSpec, attempt: int, nodes: list[Node], deadline: float | None

@@ -1,29 +1,36 @@
 """The detached process that runs one job: ``python -m phalanx.jobs.supervisor NAME``.
 
 Started by ``phalanx job create`` in a session of its own, so it outlives the
-CLI and a Ctrl-C at the terminal never reaches it. SIGTERM (from ``phalanx
-job cancel``) stops the job. Its log is the job's ``system_logs/supervisor.txt``.
-A bug in the runner still ends the job, as Failed with a system error, and
-leaves no process of the job behind.
+CLI and a Ctrl-C at the terminal never reaches it (or by the scheduler, for a
+job whose supervisor was lost). It first waits, asleep and light (nothing heavy
+imported yet), until the scheduler gives the job its devices; then it runs the
+job. SIGTERM (from ``phalanx job cancel``) stops the job, waiting or not. Its
+log is the job's ``system_logs/supervisor.txt``. A bug in the runner still ends
+the job, as Failed with a system error, and leaves no process of the job
+behind. Two supervisors of one job never both run it: each claims the job
+first, and one that finds another alive leaves.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import traceback
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from phalanx.compute.local import LocalCompute
-from phalanx.compute.ray import RayCompute
-from phalanx.compute.targets import target_for
 from phalanx.errors import PhalanxError
-from phalanx.jobs.runner import JobRunner
 from phalanx.launch.procs import become_subreaper
-from phalanx.spec import JobSpec
+from phalanx.scheduler.process import is_supervisor
+from phalanx.scheduler.waiting import wait_for_grant
 from phalanx.storage.redact import RedactingFormatter, redact
 from phalanx.workspace import FailureCause, JobStatus, RootCause, Workspace
+
+if TYPE_CHECKING:
+    from phalanx.compute.local import LocalCompute
+    from phalanx.compute.ray import RayCompute
 
 
 def main(argv: list[str]) -> int:
@@ -41,7 +48,21 @@ def main(argv: list[str]) -> int:
     for sdk in ("azure", "botocore", "s3fs", "aiobotocore", "urllib3"):
         logging.getLogger(sdk).setLevel(logging.WARNING)
     ws = Workspace()
+    if not ws.claim_supervisor(name, os.getpid(), lambda pid: is_supervisor(pid, name)):
+        logging.getLogger(__name__).info("another supervisor runs job %s; leaving", name)
+        return 0
     become_subreaper()
+    stopping: list[bool] = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    if wait_for_grant(ws, name, lambda: bool(stopping) or ws.requests(name)[0]) is None:
+        if not ws.get_job(name).status.is_terminal:
+            ws.set_status(name, JobStatus.CANCELED)
+        return 0
+    # Its turn: only now the runner (and what it imports) is loaded.
+    from phalanx.jobs.runner import JobRunner
+
     runner: JobRunner | None = None
     try:
         compute = make_compute(
@@ -54,7 +75,8 @@ def main(argv: list[str]) -> int:
     runner = JobRunner(ws, name, compute)
     signal.signal(signal.SIGTERM, runner.request_cancel)
     signal.signal(signal.SIGINT, runner.request_cancel)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    if stopping:
+        runner.request_cancel()
     try:
         status = runner.run()
     except Exception:
@@ -79,6 +101,11 @@ def make_compute(
     Raises:
         PhalanxError: an unknown target, or its token cannot be read.
     """
+    from phalanx.compute.local import LocalCompute
+    from phalanx.compute.ray import RayCompute
+    from phalanx.compute.targets import target_for
+    from phalanx.spec import JobSpec
+
     spec = JobSpec.model_validate(ws.get_job(name).spec)
     target = target_for(spec.compute, ws)
     if target is None:

@@ -46,6 +46,10 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 255
+    # Each local node has its own GPUs: its daemon (and so its ranks) sees only those.
+    devices = json.loads(os.environ.get("PHALANX_MPI_DEVICES") or "{}")
+    if host in devices:
+        os.environ["CUDA_VISIBLE_DEVICES"] = devices[host]
     # The command arrives as ssh would pass it: one string for a shell.
     os.execv("/bin/sh", ["/bin/sh", "-c", command])
     return 0  # not reached

@@ -58,6 +58,11 @@ class NodeLaunch:
     """The job's built environment; its ``bin`` comes first on ``PATH``."""
     shared_machine: bool = False
     """Some of the job's nodes are one machine (MPI then stays off shared memory)."""
+    devices: tuple[str, ...] | None = None
+    """The GPUs this node was given (``CUDA_VISIBLE_DEVICES``); ``None`` leaves it be."""
+    node_devices: tuple[tuple[str, ...], ...] = ()
+    """MPI on this machine: every node's GPUs, node 0 first (the rsh agent gives each
+    node's daemon its own)."""
 
     def argv(self, env: Mapping[str, str] | None = None) -> list[str]:
         """The launcher's command line for this node.
@@ -165,6 +170,13 @@ class NodeLaunch:
             env["PHALANX_TF_CLUSTER"] = json.dumps(self.tf_cluster)
         if self.distribution == "mpi":
             env["PHALANX_NODE_COMMAND"] = self.command
+        if self.devices is not None:
+            # LOCAL_RANK k uses the k-th of the node's own devices.
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.devices)
+        if self.node_devices and self.hosts:
+            env["PHALANX_MPI_DEVICES"] = json.dumps(
+                {host: ",".join(d) for host, d in zip(self.hosts, self.node_devices, strict=False)}
+            )
         # torchrun's own error file goes to the system logs, not a temp folder.
         env["TORCHELASTIC_ERROR_FILE"] = str(
             self.job_dir

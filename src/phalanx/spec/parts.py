@@ -173,7 +173,7 @@ class OutputSpec(_DataPath, SpecModel):
 
 
 class Resources(SpecModel):
-    """How many machines (instances) the job runs on."""
+    """How many machines (instances) the job runs on, and what each node needs."""
 
     instance_count: Annotated[StrictInt, Field(ge=1)] = 1
     """Number of nodes; each runs ``process_count_per_instance`` workers."""
@@ -181,6 +181,13 @@ class Resources(SpecModel):
     """Azure ML VM size; recorded, not used by local compute."""
     shm_size: str | None = None
     """Docker shared-memory size (``8g``); recorded."""
+    gpus_per_instance: Annotated[StrictInt, Field(ge=0)] | None = None
+    """phalanx's own: GPUs each node is given. On a target with GPUs the default
+    is one per process (``process_count_per_instance``); 0 runs on CPUs only."""
+    cpus_per_instance: Annotated[float, Field(gt=0)] | None = None
+    """phalanx's own: CPU slots each node holds. The default on a target without
+    GPUs is one per process (at most the whole machine); on a GPU target, none
+    are counted unless this is given."""
 
 
 class PyTorchDistribution(SpecModel):
@@ -250,12 +257,20 @@ class Retry(SpecModel):
 
 
 class QueueSettings(SpecModel):
-    """Azure ML's queue settings; recorded, not acted on."""
+    """Azure ML's queue settings: where the job stands in its target's queue."""
 
     job_tier: Literal["spot", "basic", "standard", "premium"] | None = None
-    """Azure ML job tier; ``null`` for the default."""
-    priority: str | int | None = None
-    """Azure ML job priority."""
+    """Azure ML job tier (``standard`` when absent); ``spot`` jobs may be preempted
+    for jobs that rank above them."""
+    priority: Literal["low", "medium", "high"] | StrictInt | None = None
+    """``low``, ``medium`` (the default) or ``high``; or a number on the same scale
+    (1 = low, 2 = medium, 3 = high, more is higher). Low-priority jobs may be
+    preempted for jobs that rank above them."""
+
+    @field_validator("priority", mode="before")
+    @classmethod
+    def _normalise_priority(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
 
     @field_validator("job_tier", mode="before")
     @classmethod

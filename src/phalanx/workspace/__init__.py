@@ -7,6 +7,7 @@ from phalanx.workspace.records import (
     FailureCause,
     JobRecord,
     JobStatus,
+    QueueEntry,
     RootCause,
 )
 from phalanx.workspace.store import Workspace
@@ -18,6 +19,7 @@ __all__ = [
     "JobPaths",
     "JobRecord",
     "JobStatus",
+    "QueueEntry",
     "RootCause",
     "Workspace",
     "phalanx_home",

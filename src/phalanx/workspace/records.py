@@ -94,6 +94,21 @@ class AttemptRecord:
     note: str | None = None
     """What followed: retried, or why not (the retry policy's reason)."""
     error: RootCause | None = None
+    nodes: tuple[dict[str, Any], ...] = ()
+    """Each node's host and devices (``{"host", "gpus", "cpus"}``), in node order."""
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """What the scheduler keeps of a job: its target and what it asks for."""
+
+    target: str = "local"
+    request: dict[str, Any] | None = None
+    """``{"nodes", "gpus", "cpus"}`` per node (see :mod:`phalanx.scheduler.request`)."""
+    priority: int = 2
+    tier: int = 3
+    timeout: float | None = None
+    """``limits.timeout``: the longest the job runs, which backfilling counts on."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +129,10 @@ class JobRecord:
     cancel_requested: bool = False
     error: RootCause | None = None
     attempts: tuple[AttemptRecord, ...] = ()
+    target: str = "local"
+    """The compute target whose queue it is in."""
+    queue: dict[str, Any] | None = None
+    """While Queued: ``{"position", "reason"}`` as the scheduler last saw it."""
 
     @property
     def duration(self) -> float | None:

@@ -12,7 +12,7 @@ import shutil
 import sqlite3
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,11 +26,12 @@ from phalanx.workspace.records import (
     FailureCause,
     JobRecord,
     JobStatus,
+    QueueEntry,
     RootCause,
 )
 from phalanx.workspace.snapshot import snapshot_code
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     name TEXT PRIMARY KEY,
@@ -47,9 +48,16 @@ CREATE TABLE IF NOT EXISTS jobs (
     supervisor_started REAL,
     cancel_requested INTEGER NOT NULL DEFAULT 0,
     preempt_json TEXT,
-    error_json TEXT
+    error_json TEXT,
+    target TEXT,
+    request_json TEXT,
+    priority INTEGER,
+    tier INTEGER,
+    timeout REAL,
+    queue_json TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at);
+CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status);
 CREATE TABLE IF NOT EXISTS attempts (
     job_name TEXT NOT NULL REFERENCES jobs (name) ON DELETE CASCADE,
     number INTEGER NOT NULL,
@@ -61,6 +69,7 @@ CREATE TABLE IF NOT EXISTS attempts (
     master_port INTEGER,
     note TEXT,
     error_json TEXT,
+    nodes_json TEXT,
     PRIMARY KEY (job_name, number)
 );
 CREATE TABLE IF NOT EXISTS datastores (
@@ -99,6 +108,17 @@ CREATE TABLE IF NOT EXISTS computes (
     config_json TEXT NOT NULL,
     created_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS allocations (
+    job_name TEXT NOT NULL REFERENCES jobs (name) ON DELETE CASCADE,
+    node INTEGER NOT NULL,
+    target TEXT NOT NULL,
+    host TEXT NOT NULL,
+    gpus_json TEXT NOT NULL,
+    cpus REAL NOT NULL,
+    granted_at REAL NOT NULL,
+    releasing_at REAL,
+    PRIMARY KEY (job_name, node)
+);
 """
 # Each step upgrades a workspace from the version before it.
 _MIGRATIONS: dict[int, list[str]] = {
@@ -108,6 +128,23 @@ _MIGRATIONS: dict[int, list[str]] = {
     4: [sql for sql in _SCHEMA.split(";") if "datastores (" in sql or "data_assets (" in sql],
     5: [sql for sql in _SCHEMA.split(";") if "models (" in sql],
     6: [sql for sql in _SCHEMA.split(";") if "computes (" in sql],
+    # The scheduler: what each job asks for, its place in the queue, what it holds.
+    7: [
+        *(
+            f"ALTER TABLE jobs ADD COLUMN {column}"
+            for column in (
+                "target TEXT",
+                "request_json TEXT",
+                "priority INTEGER",
+                "tier INTEGER",
+                "timeout REAL",
+                "queue_json TEXT",
+            )
+        ),
+        "ALTER TABLE attempts ADD COLUMN nodes_json TEXT",
+        "CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status)",
+        *(sql for sql in _SCHEMA.split(";") if "allocations (" in sql),
+    ],
 }
 
 
@@ -204,6 +241,7 @@ class Workspace:
         spec_text: str,
         name: str | None = None,
         code: Path | None = None,
+        queue: QueueEntry | None = None,
     ) -> JobRecord:
         """Record a new Queued job, with its folder and code snapshot.
 
@@ -215,6 +253,7 @@ class Workspace:
             spec_text: The YAML the user submitted (after ``--set``), kept verbatim.
             name: The job name; generated when ``None``.
             code: A folder to snapshot as the job's working directory.
+            queue: Where it queues and what it asks for (the scheduler's part).
 
         Raises:
             PhalanxError: the name is taken or invalid, or the code folder is too large.
@@ -238,7 +277,7 @@ class Workspace:
             paths.spec_json.write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n")
             # The row commits only once the folder is in place: never one without the other.
             with self._transaction():
-                final_name = self._insert_job(spec, name)
+                final_name = self._insert_job(spec, name, queue or QueueEntry())
                 try:
                     staging.rename(self.jobs_dir / final_name)
                 except OSError as exc:
@@ -255,13 +294,14 @@ class Workspace:
         row = self._db.execute("SELECT 1 FROM jobs WHERE name = ?", (name,)).fetchone()
         return row is not None
 
-    def _insert_job(self, spec: dict[str, Any], name: str | None) -> str:
+    def _insert_job(self, spec: dict[str, Any], name: str | None, queue: QueueEntry) -> str:
         for _ in range(20):
             candidate = name or generate_name()
             try:
                 self._db.execute(
                     "INSERT INTO jobs (name, display_name, experiment_name, description, tags_json,"
-                    " status, created_at, spec_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    " status, created_at, spec_json, target, request_json, priority, tier, timeout)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         candidate,
                         spec.get("display_name"),
@@ -271,6 +311,11 @@ class Workspace:
                         JobStatus.QUEUED.value,
                         time.time(),
                         json.dumps(spec, sort_keys=True),
+                        queue.target,
+                        _dumps(queue.request),
+                        queue.priority,
+                        queue.tier,
+                        queue.timeout,
                     ),
                 )
                 return candidate
@@ -324,6 +369,8 @@ class Workspace:
             cancel_requested=bool(row["cancel_requested"]),
             error=RootCause.from_dict(json.loads(row["error_json"])) if row["error_json"] else None,
             attempts=tuple(attempts),
+            target=row["target"] or "local",
+            queue=json.loads(row["queue_json"]) if row["queue_json"] else None,
         )
 
     def set_supervisor(self, name: str, pid: int, started: float) -> None:
@@ -331,6 +378,28 @@ class Workspace:
             "UPDATE jobs SET supervisor_pid = ?, supervisor_started = ? WHERE name = ?",
             (pid, started, name),
         )
+
+    def clear_supervisor(self, name: str) -> None:
+        """Forget a supervisor that died (the scheduler starts another when it is needed)."""
+        self._db.execute(
+            "UPDATE jobs SET supervisor_pid = NULL, supervisor_started = NULL WHERE name = ?",
+            (name,),
+        )
+
+    def claim_supervisor(self, name: str, pid: int, alive: Callable[[int], bool]) -> bool:
+        """Record ``pid`` as the job's supervisor unless another live one is recorded."""
+        with self._transaction() as db:
+            row = db.execute("SELECT supervisor_pid FROM jobs WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise JobNotFoundError(name)
+            current = row[0]
+            if current is not None and current != pid and alive(current):
+                return False
+            db.execute(
+                "UPDATE jobs SET supervisor_pid = ?, supervisor_started = ? WHERE name = ?",
+                (pid, time.time(), name),
+            )
+        return True
 
     def set_status(self, name: str, status: JobStatus, *, error: RootCause | None = None) -> bool:
         """Move a job to ``status``; a terminal job never moves again.
@@ -350,6 +419,9 @@ class Workspace:
             started = row["started_at"]
             if started is None and status is not JobStatus.QUEUED:
                 started = now
+            if status is not JobStatus.QUEUED:
+                # Its place in the queue and why it waited are history now.
+                db.execute("UPDATE jobs SET queue_json = NULL WHERE name = ?", (name,))
             db.execute(
                 "UPDATE jobs SET status = ?, started_at = ?, ended_at = ?, error_json = ? "
                 "WHERE name = ?",
@@ -362,6 +434,8 @@ class Workspace:
                 ),
             )
             if status.is_terminal:
+                # Its devices are free the moment it ends, whoever ends it.
+                db.execute("DELETE FROM allocations WHERE job_name = ?", (name,))
                 # An attempt cut short with its job (supervisor lost, cancel) ends with it.
                 ended = {
                     JobStatus.COMPLETED: AttemptStatus.SUCCEEDED,
@@ -410,17 +484,25 @@ class Workspace:
 
     # -- attempts -----------------------------------------------------------
 
-    def start_attempt(self, name: str, *, master_port: int | None) -> AttemptRecord:
+    def start_attempt(
+        self,
+        name: str,
+        *,
+        master_port: int | None,
+        nodes: list[dict[str, Any]] | None = None,
+    ) -> AttemptRecord:
+        """Record a new running attempt; ``nodes`` is each node's host and devices."""
         with self._transaction() as db:
             row = db.execute(
                 "SELECT COALESCE(MAX(number), 0) + 1 FROM attempts WHERE job_name = ?", (name,)
             ).fetchone()
             number = int(row[0])
             db.execute(
-                "INSERT INTO attempts (job_name, number, status, started_at, master_port) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (name, number, AttemptStatus.RUNNING.value, time.time(), master_port),
-            )
+                "INSERT INTO attempts (job_name, number, status, started_at, master_port,"
+                " nodes_json) VALUES (?, ?, ?, ?, ?, ?)",
+                (name, number, AttemptStatus.RUNNING.value, time.time(), master_port,
+                 _dumps(nodes)),
+            )  # fmt: skip
         return self.list_attempts(name)[-1]
 
     def end_attempt(
@@ -468,6 +550,7 @@ class Workspace:
                 exit_code=row["exit_code"],
                 master_port=row["master_port"],
                 note=row["note"],
+                nodes=tuple(json.loads(row["nodes_json"])) if row["nodes_json"] else (),
                 error=RootCause.from_dict(json.loads(row["error_json"]))
                 if row["error_json"]
                 else None,

@@ -1,0 +1,116 @@
+"""``phalanx queue``: every target's capacity, what runs where, and what waits (and why)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from phalanx.compute.targets import LOCAL, LocalTarget, Target, list_targets, resolve_target
+from phalanx.jobs.control import refresh
+from phalanx.scheduler import ledger
+from phalanx.scheduler.capacity import local_capacity
+from phalanx.workspace import JobStatus, Workspace
+
+console = Console()
+
+
+def queue_view(ws: Workspace, target: Target) -> dict[str, Any]:
+    """What ``target`` has, what holds it (job, node, host, devices) and its queue in order."""
+    capacity: dict[str, Any] | None = None
+    if isinstance(target, LocalTarget):
+        cap = local_capacity(target)
+        capacity = {
+            "hosts": [{"host": h.name, "gpus": list(h.gpus), "cpus": h.cpus} for h in cap.hosts]
+        }
+    running = []
+    for job in ledger.holding(ws, target.name):
+        for node, grant in enumerate(job.nodes):
+            running.append(
+                {
+                    "job": job.name,
+                    "node": node,
+                    "host": grant.host,
+                    "gpus": list(grant.gpus),
+                    "cpus": grant.cpus,
+                    "leaving": job.releasing,
+                }
+            )
+    rows = ws.query(
+        "SELECT name, created_at, queue_json, request_json FROM jobs WHERE status = ? AND "
+        "COALESCE(target, 'local') = ? AND NOT EXISTS (SELECT 1 FROM allocations a WHERE "
+        "a.job_name = jobs.name)",
+        (JobStatus.QUEUED.value, target.name),
+    )
+    queued = []
+    for row in rows:
+        queue = json.loads(row["queue_json"]) if row["queue_json"] else {}
+        queued.append(
+            {
+                "job": row["name"],
+                "position": queue.get("position"),
+                "waiting_s": round(time.time() - row["created_at"], 1),
+                "request": json.loads(row["request_json"]) if row["request_json"] else None,
+                "reason": queue.get("reason") or "not looked at yet",
+            }
+        )
+    queued.sort(key=lambda q: (q["position"] is None, q["position"] or 0, q["job"]))
+    return {"target": target.name, "capacity": capacity, "running": running, "queued": queued}
+
+
+def render_queue(out: Console, view: dict[str, Any]) -> None:
+    """The view of :func:`queue_view` as text."""
+    out.print(f"[bold]compute {view['target']}[/bold]")
+    capacity = view.get("capacity")
+    if capacity:
+        for host in capacity["hosts"]:
+            gpus = ",".join(host["gpus"]) or "none"
+            out.print(f"  {host['host']}: GPUs {gpus}; {host['cpus']:g} CPU slots")
+    else:
+        out.print("  capacity: what the Ray cluster has (it places nodes itself)")
+    running = Table(box=None, header_style="bold", title="running", title_justify="left")
+    for column in ("JOB", "NODE", "HOST", "GPUS", "CPUS", ""):
+        running.add_column(column)
+    for r in view["running"]:
+        running.add_row(
+            r["job"],
+            str(r["node"]),
+            r["host"],
+            ",".join(r["gpus"]) or "-",
+            f"{r['cpus']:g}",
+            "leaving (preempted)" if r["leaving"] else "",
+        )
+    out.print(running if view["running"] else "  nothing running")
+    queued = Table(box=None, header_style="bold", title="queue", title_justify="left")
+    for column in ("#", "JOB", "WAITING", "WHY"):
+        queued.add_column(column)
+    for q in view["queued"]:
+        queued.add_row(str(q["position"] or "-"), q["job"], f"{q['waiting_s']:.0f}s", q["reason"])
+    out.print(queued if view["queued"] else "  nothing queued")
+
+
+@click.command("queue")
+@click.option("--compute", "name", help="One target only.")
+@click.option("--json", "as_json", is_flag=True)
+def queue_cmd(name: str | None, as_json: bool) -> int:
+    """Every compute target: what it has, what runs where, and its queue."""
+    ws = Workspace()
+    for job in ws.list_jobs(limit=1, status=JobStatus.QUEUED):
+        refresh(ws, job)  # makes sure the scheduler runs
+    if name is not None:
+        targets = [resolve_target(name, ws)]
+    else:
+        targets = list_targets(ws)
+        if not any(t.name == LOCAL for t in targets):
+            targets.insert(0, resolve_target(LOCAL, ws))
+    views = [queue_view(ws, t) for t in targets]
+    if as_json:
+        click.echo(json.dumps(views, indent=2))
+        return 0
+    for view in views:
+        render_queue(console, view)
+    return 0

@@ -1,0 +1,196 @@
+"""The scheduler of one workspace: ``python -m phalanx.scheduler.daemon``.
+
+Started by phalanx itself when needed (:mod:`phalanx.scheduler.process`); its
+log is ``$PHALANX_HOME/scheduler.log``. Each round (when rung, and at least
+once a second) it
+
+1. checks that every job's supervisor is alive. A supervisor that died
+   (SIGKILL, OOM killer, a reboot) has its job's processes stopped and mounts
+   lifted; its attempt ends as an ``infrastructure`` failure and the retry
+   policy decides: the job goes back to the queue and resumes from its
+   checkpoints, or fails. Its devices are free either way;
+2. makes a decision per compute target with work (:func:`policy.decide`) and
+   applies it in one transaction: jobs started get their devices and their
+   supervisor is rung (or started, for a job whose supervisor was lost);
+   preempted jobs get the preemption request their runner already honours;
+   every waiting job gets its position and the reason it waits.
+
+It exits once the workspace has had nothing queued or holding devices for
+``IDLE_EXIT_S`` seconds; the next ``job create`` starts it again. Nothing is
+lost when it dies: supervisors keep running their jobs, and the next
+scheduler (started by any supervisor or CLI call) reads everything from the
+database.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+from phalanx.compute.targets import LocalTarget, resolve_target
+from phalanx.errors import PhalanxError
+from phalanx.scheduler import ledger
+from phalanx.scheduler.bell import Bell, job_bell, ring, scheduler_bell
+from phalanx.scheduler.capacity import local_capacity
+from phalanx.scheduler.model import Capacity, Decision, Host, QueuedJob
+from phalanx.scheduler.policy import decide
+from phalanx.scheduler.process import LOCK_FILE
+from phalanx.workspace import JobRecord, JobStatus, RootCause, Workspace
+
+log = logging.getLogger("phalanx.scheduler")
+
+ROUND_S = 1.0
+IDLE_EXIT_S = 30.0
+# A supervisor that `job create` started records itself within moments; only after
+# this long is a job with devices and no supervisor given one by the scheduler.
+SPAWN_AFTER_S = 10.0
+
+
+class Scheduler:
+    """One round of scheduling over a workspace; the server runs the same rounds."""
+
+    def __init__(self, ws: Workspace) -> None:
+        self.ws = ws
+
+    def round(self) -> bool:
+        """Watch supervisors, then schedule every target; whether anything is queued or held."""
+        from phalanx.jobs.control import recover_lost
+
+        for job in self._jobs_to_watch():
+            recover_lost(self.ws, job)
+        targets = ledger.targets_with_work(self.ws)
+        for target in targets:
+            try:
+                self.schedule(target)
+            except Exception:  # one target's trouble must not stop the others
+                log.exception("scheduling compute %r failed", target)
+        return bool(targets)
+
+    def _jobs_to_watch(self) -> list[JobRecord]:
+        """Jobs whose supervisor died: their supervisor pid is set and no longer ours."""
+        from phalanx.jobs.control import supervisor_alive
+
+        rows = self.ws.query(
+            "SELECT name FROM jobs WHERE status IN (?, ?, ?, ?) AND supervisor_pid IS NOT NULL",
+            tuple(
+                s.value
+                for s in (
+                    JobStatus.QUEUED,
+                    JobStatus.PREPARING,
+                    JobStatus.RUNNING,
+                    JobStatus.FINALIZING,
+                )
+            ),
+        )
+        lost = []
+        for row in rows:
+            job = self.ws.get_job(row["name"])
+            if not job.status.is_terminal and not supervisor_alive(job):
+                lost.append(job)
+        return lost
+
+    def schedule(self, target_name: str) -> Decision | None:
+        """One decision for ``target_name``, applied; ``None`` when it has nothing queued."""
+        queued = ledger.queued(self.ws, target_name)
+        if not queued:
+            return None
+        try:
+            target = resolve_target(target_name, self.ws)
+        except PhalanxError as exc:
+            for job in queued:
+                self.ws.set_status(job.name, JobStatus.FAILED, error=RootCause(message=str(exc)))
+            return None
+        holding = ledger.holding(self.ws, target_name)
+        if isinstance(target, LocalTarget):
+            capacity = local_capacity(target)
+        else:
+            # A Ray cluster places nodes itself and queues what it cannot place yet;
+            # until its capacity is read here, its jobs start in queue order.
+            capacity = _unbounded(target_name, queued)
+        decision = decide(capacity, holding, queued, time.time())
+        grace = {name: self._grace(name) for name in decision.preempt}
+        started = ledger.apply(self.ws, target_name, decision, grace)
+        for name in started:
+            self._wake(name)
+        for name, for_job in decision.preempt.items():
+            log.info("preempting %s for %s", name, for_job)
+        if started:
+            log.info("started %s on %s", ", ".join(started), target_name)
+        return decision
+
+    def _grace(self, name: str) -> float:
+        spec = self.ws.get_job(name).spec
+        return float((spec.get("retry") or {}).get("preemption_grace") or 30)
+
+    def _wake(self, name: str) -> None:
+        """Tell the job's supervisor it may start, or start one for it."""
+        from phalanx.jobs.control import spawn_supervisor, supervisor_alive
+
+        job = self.ws.get_job(name)
+        if supervisor_alive(job):
+            ring(job_bell(self.ws.home, name))
+        elif job.supervisor_pid is not None or time.time() - job.created_at > SPAWN_AFTER_S:
+            spawn_supervisor(self.ws, name)
+
+    def spawn_missing(self) -> None:
+        """Jobs holding devices whose supervisor never came (its start failed): start one."""
+        rows = self.ws.query(
+            "SELECT DISTINCT a.job_name FROM allocations a JOIN jobs j ON j.name = a.job_name "
+            "WHERE j.supervisor_pid IS NULL AND j.status = ?",
+            (JobStatus.QUEUED.value,),
+        )
+        for row in rows:
+            self._wake(row["job_name"])
+
+
+def _unbounded(target: str, queued: list[QueuedJob]) -> Capacity:
+    """A capacity every queued job fits at once (for targets that queue by themselves)."""
+    nodes = sum(j.request.nodes for j in queued)
+    gpus = max((j.request.gpus for j in queued), default=0)
+    cpus = max((j.request.cpus for j in queued), default=0.0)
+    hosts = tuple(
+        Host(f"{target}#{i}", tuple(str(g) for g in range(gpus)), cpus) for i in range(nodes)
+    )
+    return Capacity(target, hosts, spread=True)
+
+
+def main() -> int:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s scheduler[%(process)d] %(message)s"
+    )
+    ws = Workspace()
+    lock = os.open(ws.home / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return 0  # another scheduler runs this workspace
+    try:
+        bell = Bell(scheduler_bell(ws.home))
+    except OSError:
+        return 0  # one is just starting
+    os.write(lock, json.dumps({"pid": os.getpid()}).encode())
+    log.info("scheduling workspace %s", ws.home)
+    scheduler = Scheduler(ws)
+    idle_since = time.monotonic()
+    while True:
+        if not Path(ws.home / LOCK_FILE).exists():
+            log.info("the workspace is gone; exiting")
+            return 0
+        busy = scheduler.round()
+        scheduler.spawn_missing()
+        now = time.monotonic()
+        if busy:
+            idle_since = now
+        elif now - idle_since > IDLE_EXIT_S:
+            log.info("nothing queued or running for %.0f s; exiting", IDLE_EXIT_S)
+            return 0
+        bell.wait(ROUND_S)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""The queue and the allocations, as the workspace database keeps them.
+
+A job's allocation is one row per node (``allocations``): its host, devices and
+CPU slots. Rows are written by the scheduler when it starts a job, marked
+*releasing* when it preempts one, and deleted when the job gives its devices
+back (after a preemption) or ends (``Workspace.set_status`` deletes them in the
+same transaction as a terminal status, whoever ends the job). A decision is
+applied in one write transaction that checks every job it starts is still
+Queued and holds nothing, so concurrent creates, cancels and supervisors can
+never leave a device with two jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import time
+
+from phalanx.scheduler.model import Decision, NodeGrant, QueuedJob, Request, RunningJob
+from phalanx.workspace import JobStatus, Workspace
+
+_HOLDING = (JobStatus.QUEUED, JobStatus.PREPARING, JobStatus.RUNNING, JobStatus.FINALIZING)
+
+
+def targets_with_work(ws: Workspace) -> list[str]:
+    """Targets that have a queued job or a job holding devices."""
+    rows = ws.query(
+        "SELECT DISTINCT COALESCE(target, 'local') AS target FROM jobs WHERE status = ? "
+        "UNION SELECT DISTINCT target FROM allocations",
+        (JobStatus.QUEUED.value,),
+    )
+    return sorted(r["target"] for r in rows)
+
+
+def queued(ws: Workspace, target: str) -> list[QueuedJob]:
+    """The jobs waiting on ``target`` (Queued and holding nothing)."""
+    rows = ws.query(
+        "SELECT name, created_at, request_json, priority, tier, timeout, started_at FROM jobs "
+        "WHERE status = ? AND COALESCE(target, 'local') = ? AND cancel_requested = 0 "
+        "AND NOT EXISTS (SELECT 1 FROM allocations a WHERE a.job_name = jobs.name)",
+        (JobStatus.QUEUED.value, target),
+    )
+    jobs = []
+    for row in rows:
+        request = json.loads(row["request_json"]) if row["request_json"] else {"nodes": 1}
+        jobs.append(
+            QueuedJob(
+                name=row["name"],
+                request=Request(
+                    nodes=int(request["nodes"]),
+                    gpus=int(request.get("gpus", 0)),
+                    cpus=float(request.get("cpus", 0.0)),
+                ),
+                submitted=row["created_at"],
+                priority=row["priority"] if row["priority"] is not None else 2,
+                tier=row["tier"] if row["tier"] is not None else 3,
+                timeout=row["timeout"],
+            )
+        )
+    return jobs
+
+
+def holding(ws: Workspace, target: str) -> list[RunningJob]:
+    """The jobs holding devices of ``target``, with what each node holds."""
+    rows = ws.query(
+        "SELECT a.job_name, a.node, a.host, a.gpus_json, a.cpus, a.granted_at, a.releasing_at,"
+        " j.priority, j.tier, j.timeout, j.started_at FROM allocations a "
+        "JOIN jobs j ON j.name = a.job_name WHERE a.target = ? ORDER BY a.job_name, a.node",
+        (target,),
+    )
+    by_job: dict[str, list[sqlite3.Row]] = {}
+    for row in rows:
+        by_job.setdefault(row["job_name"], []).append(row)
+    jobs = []
+    for name, group in by_job.items():
+        first = group[0]
+        nodes = tuple(
+            NodeGrant(r["host"], tuple(json.loads(r["gpus_json"])), r["cpus"]) for r in group
+        )
+        started = first["started_at"] or first["granted_at"]
+        timeout = first["timeout"]
+        releasing = first["releasing_at"]
+        ends_by = started + timeout if timeout else math.inf
+        if releasing is not None:
+            ends_by = releasing
+        jobs.append(
+            RunningJob(
+                name=name,
+                nodes=nodes,
+                priority=first["priority"] if first["priority"] is not None else 2,
+                tier=first["tier"] if first["tier"] is not None else 3,
+                ends_by=ends_by,
+                releasing=releasing is not None,
+                started=first["granted_at"],
+            )
+        )
+    return jobs
+
+
+def apply(ws: Workspace, target: str, decision: Decision, grace: dict[str, float]) -> list[str]:
+    """Carry out ``decision`` in one transaction; returns the jobs actually started.
+
+    Args:
+        grace: For each job to preempt, its ``retry.preemption_grace`` (when its
+            devices are back at the latest).
+    """
+    now = time.time()
+    started: list[str] = []
+    with ws.transaction() as db:
+        for name, nodes in decision.admit.items():
+            row = db.execute(
+                "SELECT status, cancel_requested FROM jobs WHERE name = ?", (name,)
+            ).fetchone()
+            held = db.execute("SELECT 1 FROM allocations WHERE job_name = ?", (name,)).fetchone()
+            if row is None or row[0] != JobStatus.QUEUED.value or row[1] or held:
+                continue  # canceled or started meanwhile
+            for node, grant in enumerate(nodes):
+                db.execute(
+                    "INSERT INTO allocations (job_name, node, target, host, gpus_json, cpus,"
+                    " granted_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (name, node, target, grant.host, json.dumps(list(grant.gpus)), grant.cpus,
+                     now),
+                )  # fmt: skip
+            db.execute("UPDATE jobs SET queue_json = NULL WHERE name = ?", (name,))
+            started.append(name)
+        for name, for_job in decision.preempt.items():
+            until = now + grace.get(name, 30.0) + 10.0
+            db.execute(
+                "UPDATE allocations SET releasing_at = ? WHERE job_name = ? AND releasing_at IS "
+                "NULL",
+                (until, name),
+            )
+            request = {"nodes": None, "at": now, "for": for_job}
+            db.execute(
+                "UPDATE jobs SET preempt_json = ? WHERE name = ? AND preempt_json IS NULL",
+                (json.dumps(request), name),
+            )
+        shown = {
+            row[0]: row[1]
+            for row in db.execute(
+                "SELECT name, queue_json FROM jobs WHERE status = ?", (JobStatus.QUEUED.value,)
+            )
+        }
+        for name, reason in decision.waiting.items():
+            queue = json.dumps({"position": decision.position.get(name), "reason": reason})
+            if name in shown and shown[name] != queue:  # only what changed is written
+                db.execute(
+                    "UPDATE jobs SET queue_json = ? WHERE name = ? AND status = ?",
+                    (queue, name, JobStatus.QUEUED.value),
+                )
+    return started
+
+
+def grant_of(ws: Workspace, name: str) -> tuple[NodeGrant, ...]:
+    """What the job holds, node by node (empty when it holds nothing)."""
+    rows = ws.query(
+        "SELECT host, gpus_json, cpus FROM allocations WHERE job_name = ? ORDER BY node", (name,)
+    )
+    return tuple(NodeGrant(r["host"], tuple(json.loads(r["gpus_json"])), r["cpus"]) for r in rows)
+
+
+def release(ws: Workspace, name: str, *, requeue: bool) -> None:
+    """Give the job's devices back; with ``requeue`` it waits in the queue again."""
+    with ws.transaction() as db:
+        db.execute("DELETE FROM allocations WHERE job_name = ?", (name,))
+        if requeue:
+            db.execute(
+                "UPDATE jobs SET status = ? WHERE name = ? AND status IN (?, ?, ?, ?)",
+                (JobStatus.QUEUED.value, name, *(s.value for s in _HOLDING)),
+            )

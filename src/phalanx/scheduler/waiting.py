@@ -1,0 +1,46 @@
+"""A supervisor's wait for its job's turn: asleep until the scheduler rings."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from phalanx.scheduler.bell import Bell, job_bell
+from phalanx.scheduler.ledger import grant_of
+from phalanx.scheduler.model import NodeGrant
+from phalanx.scheduler.process import ensure_running, is_running
+from phalanx.workspace import Workspace
+
+# Without a ring, the database is read this often anyway (and the scheduler checked on).
+LOOK_EVERY_S = 2.0
+
+
+def wait_for_grant(
+    ws: Workspace, name: str, stop: Callable[[], bool]
+) -> tuple[NodeGrant, ...] | None:
+    """Block until the job holds its devices; ``None`` if ``stop()`` or the job ended first.
+
+    Args:
+        stop: Polled between looks: a cancel request or signal.
+    """
+    try:
+        bell: Bell | None = Bell(job_bell(ws.home, name))
+    except OSError:
+        bell = None  # another waiter for this job (cannot happen: one supervisor a job)
+    try:
+        ensure_running(ws.home)
+        while True:
+            grant = grant_of(ws, name)
+            if grant:
+                return grant
+            if stop() or ws.get_job(name).status.is_terminal:
+                return None
+            if bell is not None:
+                bell.wait(LOOK_EVERY_S)
+            else:
+                time.sleep(0.2)
+            if not is_running(ws.home):  # it died: start another (no ring: it looks anyway)
+                ensure_running(ws.home)
+    finally:
+        if bell is not None:
+            bell.close()
