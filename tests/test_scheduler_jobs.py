@@ -1,0 +1,304 @@
+"""The queue with real jobs: devices per node, waiting, order, cancel, lost processes.
+
+GPUs are declared, not real (no GPU here): a local target made with
+``--gpus 0-7`` hands out those ids through ``CUDA_VISIBLE_DEVICES``, which the
+ranks print; torch on the CPU ignores them. Everything else is real: the CLI
+in a subprocess, the scheduler process phalanx starts, supervisors, torchrun.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import Cli, job_processes_under
+
+# Each rank prints its devices, then waits until the file `release` exists in the
+# job's working directory (or RELEASE_DIR) so the test decides when a job ends.
+HOLD = """
+command: >-
+  python -c "import os, time, pathlib;
+  print('DEVICES', os.environ['RANK'], os.environ.get('CUDA_VISIBLE_DEVICES'), flush=True);
+  gate = pathlib.Path(os.environ['RELEASE_DIR'], os.environ['PHALANX_JOB_NAME']);
+  [time.sleep(0.1) for _ in range(3000) if not gate.exists()]"
+environment_variables: {{RELEASE_DIR: "{gates}"}}
+resources: {{instance_count: {nodes}, gpus_per_instance: {gpus}}}
+distribution: {{type: pytorch, process_count_per_instance: 1}}
+"""
+
+
+def _hold_spec(cli: Cli, gates: Path, nodes: int = 1, gpus: int = 1, name: str = "job") -> Path:
+    gates.mkdir(exist_ok=True)
+    return cli.write(f"{name}.yml", HOLD.format(gates=gates, nodes=nodes, gpus=gpus))
+
+
+def _db(cli: Cli) -> sqlite3.Connection:
+    """The workspace database, read directly (a CLI call would also wake the scheduler)."""
+    db = sqlite3.connect(cli.home / "phalanx.db", timeout=30)
+    db.row_factory = sqlite3.Row
+    return db
+
+
+def _status(cli: Cli, name: str) -> str:
+    with _db(cli) as db:
+        return str(db.execute("SELECT status FROM jobs WHERE name = ?", (name,)).fetchone()[0])
+
+
+def _wait_status(cli: Cli, name: str, wanted: tuple[str, ...], timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while (status := _status(cli, name)) not in wanted:
+        assert time.monotonic() < deadline, f"{name} still {status}, wanted {wanted}"
+        time.sleep(0.1)
+    return status
+
+
+def _held_devices(cli: Cli) -> dict[str, list[str]]:
+    """Every device held now → the jobs holding it (more than one would be a bug)."""
+    held: dict[str, list[str]] = {}
+    with _db(cli) as db:
+        for row in db.execute("SELECT job_name, host, gpus_json FROM allocations"):
+            for gpu in json.loads(row["gpus_json"]):
+                held.setdefault(f"{row['host']}/{gpu}", []).append(row["job_name"])
+    return held
+
+
+def _devices_seen(cli: Cli, name: str) -> dict[int, str]:
+    """RANK → the CUDA_VISIBLE_DEVICES it printed."""
+    seen = {}
+    for log in (cli.home / "jobs" / name / "user_logs").glob("std_log_process_*.txt"):
+        for line in log.read_text().splitlines():
+            if line.startswith("DEVICES "):
+                _, rank, devices = line.split()
+                seen[int(rank)] = devices
+    return seen
+
+
+def _wait_devices(cli: Cli, name: str, ranks: int, timeout: float = 60) -> dict[int, str]:
+    deadline = time.monotonic() + timeout
+    while len(seen := _devices_seen(cli, name)) < ranks:
+        assert time.monotonic() < deadline, f"{name}: ranks never printed their devices"
+        time.sleep(0.1)
+    return seen
+
+
+def test_nodes_get_disjoint_gpus_and_a_job_waits_for_its_turn(cli: Cli, tmp_path: Path) -> None:
+    cli.run("compute", "create", "--type", "local", "--name", "local", "--gpus", "0-7",
+            "--cpus", "64", check=True)  # fmt: skip
+    gates = tmp_path / "gates"
+    first = cli.create(_hold_spec(cli, gates, nodes=2, gpus=3))
+    assert _wait_devices(cli, first, 2) == {0: "0,1,2", 1: "3,4,5"}
+    # 2 GPUs are free: a 3-GPU job waits, and a 2-GPU job behind it may not take them.
+    big = cli.create(_hold_spec(cli, gates, gpus=3, name="big"))
+    small = cli.create(_hold_spec(cli, gates, gpus=2, name="small"))
+    deadline = time.monotonic() + 30
+    while not (cli.show(big).get("queue") and cli.show(small).get("queue")):
+        assert time.monotonic() < deadline, "the scheduler never explained the wait"
+        time.sleep(0.2)
+    assert cli.show(big)["queue"]["reason"].startswith("needs 3 GPUs on 1 node; 2 GPUs free")
+    assert "held for " + big in cli.show(small)["queue"]["reason"]
+    shown = cli.run("job", "show", first, check=True).stdout
+    assert "node 0:" in shown and "GPUs 0,1,2" in shown and "GPUs 3,4,5" in shown
+    listed = cli.run("job", "list", check=True).stdout
+    assert "#1" in listed and "#2" in listed
+    queue = json.loads(cli.run("queue", "--json", check=True).stdout)[0]
+    assert [q["job"] for q in queue["queued"]] == [big, small]
+    assert {r["job"] for r in queue["running"]} == {first}
+    time.sleep(1.0)
+    assert (_status(cli, big), _status(cli, small)) == ("Queued", "Queued")
+
+    (gates / first).touch()
+    assert _wait_devices(cli, big, 1) == {0: "0,1,2"}
+    assert _wait_devices(cli, small, 1) == {0: "3,4"}
+    assert all(len(jobs) == 1 for jobs in _held_devices(cli).values())
+    (gates / big).touch()
+    (gates / small).touch()
+    for name in (first, big, small):
+        assert cli.wait(name, ("Completed", "Failed"))["status"] == "Completed"
+    assert _held_devices(cli) == {}
+
+
+def test_a_job_that_can_never_fit_is_refused_at_create(cli: Cli, tmp_path: Path) -> None:
+    cli.run("compute", "create", "--type", "local", "--name", "local", "--gpus", "0-7",
+            check=True)  # fmt: skip
+    spec = _hold_spec(cli, tmp_path / "gates", gpus=9)
+    proc = cli.run("job", "create", "-f", str(spec))
+    assert proc.returncode == 2
+    assert "9 GPUs" in proc.stderr and "has 8" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert json.loads(cli.run("job", "list", "--json", check=True).stdout) == []
+    # Two local targets never share a device.
+    clash = cli.run("compute", "create", "--type", "local", "--name", "team", "--gpus", "6,7")
+    assert clash.returncode == 2 and "already belong to compute 'local'" in clash.stderr
+
+
+def test_priority_then_submission_order_and_cancel_while_queued(cli: Cli, tmp_path: Path) -> None:
+    cli.run("compute", "create", "--type", "local", "--name", "local", "--gpus", "0",
+            check=True)  # fmt: skip
+    gates = tmp_path / "gates"
+    spec = _hold_spec(cli, gates)
+    blocker = cli.create(spec)
+    _wait_devices(cli, blocker, 1)
+    low = cli.create(spec, "queue_settings.priority=low")
+    medium = cli.create(spec)
+    high = cli.create(spec, "queue_settings.priority=high")
+    gone = cli.create(spec, "queue_settings.priority=high")
+    cancel = cli.run("job", "cancel", gone, check=True)
+    assert "Canceled" in cancel.stdout
+    assert not [p for p in psutil.process_iter(["cmdline"]) if gone in (p.info["cmdline"] or [])]
+    order = []
+    running = blocker
+    for _ in range(3):
+        (gates / running).touch()
+        cli.wait(running, ("Completed",))
+        deadline = time.monotonic() + 30
+        while not (nxt := [n for n in (low, medium, high) if _status(cli, n) != "Queued"
+                           and n not in order]):  # fmt: skip
+            assert time.monotonic() < deadline, "nothing started after the job ahead ended"
+            time.sleep(0.05)
+        assert len(nxt) == 1, nxt  # one GPU: one job at a time
+        order.append(nxt[0])
+        running = nxt[0]
+    (gates / running).touch()
+    cli.wait(running, ("Completed",))
+    assert order == [high, medium, low]
+    assert cli.show(gone)["status"] == "Canceled"
+
+
+# A script that counts to 20, one step each 0.2 s, keeping its count in the checkpoint
+# folder: a resumed attempt goes on from the count saved.
+COUNTER = """
+command: >-
+  python -c "import os, time, pathlib;
+  ck = pathlib.Path(os.environ['PHALANX_CHECKPOINT_DIR'], 'count');
+  n = int(ck.read_text()) if ck.exists() else 0;
+  print('START', n, flush=True);
+  [(time.sleep(0.2), ck.write_text(str(i + 1)), print('STEP', i + 1, flush=True))
+   for i in range(n, 20)]"
+retry: {max_attempts: 2}
+"""
+
+
+def test_a_killed_supervisor_is_noticed_and_the_job_resumes(cli: Cli) -> None:
+    name = cli.create(cli.write("count.yml", COUNTER))
+    log = cli.home / "jobs" / name / "user_logs" / "std_log_process_0.txt"
+    deadline = time.monotonic() + 60
+    while "STEP 5" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline, "the job never got to step 5"
+        time.sleep(0.1)
+    with _db(cli) as db:
+        pid = db.execute("SELECT supervisor_pid FROM jobs WHERE name = ?", (name,)).fetchone()[0]
+    os.kill(pid, signal.SIGKILL)
+    # No CLI call from here on: the scheduler notices by itself.
+    killed_at = time.monotonic()
+    deadline = killed_at + 30
+    while True:
+        with _db(cli) as db:
+            rows = db.execute(
+                "SELECT cause FROM attempts WHERE job_name = ? ORDER BY number", (name,)
+            )
+            causes = [r[0] for r in rows]
+        if causes[:1] == ["infrastructure"]:
+            break
+        assert time.monotonic() < deadline, "the lost supervisor was never noticed"
+        time.sleep(0.1)
+    assert time.monotonic() - killed_at < 10
+    assert _wait_status(cli, name, ("Completed", "Failed"), timeout=90) == "Completed"
+    job = cli.show(name)
+    assert [(a["status"], a["cause"]) for a in job["attempts"]] == [
+        ("Failed", "infrastructure"),
+        ("Succeeded", None),
+    ]
+    assert "supervisor process ended unexpectedly" in job["attempts"][0]["error"]["message"]
+    assert job["attempts"][0]["note"].startswith("retried")
+    text = log.read_text()
+    starts = [int(line.split()[1]) for line in text.splitlines() if line.startswith("START")]
+    assert starts[0] == 0 and starts[1] >= 5  # resumed from its checkpoint, not from 0
+    assert _held_devices(cli) == {}
+
+
+def test_a_killed_scheduler_and_waiting_supervisors_lose_no_job(cli: Cli, tmp_path: Path) -> None:
+    """What a reboot does to the queue: every phalanx process of it dies at once."""
+    cli.run("compute", "create", "--type", "local", "--name", "local", "--gpus", "0",
+            check=True)  # fmt: skip
+    gates = tmp_path / "gates"
+    spec = _hold_spec(cli, gates)
+    names = [cli.create(spec) for _ in range(3)]
+    _wait_devices(cli, names[0], 1)
+    for proc in psutil.process_iter(["cmdline", "environ"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        ours = (proc.info["environ"] or {}).get("PHALANX_HOME") == str(cli.home)
+        waiting = any(n in cmdline for n in names[1:]) and "phalanx.jobs.supervisor" in cmdline
+        if ours and ("phalanx.scheduler.daemon" in cmdline or waiting):
+            proc.kill()
+    time.sleep(0.5)
+    cli.run("queue", check=True)  # the first phalanx command after the "reboot"
+    for name in names:
+        (gates / name).touch()
+    for name in names:
+        assert cli.wait(name, ("Completed", "Failed"), timeout=90)["status"] == "Completed"
+    assert _held_devices(cli) == {}
+
+
+@pytest.mark.slow
+def test_random_submissions_cancels_ends_and_kills_keep_devices_apart(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Random events against the real queue; after each, no device is held twice."""
+    cli.run("compute", "create", "--type", "local", "--name", "local", "--gpus", "0-3",
+            "--cpus", "64", check=True)  # fmt: skip
+    gates = tmp_path / "gates"
+    rng = random.Random(13)
+    specs = {g: _hold_spec(cli, gates, gpus=g, name=f"g{g}") for g in (1, 2, 3)}
+    jobs: list[str] = []
+    events: list[str] = []
+
+    def check() -> None:
+        for device, holders in _held_devices(cli).items():
+            assert len(holders) == 1, f"{device} held by {holders} after {events[-3:]}"
+
+    for _ in range(40):
+        live = [n for n in jobs if _status(cli, n) in ("Queued", "Preparing", "Running")]
+        running = [n for n in live if _status(cli, n) == "Running"]
+        event = rng.random()
+        if event < 0.45 or not live:
+            gpus = rng.choice([1, 1, 2, 3])
+            extra = ["queue_settings.priority=" + rng.choice(["low", "medium", "high"])]
+            jobs.append(cli.create(specs[gpus], *extra))
+            events.append(f"create {jobs[-1]} ({gpus} GPUs)")
+        elif event < 0.75 and running:
+            victim = rng.choice(running)
+            (gates / victim).touch()
+            events.append(f"end {victim}")
+        elif event < 0.87:
+            victim = rng.choice(live)
+            cli.run("job", "cancel", victim, check=True)
+            events.append(f"cancel {victim}")
+        elif running:
+            victim = rng.choice(running)
+            with _db(cli) as db:
+                pid = db.execute(
+                    "SELECT supervisor_pid FROM jobs WHERE name = ?", (victim,)
+                ).fetchone()[0]
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+            events.append(f"kill supervisor of {victim}")
+        time.sleep(rng.choice([0.0, 0.2, 0.5]))
+        check()
+    for name in jobs:
+        (gates / name).touch()
+    for name in jobs:
+        status = _wait_status(cli, name, ("Completed", "Failed", "Canceled"), timeout=120)
+        check()
+        if status == "Failed":
+            # Only a job whose supervisor was killed (no retry: max_attempts 1) may fail.
+            assert any(e == f"kill supervisor of {name}" for e in events), name
+    assert _held_devices(cli) == {}
+    assert not job_processes_under(cli.home)
