@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import sqlite3
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import torch
 
 from conftest import Cli, job_processes_under
 
@@ -302,3 +304,48 @@ def test_random_submissions_cancels_ends_and_kills_keep_devices_apart(
             assert any(e == f"kill supervisor of {name}" for e in events), name
     assert _held_devices(cli) == {}
     assert not job_processes_under(cli.home)
+
+
+@pytest.mark.slow
+def test_a_spot_job_is_preempted_for_a_higher_one_and_resumes_losing_nothing(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """The reference workload as a spot job on a 2-slot target; an urgent job takes its
+    place, it saves at the step it reached, waits, resumes: the same weights as a run
+    that was never interrupted."""
+    from conftest import REPO
+    from test_resume import JOB, _last_step, _shards, _weights
+
+    cli.run("compute", "create", "--type", "local", "--name", "local", "--gpus", "none",
+            "--cpus", "2", check=True)  # fmt: skip
+    spec = cli.write("job.yml", JOB.format(code=REPO / "examples" / "imagenet",
+                                           data=_shards(tmp_path)))  # fmt: skip
+    baseline = cli.wait(cli.create(spec), ("Completed", "Failed"), timeout=180)
+    assert baseline["status"] == "Completed", baseline
+
+    spot = cli.create(spec, "queue_settings.job_tier=spot")
+    log = cli.home / "jobs" / spot / "user_logs" / "std_log_process_0.txt"
+    deadline = time.monotonic() + 120
+    while _last_step(log) < 6:
+        assert time.monotonic() < deadline, "the spot job never reached step 6"
+        time.sleep(0.1)
+    urgent_spec = cli.write("urgent.yml", "command: python -c \"print('urgent ran')\"\n")
+    urgent = cli.create(urgent_spec, "queue_settings.priority=high")
+    assert cli.wait(urgent, ("Completed", "Failed"), timeout=120)["status"] == "Completed"
+    job = cli.wait(spot, ("Completed", "Failed"), timeout=180)
+    assert job["status"] == "Completed", job
+    assert [(a["status"], a["cause"]) for a in job["attempts"]] == [
+        ("Failed", "preemption"),
+        ("Succeeded", None),
+    ]
+    first = job["attempts"][0]
+    assert f"for job {urgent}" in first["error"]["message"]
+    # The urgent job ran only once the spot job had saved and given its slots back.
+    assert cli.show(urgent)["started_at"] >= first["ended_at"]
+    text = log.read_text()
+    saved = int(re.search(r"preempted at step (\d+); checkpoint saved", text).group(1))  # type: ignore[union-attr]
+    resumed = int(re.search(r"resumed from checkpoint at step (\d+)", text).group(1))  # type: ignore[union-attr]
+    assert resumed == saved  # 0 steps lost
+    expected = _weights(baseline)
+    for key, tensor in _weights(job).items():
+        assert torch.equal(tensor, expected[key]), key

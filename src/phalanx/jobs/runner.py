@@ -386,6 +386,8 @@ class JobRunner:
                     request = self.ws.take_preemption_request(self.name) or {}
                     which = request.get("nodes")
                     notice = "every node" if which is None else f"node(s) {which}"
+                    if request.get("for"):
+                        notice = f"for job {request['for']}"  # by the scheduler
                     log.info("attempt %d: preemption of %s requested", attempt, notice)
                     # The notice goes to every rank at once, evicted node or not:
                     # they all take part in the emergency checkpoint.
@@ -427,7 +429,11 @@ class JobRunner:
         saved = sum(r.get("exit_code") == PREEMPTED_EXIT_CODE for r in records)
         if notice is not None or (not missing and _preempted(records)):
             where = (
-                f"{notice} preempted (phalanx job preempt)"
+                (
+                    f"preempted by the scheduler {notice}, which ranks higher"
+                    if notice.startswith("for job ")
+                    else f"{notice} preempted (phalanx job preempt)"
+                )
                 if notice
                 else ("a node was sent SIGTERM (preemption notice)")
             )
