@@ -63,7 +63,10 @@ Logs and failures
   output goes to ``system_logs/node_<k>.txt``.
 * An uncaught Python exception in a worker is written, with its traceback, to
   the rank's error file, in torchelastic's format. Scripts need nothing for
-  this; those that use torchelastic's ``@record`` write the same file.
+  this; those that use torchelastic's ``@record`` write the same file. Its
+  message is ``Type: message``, but a :class:`~phalanx.errors.PhalanxError`
+  (one the user can fix, e.g. a checkpoint that did not fit on its disk) is
+  its own one line, as the CLI prints it.
 * When the command ends, the worker records ``system_logs/attempt_<n>/rank_<r>.json``
   (exit code or signal, times, the error). The runner picks the root cause:
   the failed rank whose error came first, not the ranks that failed because a

@@ -41,10 +41,11 @@ __all__ = [
 
 # Checkpoints (phalanx.train.checkpoint).
 from phalanx.train.checkpoint import (
+    CheckpointDiskFull,
     Checkpointer,
     LoadedCheckpoint,
     rng_state,
     set_rng_state,
 )
 
-__all__ += ["Checkpointer", "LoadedCheckpoint", "rng_state", "set_rng_state"]
+__all__ += ["CheckpointDiskFull", "Checkpointer", "LoadedCheckpoint", "rng_state", "set_rng_state"]

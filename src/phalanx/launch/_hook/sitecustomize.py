@@ -25,7 +25,7 @@ def _install() -> None:
 
                 record = {
                     "message": {
-                        "message": "".join(traceback.format_exception_only(exc_type, exc)).strip(),
+                        "message": _one_line(exc_type, exc),
                         "extraInfo": {
                             "py_callstack": "".join(traceback.format_exception(exc_type, exc, tb)),
                             "timestamp": str(int(time.time())),
@@ -42,6 +42,19 @@ def _install() -> None:
         previous(exc_type, exc, tb)
 
     sys.excepthook = hook
+
+
+def _one_line(exc_type, exc):  # type: ignore[no-untyped-def]
+    """The exception as the root cause shows it: ``Type: message``, but an error the
+    user can fix (``phalanx.errors.PhalanxError``) as its own line, as the CLI prints it."""
+    import traceback
+
+    for cls in exc_type.__mro__:
+        if cls.__module__ == "phalanx.errors" and cls.__name__ == "PhalanxError":
+            line = str(exc).strip()
+            if line:
+                return line
+    return "".join(traceback.format_exception_only(exc_type, exc)).strip()
 
 
 def _settle_at_exit() -> None:

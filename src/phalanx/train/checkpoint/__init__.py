@@ -63,6 +63,15 @@ What is guaranteed:
   raised by the next ``save()``, ``wait()`` or ``close()``. The copies reuse
   the previous save's buffers, so an async Checkpointer holds one CPU copy
   of the state between saves.
+* **Full disk.** A save that runs out of space (``ENOSPC``, or ``EDQUOT`` for
+  a quota) removes its unfinished folder at once and raises
+  :class:`CheckpointDiskFull` (an ``OSError`` and a
+  :class:`~phalanx.errors.PhalanxError`): "no space left on device while saving
+  checkpoint step N to DIR", the job's root cause when uncaught, rather than
+  torch's ``RuntimeError: … unexpected pos …`` with the reason hidden in its
+  chain. The checkpoints before it stay loadable. The same holds for an
+  asynchronous save (raised by the next call), a sharded one (on every rank)
+  and the staging folder of a save to an object store.
 * **Ranks.** Only rank 0 writes replicated state; ``save()`` on other ranks
   returns at once and is no collective, so it cannot hang. For states no
   single rank holds (FSDP, DTensor), ``save_sharded()`` and
@@ -88,6 +97,7 @@ Not reentrant: call it from the training loop, not from a signal handler
 (:mod:`phalanx.train.preemption` sets a flag that the loop checks).
 """
 
+from phalanx.train.checkpoint._full import CheckpointDiskFull
 from phalanx.train.checkpoint.checkpointer import (
     CHECKPOINT_DIR_ENV,
     Checkpointer,
@@ -95,4 +105,11 @@ from phalanx.train.checkpoint.checkpointer import (
 )
 from phalanx.train.checkpoint.rng import rng_state, set_rng_state
 
-__all__ = ["CHECKPOINT_DIR_ENV", "Checkpointer", "LoadedCheckpoint", "rng_state", "set_rng_state"]
+__all__ = [
+    "CHECKPOINT_DIR_ENV",
+    "CheckpointDiskFull",
+    "Checkpointer",
+    "LoadedCheckpoint",
+    "rng_state",
+    "set_rng_state",
+]

@@ -205,12 +205,14 @@ def remove_tree(path: Path, log: Logger) -> bool:
     return not path.exists()
 
 
-def commit(tmp: Path, final: Path) -> None:
+def commit(tmp: Path, final: Path, log: Logger) -> None:
     """Move a fully written ``tmp`` folder to ``final`` and mark it committed.
 
     A folder already at ``final`` (the same step saved by an earlier attempt,
     or left uncommitted by a killed writer) is retired first; in between, the
-    step is simply absent, and older checkpoints stay valid.
+    step is simply absent, and older checkpoints stay valid. If the marker
+    cannot be made durable (a full disk), ``final`` is removed again at once
+    rather than left for :func:`sweep` to find after :data:`STALE_AFTER_S`.
     """
     if final.exists():
         retire(final)
@@ -223,9 +225,17 @@ def commit(tmp: Path, final: Path) -> None:
                 "process saving the same step into the same folder?"
             ) from e
         raise
-    write_file(final / COMMITTED, b"")
-    fsync_dir(final)
-    fsync_dir(final.parent)
+    try:
+        write_file(final / COMMITTED, b"")
+        fsync_dir(final)
+        fsync_dir(final.parent)
+    except BaseException:
+        # The caller learns the save failed: the folder must not count, nor keep its room.
+        try:
+            remove_tree(retire(final), log)
+        except OSError as e:
+            log.warning("could not remove %s after a failed commit: %s", final, e)
+        raise
 
 
 def _newest_mtime(path: Path) -> float:

@@ -43,6 +43,7 @@ import torch
 import torch.distributed as dist
 
 from phalanx.train.checkpoint import _fs, _manifest
+from phalanx.train.checkpoint._full import FOLDER_HINT, CheckpointDiskFull, disk_full_errno
 from phalanx.train.checkpoint._manifest import FileEntry, InvalidCheckpoint, describe
 from phalanx.train.checkpoint._state import check
 
@@ -183,13 +184,15 @@ def save(directory: Path, state: Mapping[str, Any], step: int, log: Logger) -> b
         Whether this process committed the checkpoint (rank 0).
 
     Raises:
+        CheckpointDiskFull: The folder's disk is full (raised on every rank); the
+            unfinished checkpoint is removed.
         RuntimeError: The save failed on some rank, or some rank's state holds
             a value ``weights_only`` would refuse; raised on every rank.
     """
     import torch.distributed.checkpoint as dcp
 
     distributed, rank, world = _group()
-    name, problem, flat = None, None, {}
+    name, problem, full, flat = None, None, None, {}
     try:
         flat = check(state, sharded=True)
         if rank == 0:
@@ -198,20 +201,25 @@ def save(directory: Path, state: Mapping[str, Any], step: int, log: Logger) -> b
             name = _fs.tmp_dirname(step)
             (directory / name).mkdir()
     except (TypeError, OSError) as e:
-        problem = f"rank {rank}: {e}"
+        problem, full = f"rank {rank}: {e}", disk_full_errno(e)
     # Every rank learns every rank's problem, so all of them stop (none waits
     # in the next collective); this also orders rank 0's mkdir before any write.
-    starts = _all_gather((name, problem), distributed, world)
-    problems = [p for _, p in starts if p]
+    starts = _all_gather((name, problem, full), distributed, world)
+    _raise_if_full(next((f for _, _, f in starts if f), None), step, directory)
+    problems = [p for _, p, _ in starts if p]
     if problems:
         raise RuntimeError(f"sharded save of step {step} failed: {'; '.join(problems)}")
     tmp = directory / starts[0][0]
     try:
         with _quiet_single_process(distributed):
             dcp.save(flat, storage_writer=dcp.FileSystemWriter(tmp), no_dist=not distributed)
-    except (Exception, dcp.CheckpointException):  # the latter is a BaseException
-        if rank == 0:  # DCP raises on every rank, once every rank is done writing
+    except (Exception, dcp.CheckpointException) as e:  # the latter is a BaseException
+        # DCP raises on every rank, once every rank is done writing, with every
+        # rank's failure; the free space is measured before the folder goes.
+        full = disk_full_errno(e, directory)
+        if rank == 0:
             _fs.remove_tree(tmp, log)
+        _raise_if_full(full, step, directory, e)
         raise
 
     names = _broadcast(sorted(os.listdir(tmp)) if rank == 0 else None, distributed)
@@ -222,7 +230,7 @@ def save(directory: Path, state: Mapping[str, Any], step: int, log: Logger) -> b
         mine = f"rank {rank}: {describe(e)}"
     parts = _all_gather(mine, distributed, world)
 
-    outcome = None
+    outcome: tuple[str, int | None] | None = None
     if rank == 0:
         try:
             failures = [p for p in parts if isinstance(p, str)]
@@ -233,14 +241,24 @@ def save(directory: Path, state: Mapping[str, Any], step: int, log: Logger) -> b
                 raise RuntimeError("DCP wrote no .metadata")
             _fs.write_file(tmp / _fs.MANIFEST, _manifest.encode(_manifest.SHARDED, step, files))
             _fs.fsync_dir(tmp)
-            _fs.commit(tmp, directory / _fs.step_dirname(step))
+            _fs.commit(tmp, directory / _fs.step_dirname(step), log)
         except Exception as e:
-            outcome = describe(e)
+            outcome = describe(e), disk_full_errno(e, directory)
             _fs.remove_tree(tmp, log)
     outcome = _broadcast(outcome, distributed)
     if outcome:
-        raise RuntimeError(f"sharded save of step {step} failed: {outcome}")
+        _raise_if_full(outcome[1], step, directory)
+        raise RuntimeError(f"sharded save of step {step} failed: {outcome[0]}")
     return rank == 0
+
+
+def _raise_if_full(
+    code: int | None, step: int, directory: Path, cause: BaseException | None = None
+) -> None:
+    """Raise :class:`CheckpointDiskFull` when some rank found the disk full (``code``)."""
+    if code is None:
+        return
+    raise CheckpointDiskFull(code, step, str(directory), FOLDER_HINT) from cause
 
 
 def load_latest(directory: Path, state: dict[str, Any], log: Logger) -> tuple[int, Path] | None:

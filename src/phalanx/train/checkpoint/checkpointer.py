@@ -21,6 +21,7 @@ import torch
 
 from phalanx.errors import PhalanxError
 from phalanx.train.checkpoint import _fs, _manifest
+from phalanx.train.checkpoint._full import FOLDER_HINT, reraise_if_full
 from phalanx.train.checkpoint._manifest import FileEntry, InvalidCheckpoint, describe
 from phalanx.train.checkpoint._state import Stager, check
 from phalanx.train.log import get_logger
@@ -147,6 +148,9 @@ class Checkpointer:
             TypeError: A value in ``state`` would not load with ``weights_only``.
             ValueError: ``step`` is negative.
             RuntimeError: The Checkpointer is closed.
+            CheckpointDiskFull: The checkpoint did not fit on its disk (this
+                synchronous save, or the previous asynchronous one); the
+                unfinished checkpoint is already removed. An ``OSError`` too.
             OSError: The write failed (synchronous save), or the previous
                 asynchronous save failed with it.
         """
@@ -229,7 +233,13 @@ class Checkpointer:
         if isinstance(self.directory, str):
             # Staged by the same code as locally, then uploaded in commit order.
             with tempfile.TemporaryDirectory(prefix="phalanx-checkpoint-") as staging:
-                size = _write_files(Path(staging), state, step)
+                hint = (
+                    f" (staging it in {staging}, which needs room for one checkpoint: "
+                    "point TMPDIR at a bigger disk)"
+                )
+                # Checked before the staging folder goes, while it still takes its room.
+                with reraise_if_full(step, self._store.uri, Path(staging), hint):
+                    size = _write_files(Path(staging), state, step)
                 replaced = self._store.upload(Path(staging), step, [STATE_FILE])
             name = self._store.step_uri(step)
         else:
@@ -254,12 +264,15 @@ class Checkpointer:
         _fs.sweep(directory, log)
         tmp = directory / _fs.tmp_dirname(step)
         final = directory / _fs.step_dirname(step)
-        tmp.mkdir()
         try:
-            size = _write_files(tmp, state, step)
-            _fs.fsync_dir(tmp)
-            replaced = final.exists()
-            _fs.commit(tmp, final)
+            # Inside the try that removes the unfinished folder, so the free space
+            # is checked while that folder still takes its room.
+            with reraise_if_full(step, str(directory), directory, FOLDER_HINT):
+                tmp.mkdir()
+                size = _write_files(tmp, state, step)
+                _fs.fsync_dir(tmp)
+                replaced = final.exists()
+                _fs.commit(tmp, final, log)
         except BaseException:
             _fs.remove_tree(tmp, log)
             raise
@@ -409,6 +422,7 @@ class Checkpointer:
         A step already in the folder is replaced.
 
         Raises:
+            CheckpointDiskFull: The folder's disk is full (raised on every rank).
             RuntimeError: The save failed on some rank, or some rank's state
                 holds a value ``weights_only`` would refuse (raised on every
                 rank), or there are several processes but no process group.
