@@ -8,6 +8,7 @@ keeps its traceback.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import traceback
@@ -16,41 +17,58 @@ from pathlib import Path
 import click
 
 from phalanx import __version__
-from phalanx.cli.bench import bench_group
-from phalanx.cli.cache import cache_group
-from phalanx.cli.compute import compute_group
-from phalanx.cli.data import data_group
-from phalanx.cli.datastore import datastore_group
-from phalanx.cli.job import create_and_maybe_stream, job_group, set_option
-from phalanx.cli.metrics import tensorboard_cmd
-from phalanx.cli.model import model_group
-from phalanx.cli.queue import queue_cmd
 from phalanx.errors import PhalanxError
 
+# Each command group's module is imported only when that group is called: a
+# `phalanx job list` does not pay for the benchmark's or the datastores' imports.
+_COMMANDS = {
+    "job": "phalanx.cli.job:job_group",
+    "datastore": "phalanx.cli.datastore:datastore_group",
+    "data": "phalanx.cli.data:data_group",
+    "cache": "phalanx.cli.cache:cache_group",
+    "compute": "phalanx.cli.compute:compute_group",
+    "model": "phalanx.cli.model:model_group",
+    "tensorboard": "phalanx.cli.metrics:tensorboard_cmd",
+    "bench": "phalanx.cli.bench:bench_group",
+    "queue": "phalanx.cli.queue:queue_cmd",
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class _LazyGroup(click.Group):
+    """A group whose commands live in modules imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *_COMMANDS])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in _COMMANDS:
+            module, _, attr = _COMMANDS[cmd_name].partition(":")
+            command = getattr(importlib.import_module(module), attr)
+            assert isinstance(command, click.Command)
+            return command
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="phalanx")
 def cli() -> None:
     """phalanx: data-parallel training jobs on this machine or many."""
 
 
-cli.add_command(job_group)
-cli.add_command(datastore_group)
-cli.add_command(data_group)
-cli.add_command(cache_group)
-cli.add_command(compute_group)
-cli.add_command(model_group)
-cli.add_command(tensorboard_cmd)
-cli.add_command(bench_group)
-cli.add_command(queue_cmd)
-
-
 @cli.command("run")
 @click.argument("spec_file", type=click.Path(dir_okay=False, path_type=Path))
-@set_option
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a spec field by its dotted path, e.g. --set inputs.epochs=3 (repeatable).",
+)
 @click.option("--all-ranks", is_flag=True, help="Stream every rank's log, prefixed by rank.")
 def run_cmd(spec_file: Path, overrides: tuple[str, ...], all_ranks: bool) -> int:
     """Create a job and stream it; exits 0 if it completes, 1 if it fails, 3 if canceled."""
+    from phalanx.cli.job import create_and_maybe_stream
+
     return create_and_maybe_stream(spec_file, overrides, stream=True, all_ranks=all_ranks)
 
 

@@ -27,6 +27,20 @@ def queue_view(ws: Workspace, target: Target) -> dict[str, Any]:
         capacity = {
             "hosts": [{"host": h.name, "gpus": list(h.gpus), "cpus": h.cpus} for h in cap.hosts]
         }
+    else:
+        rows = ws.query(
+            "SELECT hosts_json, read_at FROM capacities WHERE target = ?", (target.name,)
+        )
+        if rows:
+            hosts = json.loads(rows[0]["hosts_json"])
+            capacity = {
+                "hosts": [
+                    {"host": h["host"], "gpus": [str(i) for i in range(h["gpus"])],
+                     "cpus": h["cpus"]}
+                    for h in hosts
+                ],
+                "read_s_ago": round(time.time() - rows[0]["read_at"], 1),
+            }  # fmt: skip
     running = []
     for job in ledger.holding(ws, target.name):
         for node, grant in enumerate(job.nodes):
@@ -70,8 +84,10 @@ def render_queue(out: Console, view: dict[str, Any]) -> None:
         for host in capacity["hosts"]:
             gpus = ",".join(host["gpus"]) or "none"
             out.print(f"  {host['host']}: GPUs {gpus}; {host['cpus']:g} CPU slots")
+        if "read_s_ago" in capacity:
+            out.print(f"  (the Ray cluster's nodes as read {capacity['read_s_ago']:.0f} s ago)")
     else:
-        out.print("  capacity: what the Ray cluster has (it places nodes itself)")
+        out.print("  capacity: not read yet (the Ray cluster places what it can)")
     running = Table(box=None, header_style="bold", title="running", title_justify="left")
     for column in ("JOB", "NODE", "HOST", "GPUS", "CPUS", ""):
         running.add_column(column)

@@ -177,6 +177,10 @@ class RayCompute:
         self._paths: JobPaths | None = None
         self._runtime_env: dict[str, Any] | None = None
         self._code: Any = None
+        self.on_wait: Callable[[str], None] | None = None
+        """Told once, in words, when Ray cannot place an attempt's nodes at once."""
+        self.node_ids: list[str] = []
+        """The Ray node of each of the attempt's nodes, once placed."""
 
     def attach(self, prepared: Prepared, paths: JobPaths) -> None:
         """The job the next attempts run: what each node needs to set it up."""
@@ -262,6 +266,11 @@ class RayCompute:
             if ready:
                 break
             waited += PLACEMENT_POLL_S
+            if waited == PLACEMENT_POLL_S and self.on_wait is not None:
+                self.on_wait(
+                    f"waiting for Ray to place {nodes} node(s) of {bundle} ({strategy}): the "
+                    "cluster has no room for them now (other work, or nodes still starting)"
+                )
             if waited % 30 < PLACEMENT_POLL_S:
                 log.info(
                     "waiting for Ray to place %d node(s) of %s (%s) for %.0f s",
@@ -273,6 +282,10 @@ class RayCompute:
                     f"Ray could not place {nodes} node(s) of {bundle} ({strategy}) on "
                     f"{self.target.address} in {waited:.0f} s; the cluster lacks free nodes"
                 )
+        from ray.util.placement_group import placement_group_table
+
+        placed = placement_group_table(self._pg).get("bundles_to_node_id") or {}
+        self.node_ids = [str(placed.get(i, "")) for i in range(nodes)]
         actor = agent_class(cpus, self.target.gpus_per_node)
         options: dict[str, Any] = {}
         if self._runtime_env:

@@ -52,7 +52,7 @@ from phalanx.launch.rootcause import (
     read_rank_records,
     root_cause,
 )
-from phalanx.scheduler.ledger import grant_of, release
+from phalanx.scheduler.ledger import grant_of, release, set_hosts
 from phalanx.scheduler.model import NodeGrant
 from phalanx.scheduler.process import poke
 from phalanx.scheduler.waiting import wait_for_grant
@@ -167,9 +167,14 @@ class JobRunner:
                 return self._finish(JobStatus.CANCELED, None)
             try:
                 # Ray: reserve the attempt's nodes, waiting for Ray to have them.
+                if isinstance(self.compute, RayCompute):
+                    self.compute.on_wait = self._waiting_for_ray
                 self.compute.allocate(
                     spec.instance_count, spec.process_count_per_instance, deadline
                 )
+                if isinstance(self.compute, RayCompute) and self.compute.node_ids:
+                    set_hosts(self.ws, self.name, self.compute.node_ids)
+                    self._grant = grant_of(self.ws, self.name)
             except PhalanxError as exc:
                 if self._cancelled():
                     return self._finish(JobStatus.CANCELED, None)
@@ -212,6 +217,11 @@ class JobRunner:
                 # Its devices were taken: back to the queue, to resume when its turn comes.
                 release(self.ws, self.name, requeue=True)
                 poke(self.ws.home)
+
+    def _waiting_for_ray(self, reason: str) -> None:
+        """A placement group Ray cannot place yet: the job shows as waiting, not running."""
+        log.info("%s", reason)
+        self.ws.set_waiting(self.name, reason)
 
     def _finish(self, status: JobStatus, error: RootCause | None) -> JobStatus:
         self.ws.set_status(self.name, status, error=error)  # gives its devices back
@@ -359,7 +369,10 @@ class JobRunner:
             if spec.limits.stall_timeout
             else None
         )
-        self.ws.take_preemption_request(self.name)  # one meant for an attempt now over
+        stale = self.ws.take_preemption_request(self.name)  # one meant for an attempt now over
+        if stale and stale.get("for"):
+            # The scheduler's, made while the job prepared: it still wants the devices back.
+            self.ws.request_preemption(self.name, None, for_job=str(stale["for"]))
         notice: str | None = None  # set once a preemption was requested for this attempt
         polls = 0
         while True:

@@ -27,12 +27,14 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
+import math
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from phalanx.compute.targets import LocalTarget, resolve_target
+from phalanx.compute.targets import LocalTarget, RayTarget, resolve_target
 from phalanx.errors import PhalanxError
 from phalanx.scheduler import ledger
 from phalanx.scheduler.bell import Bell, job_bell, ring, scheduler_bell
@@ -40,6 +42,7 @@ from phalanx.scheduler.capacity import local_capacity
 from phalanx.scheduler.model import Capacity, Decision, Host, QueuedJob
 from phalanx.scheduler.policy import decide
 from phalanx.scheduler.process import LOCK_FILE
+from phalanx.scheduler.rayprobe import FRESH_S
 from phalanx.workspace import JobRecord, JobStatus, RootCause, Workspace
 
 log = logging.getLogger("phalanx.scheduler")
@@ -56,6 +59,7 @@ class Scheduler:
 
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
+        self._probe_started: dict[str, float] = {}
 
     def round(self) -> bool:
         """Watch supervisors, then schedule every target; whether anything is queued or held."""
@@ -109,9 +113,9 @@ class Scheduler:
         if isinstance(target, LocalTarget):
             capacity = local_capacity(target)
         else:
-            # A Ray cluster places nodes itself and queues what it cannot place yet;
-            # until its capacity is read here, its jobs start in queue order.
-            capacity = _unbounded(target_name, queued)
+            # A Ray cluster's nodes, as its probe last read them; until a fresh reading
+            # exists, its jobs start in queue order (Ray queues what it cannot place).
+            capacity = self._ray_capacity(target) or _unbounded(target_name, queued)
         decision = decide(capacity, holding, queued, time.time())
         grace = {name: self._grace(name) for name in decision.preempt}
         started = ledger.apply(self.ws, target_name, decision, grace)
@@ -122,6 +126,23 @@ class Scheduler:
         if started:
             log.info("started %s on %s", ", ".join(started), target_name)
         return decision
+
+    def _ray_capacity(self, target: RayTarget) -> Capacity | None:
+        """The cluster's nodes from a fresh probe reading; starts a probe when there is none."""
+        rows = self.ws.query(
+            "SELECT hosts_json, read_at FROM capacities WHERE target = ?", (target.name,)
+        )
+        if rows and time.time() - rows[0]["read_at"] < FRESH_S:
+            hosts = tuple(
+                Host(h["host"], tuple(str(i) for i in range(int(h["gpus"]))), float(h["cpus"]))
+                for h in json.loads(rows[0]["hosts_json"])
+            )
+            return Capacity(target.name, hosts, spread=target.placement == "spread")
+        last = self._probe_started.get(target.name, -math.inf)
+        if time.monotonic() - last > FRESH_S:
+            self._probe_started[target.name] = time.monotonic()
+            _start_probe(self.ws.home, target.name)
+        return None
 
     def _grace(self, name: str) -> float:
         spec = self.ws.get_job(name).spec
@@ -157,6 +178,21 @@ def _unbounded(target: str, queued: list[QueuedJob]) -> Capacity:
         Host(f"{target}#{i}", tuple(str(g) for g in range(gpus)), cpus) for i in range(nodes)
     )
     return Capacity(target, hosts, spread=True)
+
+
+def _start_probe(home: Path, target: str) -> None:
+    """A reader of a Ray cluster's nodes (:mod:`phalanx.scheduler.rayprobe`), detached."""
+    with open(home / "scheduler.log", "ab") as log_file:
+        subprocess.Popen(
+            [sys.executable, "-m", "phalanx.scheduler.rayprobe", target],
+            env=dict(os.environ, PHALANX_HOME=str(home)),
+            cwd=home,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
 
 
 def main() -> int:

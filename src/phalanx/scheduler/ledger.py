@@ -169,3 +169,37 @@ def release(ws: Workspace, name: str, *, requeue: bool) -> None:
                 "UPDATE jobs SET status = ? WHERE name = ? AND status IN (?, ?, ?, ?)",
                 (JobStatus.QUEUED.value, name, *(s.value for s in _HOLDING)),
             )
+
+
+def set_hosts(ws: Workspace, name: str, hosts: list[str]) -> None:
+    """Record where a cluster really placed the job's nodes (Ray chooses, not phalanx).
+
+    Device ids on such a target are only counts; each node takes the lowest ids
+    no other job holds on its new host, so per-host accounting stays exact.
+    """
+    with ws.transaction() as db:
+        rows = db.execute(
+            "SELECT node, target, gpus_json FROM allocations WHERE job_name = ? ORDER BY node",
+            (name,),
+        ).fetchall()
+        for row, host in zip(rows, hosts, strict=False):
+            count = len(json.loads(row["gpus_json"]))
+            taken = {
+                gpu
+                for other in db.execute(
+                    "SELECT gpus_json FROM allocations WHERE target = ? AND host = ? AND NOT "
+                    "(job_name = ? AND node = ?)",
+                    (row["target"], host, name, row["node"]),
+                )
+                for gpu in json.loads(other[0])
+            }
+            ids: list[str] = []
+            candidate = 0
+            while len(ids) < count:
+                if str(candidate) not in taken:
+                    ids.append(str(candidate))
+                candidate += 1
+            db.execute(
+                "UPDATE allocations SET host = ?, gpus_json = ? WHERE job_name = ? AND node = ?",
+                (host, json.dumps(ids), name, row["node"]),
+            )

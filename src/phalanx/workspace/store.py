@@ -119,6 +119,11 @@ CREATE TABLE IF NOT EXISTS allocations (
     releasing_at REAL,
     PRIMARY KEY (job_name, node)
 );
+CREATE TABLE IF NOT EXISTS capacities (
+    target TEXT PRIMARY KEY,
+    hosts_json TEXT NOT NULL,
+    read_at REAL NOT NULL
+);
 """
 # Each step upgrades a workspace from the version before it.
 _MIGRATIONS: dict[int, list[str]] = {
@@ -143,7 +148,7 @@ _MIGRATIONS: dict[int, list[str]] = {
         ),
         "ALTER TABLE attempts ADD COLUMN nodes_json TEXT",
         "CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status)",
-        *(sql for sql in _SCHEMA.split(";") if "allocations (" in sql),
+        *(sql for sql in _SCHEMA.split(";") if "allocations (" in sql or "capacities (" in sql),
     ],
 }
 
@@ -379,6 +384,21 @@ class Workspace:
             (pid, started, name),
         )
 
+    def set_waiting(self, name: str, reason: str) -> None:
+        """Show a job that holds its grant but waits for its nodes (a pending Ray
+        placement group) as Queued, with ``reason``; its next attempt makes it Running."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE jobs SET status = ?, queue_json = ? WHERE name = ? AND status IN (?, ?)",
+                (
+                    JobStatus.QUEUED.value,
+                    json.dumps({"position": None, "reason": reason}),
+                    name,
+                    JobStatus.PREPARING.value,
+                    JobStatus.RUNNING.value,
+                ),
+            )
+
     def clear_supervisor(self, name: str) -> None:
         """Forget a supervisor that died (the scheduler starts another when it is needed)."""
         self._db.execute(
@@ -465,9 +485,18 @@ class Workspace:
         ).fetchone()
         return (bool(row[0]), bool(row[1])) if row else (False, False)
 
-    def request_preemption(self, name: str, nodes: list[int] | None) -> None:
-        """Ask the job's runner to treat ``nodes`` (every node when ``None``) as evicted."""
-        request = {"nodes": nodes, "at": time.time()}
+    def request_preemption(
+        self, name: str, nodes: list[int] | None, *, for_job: str | None = None
+    ) -> None:
+        """Ask the job's runner to treat ``nodes`` (every node when ``None``) as evicted.
+
+        Args:
+            for_job: The queued job the scheduler makes room for (``None``: a user's
+                ``phalanx job preempt``).
+        """
+        request: dict[str, Any] = {"nodes": nodes, "at": time.time()}
+        if for_job is not None:
+            request["for"] = for_job
         self._db.execute(
             "UPDATE jobs SET preempt_json = ? WHERE name = ?", (json.dumps(request), name)
         )
