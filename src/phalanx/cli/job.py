@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -13,10 +14,10 @@ from phalanx.cli.render import job_json, list_jobs, show_job
 from phalanx.cli.stream import stream_job
 from phalanx.errors import SpecError
 from phalanx.jobs.control import cancel, preempt, refresh, submit
-from phalanx.jobs.prepare import check
-from phalanx.launch.environment import environment_notes
-from phalanx.spec import JobSpec, load_spec
 from phalanx.workspace import JobRecord, JobStatus, Workspace
+
+if TYPE_CHECKING:
+    from phalanx.spec import JobSpec
 
 console = Console()
 err_console = Console(stderr=True)
@@ -48,6 +49,10 @@ def load_for_run(spec_file: Path, overrides: tuple[str, ...]) -> tuple[JobSpec, 
     Returns:
         The spec and the YAML text to keep in the job folder.
     """
+    from phalanx.jobs.prepare import check
+    from phalanx.launch.environment import environment_notes
+    from phalanx.spec import load_spec
+
     spec = load_spec(spec_file, overrides)
     spec.check_supported()
     ws = Workspace()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+# Only what `job list`/`show` need is imported here; the spec's models, the compute
+# targets and the retry policy are imported by the functions that use them.
 import contextlib
 import os
 import signal
@@ -9,19 +11,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
-from phalanx.compute.local import LocalCompute
-from phalanx.compute.targets import LocalTarget, resolve_target
 from phalanx.errors import PhalanxError
-from phalanx.jobs.policy import decide
 from phalanx.jobs.sysmetrics import INTERVAL_ENV
-from phalanx.scheduler.capacity import local_capacity
 from phalanx.scheduler.ledger import grant_of, release
 from phalanx.scheduler.process import ensure_running, is_supervisor
-from phalanx.scheduler.request import priority_of, request_for
-from phalanx.spec import JobSpec
 from phalanx.workspace import (
     AttemptStatus,
     FailureCause,
@@ -33,6 +30,9 @@ from phalanx.workspace import (
 )
 from phalanx.workspace.layout import HOME_ENV
 from phalanx.workspace.snapshot import LIMIT_ENV
+
+if TYPE_CHECKING:
+    from phalanx.spec import JobSpec
 
 
 def submit(ws: Workspace, spec: JobSpec, spec_text: str) -> JobRecord:
@@ -59,6 +59,10 @@ def queue_entry(ws: Workspace, spec: JobSpec) -> QueueEntry:
     Raises:
         PhalanxError: the target is unknown, or the job can never fit it.
     """
+    from phalanx.compute.targets import LocalTarget, resolve_target
+    from phalanx.scheduler.capacity import local_capacity
+    from phalanx.scheduler.request import priority_of, request_for
+
     target = resolve_target(spec.compute, ws)
     capacity = local_capacity(target) if isinstance(target, LocalTarget) else None
     request = request_for(spec, target, capacity)
@@ -142,6 +146,10 @@ def recover_lost(ws: Workspace, job: JobRecord) -> None:
     or fails. A job that was only waiting in the queue just loses its waiting
     process: the scheduler starts a new one when its turn comes.
     """
+    from phalanx.compute.local import LocalCompute
+    from phalanx.jobs.policy import decide
+    from phalanx.spec import JobSpec
+
     LocalCompute().sweep(Path(job.job_dir), None, grace_s=2.0)
     _unmount_leftovers(Path(job.job_dir))
     attempts = ws.list_attempts(job.name)
@@ -213,6 +221,8 @@ def cancel(ws: Workspace, name: str, *, wait_s: float = 30.0) -> JobRecord:
                 f"job {name!r} did not stop within {wait_s:.0f} s; see "
                 f"{ws.paths(name).supervisor_log}"
             )
+    from phalanx.compute.local import LocalCompute
+
     LocalCompute().sweep(ws.paths(name).root, None, grace_s=2.0)
     ws.set_status(name, JobStatus.CANCELED)
     return ws.get_job(name)

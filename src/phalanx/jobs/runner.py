@@ -54,7 +54,7 @@ from phalanx.launch.rootcause import (
 )
 from phalanx.scheduler.ledger import grant_of, release, set_hosts
 from phalanx.scheduler.model import NodeGrant
-from phalanx.scheduler.process import poke
+from phalanx.scheduler.process import ensure_running, is_running, poke
 from phalanx.scheduler.waiting import wait_for_grant
 from phalanx.spec import JobSpec
 from phalanx.workspace import (
@@ -73,6 +73,7 @@ Node = LocalNode | RayNode
 
 POLL_S = 0.1
 REQUEST_EVERY = 5  # polls between reads of cancel/preemption requests
+SCHEDULER_CHECK_EVERY = 50  # polls between checks that the workspace's scheduler runs
 # After a failure, launchers get this long after SIGTERM to exit before every
 # process of the attempt is killed outright.
 FAILURE_GRACE_S = 4.5
@@ -391,6 +392,10 @@ class JobRunner:
                 looks_preempted = notice is not None or _preemption_signs(records)
                 self._stop(attempt, nodes, grace if looks_preempted else FAILURE_GRACE_S)
                 return self._ended(attempt, spec.world_size, nodes, codes, notice)
+            if polls % SCHEDULER_CHECK_EVERY == 0 and not is_running(self.ws.home):
+                # The scheduler died: start another, so that a lost supervisor (this
+                # one's included) is still noticed without anybody running a command.
+                ensure_running(self.ws.home)
             if polls % REQUEST_EVERY == 0:
                 self.compute.reap(nodes)
                 cancel, preempt = self.ws.requests(self.name)

@@ -12,7 +12,9 @@ from phalanx.scheduler.process import ensure_running, is_running
 from phalanx.workspace import Workspace
 
 # Without a ring, the database is read this often anyway (and the scheduler checked on).
-LOOK_EVERY_S = 2.0
+# Rings are not lost in practice (a waiter binds its bell before its first look), so
+# this is only a safety net; it is long so that hundreds of waiting jobs cost no CPU.
+LOOK_EVERY_S = 15.0
 
 
 def wait_for_grant(
