@@ -515,7 +515,8 @@ BAD_SPECS = [
         [],
         "resources",
         2,
-        "must be a mapping with keys instance_count, instance_type, shm_size, gpus_per_instance, cpus_per_instance; got 4",
+        "must be a mapping with keys instance_count, instance_type, shm_size, "
+        "gpus_per_instance, cpus_per_instance; got 4",
         id="block-not-mapping",
     ),
     pytest.param(
