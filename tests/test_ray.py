@@ -140,7 +140,9 @@ def test_errors_a_user_can_fix(cli: Cli, ray_cluster: RayCluster) -> None:
     assert refused.returncode == 2 and "cannot reach 127.0.0.1:1" in refused.stderr
     cli.run("compute", "create", "--name", "authed", "--address", ray_cluster.gcs_address,
             "--token-env", "PHALANX_TEST_RAY_TOKEN", check=True)  # fmt: skip
-    shown = json.loads(cli.run("compute", "show", "authed", check=True).stdout)
+    shown = json.loads(cli.run("compute", "show", "authed", "--json", check=True).stdout)[
+        "settings"
+    ]
     assert shown["token"] == "environment variable PHALANX_TEST_RAY_TOKEN"
     no_token = cli.run("job", "create", "-f", str(_job(cli, "authed")))
     assert no_token.returncode == 2 and "PHALANX_TEST_RAY_TOKEN is not set" in no_token.stderr
@@ -184,16 +186,18 @@ def test_compute_targets_without_a_cluster(cli: Cli) -> None:
                          "--address", "ray://head.example:10001", "--store-token",
                          "--placement", "pack", "--no-check")  # fmt: skip
     assert made.returncode == 0, made.stderr
-    shown = cli.run("compute", "show", "later", check=True).stdout
-    assert json.loads(shown)["token"] == "stored in the secrets file"
-    assert json.loads(shown)["placement"] == "pack"
+    shown = cli.run("compute", "show", "later", "--json", check=True).stdout
+    assert json.loads(shown)["settings"]["token"] == "stored in the secrets file"
+    assert json.loads(shown)["settings"]["placement"] == "pack"
+    text = cli.run("compute", "show", "later", check=True).stdout
+    assert "token: stored in the secrets file" in text and "placement: pack" in text
     listing = cli.run("compute", "list", check=True).stdout
     assert "later" in listing and "ray://head.example:10001" in listing and "local" in listing
     secrets = cli.home / "secrets.json"
     assert token in secrets.read_text() and (secrets.stat().st_mode & 0o777) == 0o600
     others = [p for p in cli.home.rglob("*") if p.is_file() and p != secrets]
     assert not [p for p in others if token.encode() in p.read_bytes()]  # the database, WAL…
-    assert token not in shown + listing
+    assert token not in shown + listing + text
     cli.run("compute", "delete", "later", check=True)
     assert token not in secrets.read_text()
     gone = cli.run("compute", "show", "later")

@@ -149,7 +149,9 @@ def test_shared_files_write_the_workspace_directly(cli: Cli, ray_cluster: RayClu
     assert rank0["job_dir"] == job["job_dir"]
     assert rank0["input"] == str(cli.workdir / "data")
     assert (Path(job["job_dir"]) / "outputs" / "model" / "weights.txt").read_text() == "trained"
-    shown = json.loads(cli.run("compute", "show", "together", check=True).stdout)
+    shown = json.loads(cli.run("compute", "show", "together", "--json", check=True).stdout)[
+        "settings"
+    ]
     assert shown["files"] == "shared"
 
 

@@ -199,6 +199,10 @@ def show_cmd(name: str, as_json: bool) -> int:
     if as_json:
         click.echo(json.dumps(view, indent=2))
         return 0
+    for key, value in view["settings"].items():
+        if value is not None and key != "name":
+            shown = ",".join(value) if isinstance(value, list | tuple) else value
+            console.print(f"{key}: {shown}", highlight=False)
     render_queue(console, view)
     return 0
 
