@@ -136,6 +136,14 @@ def test_a_job_that_can_never_fit_is_refused_at_create(cli: Cli, tmp_path: Path)
     assert "9 GPUs" in proc.stderr and "has 8" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert json.loads(cli.run("job", "list", "--json", check=True).stdout) == []
+    cli.run("compute", "create", "--type", "local", "--name", "small", "--gpus", "none",
+            "--memory", "1Gi", check=True)  # fmt: skip
+    big = cli.run("job", "create", "-f", str(spec), "--set", "compute=small",
+                  "--set", "resources.gpus_per_instance=0",
+                  "--set", "resources.memory_per_instance=2Gi")  # fmt: skip
+    assert big.returncode == 2 and "2 GiB of memory" in big.stderr and "1 GiB" in big.stderr
+    typo = cli.run("job", "validate", "-f", str(spec), "--set", "resources.memory_per_instance=2Q")
+    assert typo.returncode == 2 and "memory_per_instance" in typo.stderr, typo.stderr
     # Two local targets never share a device.
     clash = cli.run("compute", "create", "--type", "local", "--name", "team", "--gpus", "6,7")
     assert clash.returncode == 2 and "already belong to compute 'local'" in clash.stderr

@@ -291,3 +291,17 @@ def test_a_random_run_keeps_devices_disjoint_and_ends_every_job() -> None:
             sim.step()
         assert not sim.queue and not sim.running, (seed, capacity.target)
         assert len(sim.ended) == sim.submitted
+
+
+def test_memory_is_counted_per_host_when_a_job_asks_for_it() -> None:
+    gib = 2**30
+    box = Capacity("box", (Host("box", ("0", "1"), cpus=8, memory=16 * gib),))
+    busy = [RunningJob("a", (NodeGrant("box", ("0",), memory=12 * gib),))]
+    wants = QueuedJob("b", Request(nodes=1, gpus=1, memory=8 * gib), submitted=0)
+    decision = decide(box, busy, [wants], now=0)
+    assert decision.admit == {}  # a GPU is free, the memory is not
+    assert "8 GiB" in decision.waiting["b"] and "4 GiB memory free" in decision.waiting["b"]
+    small = QueuedJob("c", Request(nodes=1, gpus=1, memory=4 * gib), submitted=0)
+    assert decide(box, busy, [small], now=0).admit["c"][0].memory == 4 * gib
+    too_big = never_fits(Request(nodes=1, memory=32 * gib), box)
+    assert too_big is not None and "32 GiB" in too_big and "16 GiB" in too_big

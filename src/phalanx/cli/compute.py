@@ -61,6 +61,7 @@ def _probe(address: str) -> None:
     help="local: the GPUs jobs may use (0-3,6 or UUIDs; 'none'); default: every GPU found.",
 )
 @click.option("--cpus", type=float, help="local: CPU slots jobs may use; default: the cores.")
+@click.option("--memory", help="local: memory jobs may ask for (e.g. 200G); default: all of it.")
 @click.option("--token-env", metavar="VAR", help="Variable holding the cluster's Ray auth token.")
 @click.option(
     "--store-token",
@@ -91,6 +92,7 @@ def create_cmd(
     address: str | None,
     gpus: str | None,
     cpus: float | None,
+    memory: str | None,
     token_env: str | None,
     store_token: bool,
     placement: str,
@@ -106,11 +108,13 @@ def create_cmd(
     """
     ws = Workspace()
     if kind == "local":
-        create_target(ws, _local(name, gpus, cpus, address))
+        create_target(ws, _local(name, gpus, cpus, memory, address))
         console.print(f"compute [bold]{name}[/bold] (local) → {_describe_local(ws, name)}")
         return 0
-    if gpus is not None or cpus is not None:
-        raise PhalanxError("--gpus/--cpus are for --type local; a Ray target has --gpus-per-node")
+    if gpus is not None or cpus is not None or memory is not None:
+        raise PhalanxError(
+            "--gpus/--cpus/--memory are for --type local; a Ray target has --gpus-per-node"
+        )
     if address is None:
         raise PhalanxError("--address is required for --type ray: ray://HEAD:10001 or HEAD:6379")
     check_address(address)
@@ -139,7 +143,11 @@ def create_cmd(
     return 0
 
 
-def _local(name: str, gpus: str | None, cpus: float | None, address: str | None) -> LocalTarget:
+def _local(
+    name: str, gpus: str | None, cpus: float | None, memory: str | None, address: str | None
+) -> LocalTarget:
+    from phalanx.sizes import parse_size
+
     if address is not None:
         raise PhalanxError("--address is for --type ray; a local target is this machine")
     if cpus is not None and cpus <= 0:
@@ -148,17 +156,24 @@ def _local(name: str, gpus: str | None, cpus: float | None, address: str | None)
         devices = parse_devices(gpus) if gpus is not None else None
     except ValueError as exc:
         raise PhalanxError(str(exc)) from None
-    return LocalTarget(name=name, gpus=devices, cpus=cpus)
+    try:
+        size = parse_size(memory) if memory is not None else None
+    except ValueError as exc:
+        raise PhalanxError(f"--memory: {exc}") from None
+    if size is not None and size <= 0:
+        raise PhalanxError(f"--memory {memory}: give a size above 0, e.g. 200G")
+    return LocalTarget(name=name, gpus=devices, cpus=cpus, memory=size)
 
 
 def _describe_local(ws: Workspace, name: str) -> str:
     from phalanx.scheduler.capacity import local_capacity
+    from phalanx.scheduler.model import gib
 
     target = resolve_target(name, ws)
     assert isinstance(target, LocalTarget)
     host = local_capacity(target).hosts[0]
     gpus = ",".join(host.gpus) if host.gpus else "none"
-    return f"this machine: GPUs {gpus}, {host.cpus:g} CPU slots"
+    return f"this machine: GPUs {gpus}, {host.cpus:g} CPU slots, {gib(host.memory)} memory"
 
 
 @compute_group.command("list")

@@ -14,6 +14,7 @@ from phalanx.compute.targets import LOCAL, LocalTarget, Target, list_targets, re
 from phalanx.jobs.control import refresh
 from phalanx.scheduler import ledger
 from phalanx.scheduler.capacity import local_capacity
+from phalanx.scheduler.model import gib
 from phalanx.workspace import JobStatus, Workspace
 
 console = Console()
@@ -25,7 +26,10 @@ def queue_view(ws: Workspace, target: Target) -> dict[str, Any]:
     if isinstance(target, LocalTarget):
         cap = local_capacity(target)
         capacity = {
-            "hosts": [{"host": h.name, "gpus": list(h.gpus), "cpus": h.cpus} for h in cap.hosts]
+            "hosts": [
+                {"host": h.name, "gpus": list(h.gpus), "cpus": h.cpus, "memory": h.memory}
+                for h in cap.hosts
+            ]
         }
     else:
         rows = ws.query(
@@ -36,7 +40,7 @@ def queue_view(ws: Workspace, target: Target) -> dict[str, Any]:
             capacity = {
                 "hosts": [
                     {"host": h["host"], "gpus": [str(i) for i in range(h["gpus"])],
-                     "cpus": h["cpus"]}
+                     "cpus": h["cpus"], "memory": h.get("memory", 0)}
                     for h in hosts
                 ],
                 "read_s_ago": round(time.time() - rows[0]["read_at"], 1),
@@ -51,6 +55,7 @@ def queue_view(ws: Workspace, target: Target) -> dict[str, Any]:
                     "host": grant.host,
                     "gpus": list(grant.gpus),
                     "cpus": grant.cpus,
+                    "memory": grant.memory,
                     "leaving": job.releasing,
                 }
             )
@@ -83,7 +88,8 @@ def render_queue(out: Console, view: dict[str, Any]) -> None:
     if capacity:
         for host in capacity["hosts"]:
             gpus = ",".join(host["gpus"]) or "none"
-            out.print(f"  {host['host']}: GPUs {gpus}; {host['cpus']:g} CPU slots")
+            memory = f"; {gib(host['memory'])} memory" if host.get("memory") else ""
+            out.print(f"  {host['host']}: GPUs {gpus}; {host['cpus']:g} CPU slots{memory}")
         if "read_s_ago" in capacity:
             out.print(f"  (the Ray cluster's nodes as read {capacity['read_s_ago']:.0f} s ago)")
     else:

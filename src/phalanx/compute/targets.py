@@ -44,6 +44,8 @@ class LocalTarget(BaseModel):
     ``nvidia-smi`` when ``None``."""
     cpus: float | None = Field(default=None, gt=0)
     """CPU slots jobs may use; this machine's cores when ``None``."""
+    memory: int | None = Field(default=None, gt=0)
+    """Bytes of memory jobs may ask for; this machine's memory when ``None``."""
 
     @field_validator("gpus", mode="before")
     @classmethod

@@ -69,7 +69,12 @@ def queue_entry(ws: Workspace, spec: JobSpec) -> QueueEntry:
     priority, tier = priority_of(spec)
     return QueueEntry(
         target=target.name,
-        request={"nodes": request.nodes, "gpus": request.gpus, "cpus": request.cpus},
+        request={
+            "nodes": request.nodes,
+            "gpus": request.gpus,
+            "cpus": request.cpus,
+            "memory": request.memory,
+        },
         priority=priority,
         tier=tier,
         timeout=float(spec.limits.timeout) if spec.limits.timeout else None,

@@ -239,7 +239,10 @@ class JobRunner:
         attempt = self.ws.start_attempt(
             self.name,
             master_port=master_port,
-            nodes=[{"host": n.host, "gpus": list(n.gpus), "cpus": n.cpus} for n in grant],
+            nodes=[
+                {"host": n.host, "gpus": list(n.gpus), "cpus": n.cpus, "memory": n.memory}
+                for n in grant
+            ],
         )
         self.ws.set_status(self.name, JobStatus.RUNNING)
         log.info(

@@ -52,8 +52,16 @@ def host_name() -> str:
     return socket.gethostname() or "localhost"
 
 
+def detect_memory() -> int:
+    """This machine's memory, in bytes."""
+    import psutil
+
+    return int(psutil.virtual_memory().total)
+
+
 def local_capacity(target: LocalTarget) -> Capacity:
-    """One host, this machine: the target's GPUs and CPU slots, or what the machine has."""
+    """One host, this machine: the target's GPUs, CPU slots and memory, or what it has."""
     gpus = target.gpus if target.gpus is not None else detect_gpus()
     cpus = target.cpus if target.cpus is not None else detect_cpus()
-    return Capacity(target.name, (Host(host_name(), tuple(gpus), cpus),), spread=False)
+    memory = target.memory if target.memory is not None else detect_memory()
+    return Capacity(target.name, (Host(host_name(), tuple(gpus), cpus, memory),), spread=False)

@@ -134,7 +134,12 @@ class Scheduler:
         )
         if rows and time.time() - rows[0]["read_at"] < FRESH_S:
             hosts = tuple(
-                Host(h["host"], tuple(str(i) for i in range(int(h["gpus"]))), float(h["cpus"]))
+                Host(
+                    h["host"],
+                    tuple(str(i) for i in range(int(h["gpus"]))),
+                    float(h["cpus"]),
+                    int(h.get("memory", 0)),
+                )
                 for h in json.loads(rows[0]["hosts_json"])
             )
             return Capacity(target.name, hosts, spread=target.placement == "spread")
@@ -174,8 +179,10 @@ def _unbounded(target: str, queued: list[QueuedJob]) -> Capacity:
     nodes = sum(j.request.nodes for j in queued)
     gpus = max((j.request.gpus for j in queued), default=0)
     cpus = max((j.request.cpus for j in queued), default=0.0)
+    memory = max((j.request.memory for j in queued), default=0)
     hosts = tuple(
-        Host(f"{target}#{i}", tuple(str(g) for g in range(gpus)), cpus) for i in range(nodes)
+        Host(f"{target}#{i}", tuple(str(g) for g in range(gpus)), cpus, memory)
+        for i in range(nodes)
     )
     return Capacity(target, hosts, spread=True)
 

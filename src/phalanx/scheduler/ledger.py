@@ -51,6 +51,7 @@ def queued(ws: Workspace, target: str) -> list[QueuedJob]:
                     nodes=int(request["nodes"]),
                     gpus=int(request.get("gpus", 0)),
                     cpus=float(request.get("cpus", 0.0)),
+                    memory=int(request.get("memory", 0)),
                 ),
                 submitted=row["created_at"],
                 priority=row["priority"] if row["priority"] is not None else 2,
@@ -64,7 +65,8 @@ def queued(ws: Workspace, target: str) -> list[QueuedJob]:
 def holding(ws: Workspace, target: str) -> list[RunningJob]:
     """The jobs holding devices of ``target``, with what each node holds."""
     rows = ws.query(
-        "SELECT a.job_name, a.node, a.host, a.gpus_json, a.cpus, a.granted_at, a.releasing_at,"
+        "SELECT a.job_name, a.node, a.host, a.gpus_json, a.cpus, a.memory, a.granted_at,"
+        " a.releasing_at,"
         " j.priority, j.tier, j.timeout, j.started_at FROM allocations a "
         "JOIN jobs j ON j.name = a.job_name WHERE a.target = ? ORDER BY a.job_name, a.node",
         (target,),
@@ -76,7 +78,8 @@ def holding(ws: Workspace, target: str) -> list[RunningJob]:
     for name, group in by_job.items():
         first = group[0]
         nodes = tuple(
-            NodeGrant(r["host"], tuple(json.loads(r["gpus_json"])), r["cpus"]) for r in group
+            NodeGrant(r["host"], tuple(json.loads(r["gpus_json"])), r["cpus"], r["memory"])
+            for r in group
         )
         started = first["started_at"] or first["granted_at"]
         timeout = first["timeout"]
@@ -118,9 +121,9 @@ def apply(ws: Workspace, target: str, decision: Decision, grace: dict[str, float
             for node, grant in enumerate(nodes):
                 db.execute(
                     "INSERT INTO allocations (job_name, node, target, host, gpus_json, cpus,"
-                    " granted_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    " memory, granted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (name, node, target, grant.host, json.dumps(list(grant.gpus)), grant.cpus,
-                     now),
+                     grant.memory, now),
                 )  # fmt: skip
             db.execute("UPDATE jobs SET queue_json = NULL WHERE name = ?", (name,))
             started.append(name)
@@ -155,9 +158,13 @@ def apply(ws: Workspace, target: str, decision: Decision, grace: dict[str, float
 def grant_of(ws: Workspace, name: str) -> tuple[NodeGrant, ...]:
     """What the job holds, node by node (empty when it holds nothing)."""
     rows = ws.query(
-        "SELECT host, gpus_json, cpus FROM allocations WHERE job_name = ? ORDER BY node", (name,)
+        "SELECT host, gpus_json, cpus, memory FROM allocations WHERE job_name = ? ORDER BY node",
+        (name,),
     )
-    return tuple(NodeGrant(r["host"], tuple(json.loads(r["gpus_json"])), r["cpus"]) for r in rows)
+    return tuple(
+        NodeGrant(r["host"], tuple(json.loads(r["gpus_json"])), r["cpus"], r["memory"] or 0)
+        for r in rows
+    )
 
 
 def release(ws: Workspace, name: str, *, requeue: bool) -> None:

@@ -27,6 +27,8 @@ class Host:
     """Device ids (``CUDA_VISIBLE_DEVICES`` values) jobs may be given."""
     cpus: float = 0.0
     """CPU slots (cores, or what the target was told)."""
+    memory: int = 0
+    """Bytes of memory jobs may ask for."""
 
 
 @dataclass(frozen=True)
@@ -47,24 +49,37 @@ class Capacity:
     def cpus(self) -> float:
         return sum(h.cpus for h in self.hosts)
 
+    @property
+    def memory(self) -> int:
+        return sum(h.memory for h in self.hosts)
+
 
 @dataclass(frozen=True)
 class Request:
-    """What a job needs: ``nodes`` nodes of ``gpus`` devices and ``cpus`` slots each."""
+    """What a job needs: ``nodes`` nodes of ``gpus`` devices, ``cpus`` slots and
+    ``memory`` bytes each."""
 
     nodes: int
     gpus: int = 0
     cpus: float = 0.0
+    memory: int = 0
 
     def describe(self) -> str:
-        """``4 GPUs on 1 node`` / ``2 CPUs on each of 2 nodes``."""
+        """``4 GPUs on 1 node`` / ``2 CPUs + 8 GiB on each of 2 nodes``."""
         parts = []
         if self.gpus:
             parts.append(_count(self.gpus, "GPU"))
         if self.cpus or not self.gpus:
             parts.append(_count(self.cpus, "CPU"))
+        if self.memory:
+            parts.append(gib(self.memory))
         what = " + ".join(parts)
         return f"{what} on 1 node" if self.nodes == 1 else f"{what} on each of {self.nodes} nodes"
+
+
+def gib(n: int) -> str:
+    """Bytes as ``8 GiB`` (``0.5 GiB``)."""
+    return f"{n / 2**30:.3g} GiB"
 
 
 def _count(n: float, unit: str) -> str:
@@ -79,6 +94,7 @@ class NodeGrant:
     host: str
     gpus: tuple[str, ...] = ()
     cpus: float = 0.0
+    memory: int = 0
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from phalanx.scheduler.model import Capacity, NodeGrant, Request
+from phalanx.scheduler.model import Capacity, NodeGrant, Request, gib
 
 _EPS = 1e-9
 
@@ -16,6 +16,7 @@ class Free:
 
     gpus: dict[str, list[str]]
     cpus: dict[str, float]
+    memory: dict[str, int]
 
     @classmethod
     def of(cls, capacity: Capacity, held: Iterable[Iterable[NodeGrant]] = ()) -> Free:
@@ -23,13 +24,14 @@ class Free:
         free = cls(
             gpus={h.name: list(h.gpus) for h in capacity.hosts},
             cpus={h.name: float(h.cpus) for h in capacity.hosts},
+            memory={h.name: h.memory for h in capacity.hosts},
         )
         for nodes in held:
             free.take(nodes)
         return free
 
     def copy(self) -> Free:
-        return Free({h: list(g) for h, g in self.gpus.items()}, dict(self.cpus))
+        return Free({h: list(g) for h, g in self.gpus.items()}, dict(self.cpus), dict(self.memory))
 
     def take(self, nodes: Iterable[NodeGrant]) -> None:
         for node in nodes:
@@ -38,6 +40,7 @@ class Free:
             held = set(node.gpus)
             self.gpus[node.host] = [g for g in self.gpus[node.host] if g not in held]
             self.cpus[node.host] -= node.cpus
+            self.memory[node.host] -= node.memory
 
     def give(self, nodes: Iterable[NodeGrant], capacity: Capacity) -> None:
         """Return ``nodes``' devices and slots (in the host's own device order)."""
@@ -48,6 +51,7 @@ class Free:
             back = set(self.gpus[node.host]) | set(node.gpus)
             self.gpus[node.host] = [g for g in order[node.host] if g in back]
             self.cpus[node.host] += node.cpus
+            self.memory[node.host] += node.memory
 
     def gpu_count(self) -> int:
         return sum(len(g) for g in self.gpus.values())
@@ -65,6 +69,7 @@ class Free:
         """
         gpus = {h: list(g) for h, g in self.gpus.items()}
         cpus = dict(self.cpus)
+        memory = dict(self.memory)
         used: set[str] = set()
         nodes: list[NodeGrant] = []
         for _ in range(request.nodes):
@@ -73,6 +78,7 @@ class Free:
                 for h in cpus
                 if len(gpus[h]) >= request.gpus
                 and cpus[h] + _EPS >= request.cpus
+                and memory[h] >= request.memory
                 and not (spread and h in used)
             ]
             if not fits:
@@ -81,8 +87,9 @@ class Free:
             taken = tuple(gpus[host][: request.gpus])
             gpus[host] = gpus[host][request.gpus :]
             cpus[host] -= request.cpus
+            memory[host] -= request.memory
             used.add(host)
-            nodes.append(NodeGrant(host=host, gpus=taken, cpus=request.cpus))
+            nodes.append(NodeGrant(host=host, gpus=taken, cpus=request.cpus, memory=request.memory))
         return tuple(nodes)
 
 
@@ -94,18 +101,28 @@ def never_fits(request: Request, capacity: Capacity) -> str | None:
     hosts = capacity.hosts
     most_gpus = max((len(h.gpus) for h in hosts), default=0)
     most_cpus = max((h.cpus for h in hosts), default=0.0)
+    most_memory = max((h.memory for h in hosts), default=0)
     if request.gpus > most_gpus:
         where = "its largest machine has" if len(hosts) > 1 else "it has"
         return f"asks for {request.gpus} GPUs per node but compute {name!r} {where} {most_gpus}"
     if request.cpus > most_cpus + _EPS:
         where = "its largest machine has" if len(hosts) > 1 else "it has"
         return f"asks for {request.cpus:g} CPUs per node but compute {name!r} {where} {most_cpus:g}"
+    if request.memory > most_memory:
+        where = "its largest machine has" if len(hosts) > 1 else "it has"
+        return (
+            f"asks for {gib(request.memory)} of memory per node but compute {name!r} {where} "
+            f"{gib(most_memory)}"
+        )
     total = (
         f"{request.gpus * request.nodes} GPUs"
         if request.gpus
         else (f"{request.cpus * request.nodes:g} CPUs")
     )
     have = f"{capacity.gpus} GPUs" if request.gpus else f"{capacity.cpus:g} CPUs"
+    if request.memory and request.memory * request.nodes > capacity.memory:
+        total = f"{gib(request.memory * request.nodes)} of memory"
+        have = gib(capacity.memory)
     if capacity.spread and request.nodes > len(hosts):
         return (
             f"asks for {request.nodes} nodes on different machines but compute {name!r} "

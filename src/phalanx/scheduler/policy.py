@@ -44,6 +44,7 @@ from phalanx.scheduler.model import (
     QueuedJob,
     Request,
     RunningJob,
+    gib,
 )
 from phalanx.scheduler.placement import Free, never_fits
 
@@ -238,6 +239,8 @@ def _wait_reason(request: Request, free: Free, ahead: int, held_for: str | None)
         have = f"{free.gpu_count()} GPU{'s' if free.gpu_count() != 1 else ''} free"
     else:
         have = f"{free.cpu_count():g} CPU{'s' if free.cpu_count() != 1 else ''} free"
+    if request.memory:
+        have += f", {gib(sum(max(0, m) for m in free.memory.values()))} memory free"
     reason = f"needs {request.describe()}; {have}"
     if ahead:
         reason += f"; {ahead} job{'s' if ahead != 1 else ''} ahead"

@@ -38,7 +38,7 @@ def lock_path(home: Path, target: str) -> Path:
 
 
 def read_nodes() -> list[dict[str, Any]]:
-    """The cluster's live nodes: ``{"host": node id, "gpus": n, "cpus": n}``."""
+    """The cluster's live nodes: ``{"host": node id, "gpus": n, "cpus": n, "memory": bytes}``."""
     import ray
 
     nodes = []
@@ -51,6 +51,7 @@ def read_nodes() -> list[dict[str, Any]]:
                 "host": str(node.get("NodeID")),
                 "gpus": int(resources.get("GPU", 0)),
                 "cpus": float(resources.get("CPU", 0)),
+                "memory": int(resources.get("memory", 0)),
             }
         )
     return sorted(nodes, key=lambda n: n["host"])

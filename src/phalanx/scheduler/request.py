@@ -8,6 +8,8 @@
   per process on a target without GPUs, at most this machine's share (a job
   with more processes than the machine has cores takes the whole machine rather
   than being refused: torchrun would run it so); none counted on a GPU target.
+- Memory per node: ``resources.memory_per_instance`` when given (``64G``);
+  none counted otherwise.
 - A Ray target's nodes ask for what its bundles reserve (``--gpus-per-node``,
   ``--cpus-per-node`` or one CPU per process).
 """
@@ -45,10 +47,16 @@ def request_for(spec: JobSpec, target: Target, capacity: Capacity | None) -> Req
     procs = spec.process_count_per_instance
     resources = spec.resources
     if isinstance(target, RayTarget):
-        if resources.gpus_per_instance is not None or resources.cpus_per_instance is not None:
+        asked = (
+            resources.gpus_per_instance,
+            resources.cpus_per_instance,
+            resources.memory_per_instance,
+        )
+        if any(value is not None for value in asked):
             raise PhalanxError(
-                "resources.gpus_per_instance / cpus_per_instance: a Ray target's nodes get what "
-                "its bundles reserve; set --gpus-per-node / --cpus-per-node on the target"
+                "resources.gpus_per_instance / cpus_per_instance / memory_per_instance: a Ray "
+                "target's nodes get what its bundles reserve; set --gpus-per-node / "
+                "--cpus-per-node on the target"
             )
         gpus = math.ceil(target.gpus_per_node)
         cpus = target.cpus_per_node if target.cpus_per_node is not None else float(procs)
@@ -65,7 +73,8 @@ def request_for(spec: JobSpec, target: Target, capacity: Capacity | None) -> Req
         else:
             host = max((h.cpus for h in capacity.hosts), default=0.0)
             cpus = min(float(procs), host / nodes) if not capacity.spread else float(procs)
-    request = Request(nodes=nodes, gpus=gpus, cpus=cpus)
+    memory = resources.memory_per_instance or 0 if not isinstance(target, RayTarget) else 0
+    request = Request(nodes=nodes, gpus=gpus, cpus=cpus, memory=memory)
     if capacity is None:
         return request
     reason = never_fits(request, capacity)

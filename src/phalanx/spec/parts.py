@@ -188,6 +188,21 @@ class Resources(SpecModel):
     """phalanx's own: CPU slots each node holds. The default on a target without
     GPUs is one per process (at most the whole machine); on a GPU target, none
     are counted unless this is given."""
+    memory_per_instance: int | None = None
+    """phalanx's own: memory each node holds, in bytes or as ``64G`` / ``500Gi``;
+    none is counted when absent."""
+
+    @field_validator("memory_per_instance", mode="before")
+    @classmethod
+    def _parse_memory(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            from phalanx.sizes import parse_size
+
+            try:
+                return parse_size(value)
+            except ValueError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
 
 class PyTorchDistribution(SpecModel):

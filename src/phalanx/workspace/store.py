@@ -115,6 +115,7 @@ CREATE TABLE IF NOT EXISTS allocations (
     host TEXT NOT NULL,
     gpus_json TEXT NOT NULL,
     cpus REAL NOT NULL,
+    memory INTEGER NOT NULL DEFAULT 0,
     granted_at REAL NOT NULL,
     releasing_at REAL,
     PRIMARY KEY (job_name, node)
