@@ -1,9 +1,11 @@
-"""Streaming logs: rank 0 by default, every rank prefixed, Ctrl-C leaves the job running."""
+"""Streaming logs: rank 0 by default, every rank prefixed, Ctrl-C leaves the job running,
+bounded memory whatever a rank writes."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import time
 
 from conftest import PHALANX, Cli
@@ -87,3 +89,67 @@ def test_ctrl_c_stops_streaming_not_the_job(cli: Cli) -> None:
     assert cli.show("keepgoing")["status"] == "Running"
     cli.run("job", "cancel", "keepgoing", check=True)
     assert cli.show("keepgoing")["status"] == "Canceled"
+
+
+HUGE_LINE = """
+import os
+chunk = b"x" * (1 << 20)
+for _ in range(200):
+    os.write(1, chunk)
+os.write(1, b"<end of the one line>")
+"""
+
+# Runs a command with stdout to a file; prints the peak RSS (KiB) of what it waited for.
+PEAK_RSS = """
+import resource, subprocess, sys
+with open(sys.argv[1], "wb") as out:
+    code = subprocess.run(sys.argv[2:], stdout=out).returncode
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, code)
+"""
+
+
+def test_streaming_one_200_mb_line_stays_small_and_shows_all_of_it(cli: Cli) -> None:
+    # A rank writes 200 MiB without a newline (a progress bar left running, a dump).
+    cli.write("src/huge.py", HUGE_LINE)
+    name = cli.create(cli.write("job.yml", "command: python huge.py\ncode: src\n"))
+    cli.wait(name, ("Completed",))
+    out = cli.workdir / "stream.out"
+    measured = subprocess.run(
+        [sys.executable, "-c", PEAK_RSS, str(out), PHALANX, "job", "stream", name],
+        env=cli.env, cwd=cli.workdir, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    peak_kib, code = map(int, measured.stdout.split())
+    assert code == 0, measured.stderr
+    assert peak_kib < 150 << 10, f"job stream peaked at {peak_kib >> 10} MiB"
+    xs, widest, end_seen = 0, 0, False
+    with open(out, encoding="utf-8") as f:
+        for line in f:
+            body = line.rstrip("\n").removeprefix("… ")
+            widest = max(widest, len(line))
+            if body.endswith("<end of the one line>"):
+                body, end_seen = body.removesuffix("<end of the one line>"), True
+            if body and not body.strip("x"):
+                xs += len(body)
+    assert end_seen and xs == 200 << 20  # the whole line, its tail included
+    assert widest <= (64 << 10) + 4  # printed in pieces, each after the first marked "… "
+
+
+PROGRESS = """
+import sys
+for i in range(1, 101):
+    sys.stdout.write(f"\\rprogress {i}%")
+sys.stdout.write("\\n")
+print("done")
+for i in range(1, 4):
+    sys.stdout.write(f"\\rsaving {i}/3")  # the job ends without a newline
+"""
+
+
+def test_a_progress_bar_shows_its_latest_state_per_line_end(cli: Cli) -> None:
+    cli.write("src/bar.py", PROGRESS)
+    proc = cli.run("run", str(cli.write("job.yml", "command: python bar.py\ncode: src\n")))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [ln for ln in lines if ln.startswith("progress")] == ["progress 100%"]
+    assert "done" in lines
+    assert [ln for ln in lines if ln.startswith("saving")] == ["saving 3/3"]

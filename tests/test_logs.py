@@ -1,12 +1,19 @@
-"""Following log files: whole lines, late files, progress bars."""
+"""Following log files: whole lines, late files, progress bars, bounded reads."""
 
 from __future__ import annotations
 
 import time
+import tracemalloc
 from pathlib import Path
 
-from phalanx.jobs.logs import PARTIAL_AFTER_S, LogFollower
+from phalanx.jobs.logs import LINE_CAP, PARTIAL_AFTER_S, READ_BYTES, LogFollower, LogLine
 from phalanx.workspace.layout import JobPaths
+
+
+def texts(lines: object) -> list[tuple[int, str]]:
+    """``(rank, text)`` of each line returned (a flush's iterator included)."""
+    assert not isinstance(lines, str)
+    return [(line.rank, line.text) for line in lines]  # type: ignore[attr-defined]
 
 
 def test_lines_appear_once_whole_and_in_rank_order(tmp_path: Path) -> None:
@@ -15,11 +22,11 @@ def test_lines_appear_once_whole_and_in_rank_order(tmp_path: Path) -> None:
     follower = LogFollower(paths, all_ranks=True)
     assert follower.poll() == []
     paths.rank_log(0).write_text("a\nhalf")
-    assert follower.poll() == [(0, "a")]
+    assert texts(follower.poll()) == [(0, "a")]
     with open(paths.rank_log(0), "a") as f:
         f.write(" line\n")
     paths.rank_log(1).write_text("b\n")  # a rank that starts later is picked up
-    assert follower.poll() == [(0, "half line"), (1, "b")]
+    assert texts(follower.poll()) == [(0, "half line"), (1, "b")]
     assert follower.poll() == []
 
 
@@ -28,7 +35,7 @@ def test_rank_zero_only_by_default(tmp_path: Path) -> None:
     paths.make()
     paths.rank_log(0).write_text("zero\n")
     paths.rank_log(1).write_text("one\n")
-    assert LogFollower(paths).poll() == [(0, "zero")]
+    assert texts(LogFollower(paths).poll()) == [(0, "zero")]
 
 
 def test_progress_bar_shows_its_latest_state_and_flush_ends_lines(tmp_path: Path) -> None:
@@ -38,7 +45,77 @@ def test_progress_bar_shows_its_latest_state_and_flush_ends_lines(tmp_path: Path
     paths.rank_log(0).write_text("10%\r50%\r90%")
     assert follower.poll() == []
     time.sleep(PARTIAL_AFTER_S + 0.1)
-    assert follower.poll() == [(0, "90%")]
+    assert texts(follower.poll()) == [(0, "90%")]
     with open(paths.rank_log(0), "a") as f:
         f.write("\rdone")
-    assert follower.flush() == [(0, "done")]
+    assert texts(follower.flush()) == [(0, "done")]
+
+
+def test_carriage_returns_end_lines_and_redraws_in_one_read_collapse(tmp_path: Path) -> None:
+    paths = JobPaths(tmp_path)
+    paths.make()
+    follower = LogFollower(paths)
+    log = paths.rank_log(0)
+    log.write_text("\r  0%|\r 50%|\r100%|\r\nepoch 1\r\n\r\n")  # tqdm, then Windows ends
+    assert texts(follower.poll()) == [(0, "100%|"), (0, "epoch 1"), (0, "")]
+    with open(log, "a") as f:
+        f.write("saving\r")  # a "\r" that ends a read may be half of "\r\n"
+    assert follower.poll() == []
+    with open(log, "a") as f:
+        f.write("\nstep 1\rstep 2\r")
+    assert texts(follower.poll()) == [(0, "saving")]
+    with open(log, "a") as f:
+        f.write("step 3\n")
+    assert texts(follower.poll()) == [(0, "step 3")]  # step 2 was redrawn
+
+
+def test_a_line_longer_than_the_cap_comes_in_marked_pieces(tmp_path: Path) -> None:
+    paths = JobPaths(tmp_path)
+    paths.make()
+    follower = LogFollower(paths)
+    paths.rank_log(0).write_text("a" * LINE_CAP + "b" * LINE_CAP + "tail")
+    # Without waiting for the line's end or PARTIAL_AFTER_S.
+    assert follower.poll() == [LogLine(0, "a" * LINE_CAP), LogLine(0, "b" * LINE_CAP, cont=True)]
+    with open(paths.rank_log(0), "a") as f:
+        f.write(" end\nnext\n")
+    assert follower.poll() == [LogLine(0, "tail end", cont=True), LogLine(0, "next")]
+
+
+def test_reads_are_bounded_and_characters_stay_whole_across_them(tmp_path: Path) -> None:
+    paths = JobPaths(tmp_path)
+    paths.make()
+    follower = LogFollower(paths, all_ranks=True)
+    # "é" is two bytes: the first ends a read, the second begins the next.
+    line = "a" * (READ_BYTES - 1) + "é"
+    paths.rank_log(0).write_text(f"{line}\n" * 3)
+    paths.rank_log(1).write_text("one\n")
+    first = follower.poll()
+    assert follower.behind
+    assert 0 < sum(len(x.text) for x in first if x.rank == 0) <= READ_BYTES
+    assert texts(x for x in first if x.rank == 1) == [(1, "one")]
+    shown = list(first)
+    while follower.behind:
+        shown += follower.poll()
+    shown += follower.flush()
+    whole: list[str] = []  # pieces joined back by their marks
+    for piece in shown:
+        if piece.rank == 0:
+            whole[-1:] = [whole[-1] + piece.text] if piece.cont else [*whole[-1:], piece.text]
+    assert whole == [line] * 3
+
+
+def test_memory_stays_bounded_on_a_bar_that_never_ends_its_line(tmp_path: Path) -> None:
+    paths = JobPaths(tmp_path)
+    paths.make()
+    with open(paths.rank_log(0), "w") as f:
+        for i in range(2_000_000):  # 20 MB of redraws and never a newline
+            f.write(f"\r{i:>8}%")
+    follower = LogFollower(paths)
+    tracemalloc.start()
+    try:
+        shown = list(follower.flush())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert texts(shown)[-1] == (0, f"{1_999_999:>8}%")
+    assert peak < 8 << 20, f"following a bar held {peak >> 20} MiB"

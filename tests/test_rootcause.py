@@ -80,3 +80,14 @@ def test_signal_death_and_log_tail(tmp_path: Path) -> None:
     assert cause.exit_code == 128 + 9
     assert cause.message == "killed by SIGKILL: step 2"
     assert cause.signal == "SIGKILL"
+
+
+def test_a_message_from_one_huge_log_line_keeps_its_end(tmp_path: Path) -> None:
+    log = tmp_path / "std_log_process_0.txt"
+    log.write_text("é" * 200_000 + " the end.")  # no newline; its last 64 KiB begin mid-"é"
+    rec = record(0, exit_code=3)
+    rec["log_file"] = str(log)
+    cause = root_cause([rec])
+    assert cause is not None
+    assert cause.message.endswith("é the end.") and len(cause.message) <= 1001
+    assert cause.traceback is not None and "\ufffd" not in cause.traceback

@@ -121,6 +121,21 @@ def test_a_budget_spreads_big_changes_over_scans(tmp_path: Path) -> None:
     ]
 
 
+def test_a_log_bigger_than_the_budget_is_read_and_sent_in_pieces(tmp_path: Path) -> None:
+    node, ws, scanner = _pair(tmp_path)
+    (node / "user_logs").mkdir()
+    data = bytes(range(256)) * 40  # 10 KiB of one rank's output
+    (node / "user_logs" / "std_log_process_0.txt").write_bytes(data)
+    sizes = []
+    more = True
+    while more:
+        changes, more = scanner.scan(budget=4096)
+        sizes += [len(c.data) for c in changes]
+        assert apply(changes, {"job": ws}) == []
+    assert sizes == [4096, 4096, 2048]  # never the whole log in memory at once
+    assert (ws / "user_logs" / "std_log_process_0.txt").read_bytes() == data
+
+
 def test_seeded_files_are_not_sent_back_and_paths_stay_inside(tmp_path: Path) -> None:
     node, ws, scanner = _pair(tmp_path)
     (node / "checkpoints").mkdir()

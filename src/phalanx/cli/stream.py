@@ -5,14 +5,17 @@ from __future__ import annotations
 import time
 
 from rich.console import Console
-from rich.markup import escape
+from rich.segment import Segment, Segments
+from rich.style import Style
 
 from phalanx.cli.render import duration, error_panel, status_text
 from phalanx.jobs.control import refresh
-from phalanx.jobs.logs import LogFollower
+from phalanx.jobs.logs import LogFollower, LogLine
 from phalanx.workspace import JobRecord, JobStatus, Workspace
 
 POLL_S = 0.2
+_RANK = Style(color="blue")
+_DIM = Style(dim=True)
 
 
 def stream_job(ws: Workspace, name: str, console: Console, *, all_ranks: bool = False) -> JobRecord:
@@ -33,19 +36,28 @@ def stream_job(ws: Workspace, name: str, console: Console, *, all_ranks: bool = 
         if job.status is not last_status:
             console.print(status_text(job.status), style="dim")
             last_status = job.status
+        # At the end, flush reads every file to its end, a bounded poll at a time.
         lines = follower.flush() if job.status.is_terminal else follower.poll()
-        for rank, line in lines:
-            if all_ranks:
-                console.print(
-                    f"[blue]\\[rank {rank}][/] {escape(line)}", highlight=False, soft_wrap=True
-                )
-            else:
-                console.print(escape(line), highlight=False, soft_wrap=True)
+        for line in lines:
+            console.print(Segments(_line(line, all_ranks, console)), soft_wrap=True)
         if job.status.is_terminal:
             break
-        time.sleep(POLL_S)
+        if not follower.behind:  # a rank that writes faster than one poll reads is caught up
+            time.sleep(POLL_S)
     _summary(console, job)
     return job
+
+
+def _line(line: LogLine, all_ranks: bool, console: Console) -> list[Segment]:
+    """A log line as printed: ``[rank N]`` first with every rank, ``…`` before a continuation.
+
+    Segments, not a rich Text: building one scans the whole line several
+    times, which for a log of hundreds of megabytes costs seconds.
+    """
+    head = [Segment(f"[rank {line.rank}] ", _RANK)] if all_ranks else []
+    if line.cont:
+        head.append(Segment("… ", _DIM))
+    return [*head, Segment(line.text), Segment.line()]
 
 
 def _summary(console: Console, job: JobRecord) -> None:

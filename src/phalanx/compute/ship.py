@@ -17,8 +17,9 @@ Two kinds of file:
   unchanged, as an event file does) sends only its new bytes. A file the node
   deleted (a checkpoint rotated away) is deleted in the workspace.
 
-A scan sends at most :data:`BATCH_BYTES` (at least one file); the agent
-reports its launcher's exit only once nothing is left to send.
+A scan sends at most :data:`BATCH_BYTES` (at least one file, of a log that
+grew more than that only its first bytes); the agent reports its launcher's
+exit only once nothing is left to send.
 """
 
 from __future__ import annotations
@@ -105,18 +106,19 @@ class Scanner:
                 if more:
                     continue
                 try:
-                    found = self._change(root, rel, path)
+                    found = self._change(root, rel, path, limit=max(1, budget - sent))
                 except OSError:
                     continue  # gone or unreadable between listing and reading: next scan
                 if found is None:
                     continue
-                change, seen = found
+                change, seen, cut = found
                 if changes and sent + len(change.data) > budget:
                     more = True  # left as it was: sent by a later scan
                     continue
                 self._seen[key] = seen
                 changes.append(change)
                 sent += len(change.data)
+                more = cut  # the rest of a log cut short goes with a later scan
         if not more:
             for key in [k for k in self._seen if k not in present]:
                 del self._seen[key]
@@ -124,7 +126,11 @@ class Scanner:
                     changes.append(Change(key[0], key[1], deleted=True))
         return changes, more
 
-    def _change(self, root: str, rel: str, path: Path) -> tuple[Change, _Seen] | None:
+    def _change(
+        self, root: str, rel: str, path: Path, limit: int
+    ) -> tuple[Change, _Seen, bool] | None:
+        """What changed in one file, and whether some was left: of a log (it only
+        grows) at most ``limit`` bytes are read."""
         st = path.stat()
         seen = self._seen.get((root, rel))
         if seen and (seen.ino, seen.size, seen.mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns):
@@ -139,12 +145,12 @@ class Scanner:
         offset = seen.size if (grew and seen is not None) else 0
         with open(path, "rb") as f:
             f.seek(offset)
-            data = f.read(st.st_size - offset)
+            data = f.read(min(st.st_size - offset, limit) if log else st.st_size - offset)
         size = offset + len(data)
         now = _Seen(st.st_ino, size, st.st_mtime_ns, _tail(path, size))
         if log:
-            return Change(root, rel, data, offset, log=True), now
-        return Change(root, rel, data, offset if grew else -1), now
+            return Change(root, rel, data, offset, log=True), now, size < st.st_size
+        return Change(root, rel, data, offset if grew else -1), now, False
 
     def _files(self, root: str) -> Iterator[tuple[str, Path]]:
         base = self.roots[root]

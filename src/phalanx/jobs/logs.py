@@ -1,89 +1,191 @@
-"""Follow a job's per-rank log files as they grow."""
+"""Follow a job's per-rank log files as they grow, in bounded memory.
+
+A rank may write anything: a progress bar redrawn with carriage returns for
+hours, or hundreds of megabytes without a newline. So nothing here grows with
+the log: each :meth:`LogFollower.poll` reads at most :data:`READ_BYTES` of a
+file, decodes it incrementally (a UTF-8 character split between two reads is
+whole once its last byte arrives), and holds back at most one unfinished line
+per file, shorter than :data:`LINE_CAP` characters. A longer line is returned
+in pieces, every piece after the first marked as a continuation.
+
+Lines end at ``\\n``, ``\\r\\n`` or ``\\r``. A carriage return redraws the line
+on a terminal, so a line that a later ``\\r`` redraws within the same read is
+dropped: a progress bar shows its latest state, not every state it went
+through.
+"""
 
 from __future__ import annotations
 
+import codecs
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from phalanx.workspace.layout import JobPaths
 
-# An unterminated line is shown after waiting this long for its newline.
+# An unterminated line is shown after waiting this long for its end.
 PARTIAL_AFTER_S = 1.0
+# At most this much of one file is read per poll...
+READ_BYTES = 1 << 20
+# ...and of all files together, but never less than MIN_READ_BYTES a file.
+POLL_BYTES = 16 << 20
+MIN_READ_BYTES = 64 << 10
+# A line longer than this (in characters) is returned in pieces.
+LINE_CAP = 64 << 10
+
+
+class LogLine(NamedTuple):
+    """One line of a rank's log, or one piece of a line too long or too slow to wait for."""
+
+    rank: int
+    text: str
+    cont: bool = False
+    """The piece continues a line whose beginning was returned before."""
+
+
+def _utf8() -> codecs.IncrementalDecoder:
+    return codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+
+@dataclass
+class _File:
+    """How far one log file has been read, and its unfinished line."""
+
+    rank: int
+    offset: int = 0
+    decoder: codecs.IncrementalDecoder = field(default_factory=_utf8)
+    partial: str = ""
+    since: float | None = None
+    """When ``partial`` began to wait for its line end."""
+    cr: bool = False
+    """What was read ends with ``\\r``: a ``\\n`` read next ends the same line."""
+    shown: bool = False
+    """Part of the current line was returned already (its pieces that follow are continuations)."""
 
 
 @dataclass
 class LogFollower:
-    """Yields complete new lines from rank 0's log, or from every rank's.
+    """Yields new lines from rank 0's log, or from every rank's, in rank order.
 
     Files that appear later (ranks start at different times) are picked up on
-    the next :meth:`poll`. A line is only returned once its newline has been
-    written, except by :meth:`flush`, which returns what is left.
+    the next :meth:`poll`. A line is returned once it has ended, reached
+    :data:`LINE_CAP` characters, or waited :data:`PARTIAL_AFTER_S`; :meth:`flush`
+    returns everything that is left.
     """
 
     paths: JobPaths
     all_ranks: bool = False
-    _offsets: dict[Path, int] = field(default_factory=dict)
-    _partial: dict[Path, bytes] = field(default_factory=dict)
-    _partial_since: dict[Path, float] = field(default_factory=dict)
+    behind: bool = False
+    """The last poll left bytes unread: poll again without waiting."""
+    _files: dict[Path, _File] = field(default_factory=dict)
 
-    def _files(self) -> list[tuple[int, Path]]:
+    def _logs(self) -> list[tuple[int, Path]]:
         if not self.all_ranks:
             path = self.paths.rank_log(0)
             return [(0, path)] if path.exists() else []
         return [(int(p.stem.rsplit("_", 1)[1]), p) for p in self.paths.rank_logs()]
 
-    def poll(self) -> list[tuple[int, str]]:
-        """New complete lines since the last call, as ``(rank, line)``.
+    def poll(self) -> list[LogLine]:
+        """The lines written since the last call, at most :data:`READ_BYTES` of each file.
 
-        A line rewritten in place with carriage returns (a progress bar) is
-        returned as its latest state once it has waited ``PARTIAL_AFTER_S``
-        without a newline, so progress shows while it moves.
+        An unfinished line (a progress bar between redraws, a ``print(end="")``)
+        is returned as it stands once it has waited :data:`PARTIAL_AFTER_S`, so
+        progress shows while it moves; the rest of it follows as a continuation.
         """
-        out: list[tuple[int, str]] = []
+        out: list[LogLine] = []
         now = time.monotonic()
-        for rank, path in self._files():
-            data = self._read_new(path)
+        logs = self._logs()
+        budget = max(MIN_READ_BYTES, min(READ_BYTES, POLL_BYTES // max(1, len(logs))))
+        self.behind = False
+        for rank, path in logs:
+            state = self._files.setdefault(path, _File(rank))
+            data = self._read(path, state, budget)
             if data:
-                data = self._partial.pop(path, b"") + data
-                *lines, rest = data.split(b"\n")
-                out.extend((rank, _text(line)) for line in lines)
-                if rest:
-                    self._partial[path] = rest
-                    if lines:  # a new line began now
-                        self._partial_since[path] = now
-                    else:
-                        self._partial_since.setdefault(path, now)
-                else:
-                    self._partial_since.pop(path, None)
-            since = self._partial_since.get(path)
-            if since is not None and now - since >= PARTIAL_AFTER_S and path in self._partial:
-                out.append((rank, _text(self._partial.pop(path))))
-                del self._partial_since[path]
+                self._take(state, state.decoder.decode(data), now, out)
+            if state.partial and state.since is not None and now - state.since >= PARTIAL_AFTER_S:
+                self._emit(state, state.partial, out, ended=False)
         return out
 
-    def _read_new(self, path: Path) -> bytes:
-        offset = self._offsets.get(path, 0)
+    def flush(self) -> Iterator[LogLine]:
+        """Everything not yet returned, unterminated last lines included.
+
+        Reads every file to its end, a poll at a time: consume the lines as
+        they come to keep memory bounded.
+        """
+        while True:
+            yield from self.poll()
+            if not self.behind:
+                break
+        out: list[LogLine] = []
+        for state in self._files.values():
+            self._take(state, state.decoder.decode(b"", final=True), time.monotonic(), out)
+            if state.partial:
+                self._emit(state, state.partial, out, ended=True)
+            state.cr = state.shown = False
+        yield from out
+
+    def _read(self, path: Path, state: _File, budget: int) -> bytes:
         try:
             with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read()
+                f.seek(state.offset)
+                data = f.read(budget)
+                size = f.seek(0, 2)
         except OSError:
             return b""
-        self._offsets[path] = offset + len(data)
+        state.offset += len(data)
+        if size > state.offset:
+            self.behind = True
         return data
 
-    def flush(self) -> list[tuple[int, str]]:
-        """Everything not yet returned, including unterminated last lines."""
-        out = self.poll()
-        for path, rest in sorted(self._partial.items()):
-            out.append((int(path.stem.rsplit("_", 1)[1]), _text(rest)))
-        self._partial.clear()
-        self._partial_since.clear()
-        return out
+    def _take(self, state: _File, text: str, now: float, out: list[LogLine]) -> None:
+        """Add decoded text to the file's state; complete lines go to ``out``."""
+        if not text:
+            return
+        if state.cr:
+            state.cr = False
+            if text.startswith("\n"):  # "\r\n" split between two reads: one line end
+                text = text[1:]
+                self._emit(state, state.partial, out, ended=True)
+            else:  # redrawn by what follows
+                self._drop(state)
+        # Split at newlines only: a bar redrawn a million times is one piece, not a million.
+        pieces = text.split("\n")
+        for i, piece in enumerate(pieces):
+            ended = i < len(pieces) - 1
+            cr = piece.endswith("\r")
+            if cr:  # "\r\n" is one line end; a last "\r" may be half of one
+                piece = piece[:-1]
+            if "\r" in piece:
+                self._drop(state)  # redrawn within this read: only the latest state shows
+                piece = piece.rpartition("\r")[2]
+            if ended:
+                self._emit(state, state.partial + piece, out, ended=True)
+            else:
+                state.partial += piece
+                state.cr = cr
+        if state.partial and state.since is None:
+            state.since = now  # a line began
+        if len(state.partial) >= LINE_CAP:
+            whole = len(state.partial) - len(state.partial) % LINE_CAP
+            head, state.partial = state.partial[:whole], state.partial[whole:]
+            self._emit(state, head, out, ended=False, keep=True)
+            state.since = now if state.partial else None
 
+    def _emit(
+        self, state: _File, text: str, out: list[LogLine], *, ended: bool, keep: bool = False
+    ) -> None:
+        """Return ``text`` in pieces of at most :data:`LINE_CAP`; ``ended``: the line is over."""
+        if text or not (ended and state.shown):  # an end right after a shown piece adds nothing
+            for start in range(0, max(len(text), 1), LINE_CAP):
+                out.append(LogLine(state.rank, text[start : start + LINE_CAP], state.shown))
+                state.shown = True
+        if not keep:
+            state.partial, state.since = "", None
+        if ended:
+            state.shown = False
 
-def _text(line: bytes) -> str:
-    """A log line as printed: the last state of a line redrawn with carriage returns."""
-    text = line.decode(errors="replace").rstrip("\r")
-    return text.rsplit("\r", 1)[-1]
+    @staticmethod
+    def _drop(state: _File) -> None:
+        state.partial, state.since, state.shown = "", None, False

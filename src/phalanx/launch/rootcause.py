@@ -9,6 +9,10 @@ from typing import Any
 from phalanx.workspace.records import RootCause
 
 _TAIL_LINES = 30
+_TAIL_BYTES = 64 << 10
+# A message taken from a log (one huge line, a progress bar) keeps its end only.
+_MESSAGE_CHARS = 1000
+_UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
 
 
 def read_rank_records(attempt_dir: Path) -> list[dict[str, Any]]:
@@ -56,22 +60,28 @@ def peer_loss(record: dict[str, Any]) -> bool:
 
 
 def tail(path: Path, lines: int = _TAIL_LINES) -> str:
-    """The last ``lines`` lines of a text file ('' if it is missing)."""
+    """The last ``lines`` lines of a text file ('' if it is missing).
+
+    Only its last :data:`_TAIL_BYTES` are read, even while a rank still writes.
+    """
     try:
         with open(path, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - 64 * 1024))
-            data = f.read().decode(errors="replace")
+            start = max(0, f.seek(0, 2) - _TAIL_BYTES)
+            f.seek(start)
+            data = f.read(_TAIL_BYTES)
     except OSError:
         return ""
-    return "\n".join(data.splitlines()[-lines:])
+    if start:
+        data = data.lstrip(_UTF8_CONTINUATION)  # begin at a whole character
+    return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
 
 
 def _last_line(text: str) -> str:
+    """The last line that is not blank, its end only if longer than :data:`_MESSAGE_CHARS`."""
     for line in reversed(text.splitlines()):
         if line.strip():
-            return line.strip()
+            line = line.strip()
+            return line if len(line) <= _MESSAGE_CHARS else "…" + line[-_MESSAGE_CHARS:]
     return ""
 
 
