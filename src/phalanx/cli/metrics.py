@@ -12,6 +12,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from phalanx.cli.termsafe import rank_text
 from phalanx.errors import PhalanxError
 from phalanx.workspace import Workspace
 from phalanx.workspace.metrics import SYSTEM_METRICS_FILE, History, read_metrics
@@ -70,7 +71,7 @@ def _table(history: History, step_label: str) -> Table:
         finite = [v for v in values if v is not None]
         step, latest = points[-1]
         table.add_row(
-            metric,
+            rank_text(metric),  # a rank named it: neither markup nor escape sequences
             "" if step is None else str(step),
             "nan/inf" if latest is None else f"{latest:.6g}",
             f"{min(finite):.4g}" if finite else "",

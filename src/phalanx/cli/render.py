@@ -12,6 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from phalanx.cli.termsafe import rank_text
 from phalanx.workspace import JobRecord, JobStatus
 from phalanx.workspace.layout import JobPaths
 
@@ -120,12 +121,13 @@ def error_panel(job: JobRecord, traceback_lines: int = 15) -> Panel | None:
         where.append(f"signal {error.signal}")
     elif error.exit_code is not None:
         where.append(f"exit code {error.exit_code}")
-    body: list[Any] = [Text(error.message, style="bold")]
+    # The message and the traceback are the rank's own text: no escape sequence gets through.
+    body: list[Any] = [rank_text(error.message, style="bold")]
     if where:
         body.insert(0, Text(" · ".join(where), style="red"))
     if error.traceback:
         tail = "\n".join(error.traceback.rstrip().splitlines()[-traceback_lines:])
-        body.append(Text(tail, style="dim"))
+        body.append(rank_text(tail, style="dim"))
     if error.log_file:
         body.append(Text(f"log: {error.log_file}", style="dim"))
     return Panel(Group(*body), title="root cause", border_style="red", expand=False)
