@@ -72,6 +72,20 @@ def job_processes_under(home: Path) -> list[psutil.Process]:
     return found
 
 
+def workspace_processes(home: Path) -> list[psutil.Process]:
+    """phalanx's own processes of the workspace ``home`` (scheduler, supervisors, probes)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("PHALANX_HOME") == str(home) and "phalanx." in " ".join(
+                proc.cmdline()
+            ):
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
 @dataclass
 class Cli:
     """Runs ``phalanx`` in a subprocess against a private ``PHALANX_HOME``."""
@@ -224,6 +238,11 @@ def cli(tmp_path: Path) -> Iterator[Cli]:
     # Whatever a test did, it leaves no process of its jobs behind.
     leftovers = job_processes_under(home)
     for proc in leftovers:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    # The workspace's own processes (its scheduler, supervisors still waiting in a queue
+    # a failed test left, a Ray target's probe) would outlive the test: they end here.
+    for proc in workspace_processes(home):
         with contextlib.suppress(psutil.Error):
             proc.kill()
     assert not leftovers, f"processes left behind: {[p.pid for p in leftovers]}"

@@ -167,6 +167,7 @@ class _Sim:
     running: dict[str, RunningJob] = field(default_factory=dict)
     leave_at: dict[str, float] = field(default_factory=dict)
     ended: set[str] = field(default_factory=set)
+    submitted_as: dict[str, QueuedJob] = field(default_factory=dict)
     submitted: int = 0
 
     def submit(self) -> None:
@@ -177,7 +178,9 @@ class _Sim:
         timeout = self.rng.choice([None, 20.0, 60.0])
         priority = self.rng.choice([1, 2, 2, 3])
         tier = self.rng.choice([1, 2, 3, 3, 4])
-        self.queue[name] = QueuedJob(name, request, self.now, priority, tier, timeout)
+        self.queue[name] = self.submitted_as[name] = QueuedJob(
+            name, request, self.now, priority, tier, timeout
+        )
 
     def step(self) -> None:
         decision = decide(
@@ -199,10 +202,10 @@ class _Sim:
         self.check(decision.preempt)
 
     def requeue(self, name: str) -> None:
-        job = self.running.pop(name)
+        # As the real queue does: the job keeps its submission time and time limit.
+        self.running.pop(name)
         self.leave_at.pop(name, None)
-        request = Request(nodes=len(job.nodes), gpus=len(job.nodes[0].gpus))
-        self.queue[name] = QueuedJob(name, request, self.now, job.priority, job.tier, None)
+        self.queue[name] = self.submitted_as[name]
 
     def end(self, name: str) -> None:
         self.running.pop(name, None)

@@ -4,6 +4,7 @@ and ``phalanx queue``: what each target has, what runs where, what waits."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 
@@ -150,8 +151,8 @@ def _local(
 
     if address is not None:
         raise PhalanxError("--address is for --type ray; a local target is this machine")
-    if cpus is not None and cpus <= 0:
-        raise PhalanxError(f"--cpus {cpus:g}: give a number of CPU slots above 0")
+    if cpus is not None and not (math.isfinite(cpus) and cpus > 0):
+        raise PhalanxError(f"--cpus {cpus:g}: give a number of CPU slots above 0, e.g. 16")
     try:
         devices = parse_devices(gpus) if gpus is not None else None
     except ValueError as exc:
@@ -171,7 +172,7 @@ def _describe_local(ws: Workspace, name: str) -> str:
 
     target = resolve_target(name, ws)
     assert isinstance(target, LocalTarget)
-    host = local_capacity(target).hosts[0]
+    host = local_capacity(target, ws).hosts[0]
     gpus = ",".join(host.gpus) if host.gpus else "none"
     return f"this machine: GPUs {gpus}, {host.cpus:g} CPU slots, {gib(host.memory)} memory"
 

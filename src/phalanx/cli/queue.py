@@ -11,10 +11,10 @@ from rich.console import Console
 from rich.table import Table
 
 from phalanx.compute.targets import LOCAL, LocalTarget, Target, list_targets, resolve_target
-from phalanx.jobs.control import refresh
 from phalanx.scheduler import ledger
 from phalanx.scheduler.capacity import local_capacity
 from phalanx.scheduler.model import gib
+from phalanx.scheduler.process import ensure_running
 from phalanx.workspace import JobStatus, Workspace
 
 console = Console()
@@ -24,7 +24,7 @@ def queue_view(ws: Workspace, target: Target) -> dict[str, Any]:
     """What ``target`` has, what holds it (job, node, host, devices) and its queue in order."""
     capacity: dict[str, Any] | None = None
     if isinstance(target, LocalTarget):
-        cap = local_capacity(target)
+        cap = local_capacity(target, ws)
         capacity = {
             "hosts": [
                 {"host": h.name, "gpus": list(h.gpus), "cpus": h.cpus, "memory": h.memory}
@@ -121,8 +121,8 @@ def render_queue(out: Console, view: dict[str, Any]) -> None:
 def queue_cmd(name: str | None, as_json: bool) -> int:
     """Every compute target: what it has, what runs where, and its queue."""
     ws = Workspace()
-    for job in ws.list_jobs(limit=1, status=JobStatus.QUEUED):
-        refresh(ws, job)  # makes sure the scheduler runs
+    # The command to run after a reboot: it starts the scheduler, which recovers what died.
+    ensure_running(ws.home)
     if name is not None:
         targets = [resolve_target(name, ws)]
     else:

@@ -212,7 +212,16 @@ def secret_key(name: str) -> str:
 
 
 def _check_disjoint(ws: Workspace, target: LocalTarget) -> None:
-    """Two local targets never share a GPU: each is its own queue over its devices."""
+    """Two local targets never share a GPU: each is its own queue over its devices.
+
+    Only the built-in ``local`` may leave its GPUs unsaid (it then has every GPU
+    no other local target was given); any other local target names its own.
+    """
+    if target.name != LOCAL and target.gpus is None:
+        raise PhalanxError(
+            f"compute {target.name!r}: a local target other than 'local' needs --gpus (the "
+            "GPUs it owns, e.g. --gpus 4-7, or --gpus none); 'local' keeps the rest"
+        )
     if not target.gpus:
         return
     for other in list_targets(ws):

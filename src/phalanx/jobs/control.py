@@ -5,6 +5,7 @@ from __future__ import annotations
 # Only what `job list`/`show` need is imported here; the spec's models, the compute
 # targets and the retry policy are imported by the functions that use them.
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -13,11 +14,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import psutil
-
 from phalanx.errors import PhalanxError
 from phalanx.jobs.sysmetrics import INTERVAL_ENV
-from phalanx.scheduler.ledger import grant_of, release
+from phalanx.scheduler.bell import job_bell, ring
+from phalanx.scheduler.ledger import release
 from phalanx.scheduler.process import ensure_running, is_supervisor
 from phalanx.workspace import (
     AttemptStatus,
@@ -64,7 +64,7 @@ def queue_entry(ws: Workspace, spec: JobSpec) -> QueueEntry:
     from phalanx.scheduler.request import priority_of, request_for
 
     target = resolve_target(spec.compute, ws)
-    capacity = local_capacity(target) if isinstance(target, LocalTarget) else None
+    capacity = local_capacity(target, ws) if isinstance(target, LocalTarget) else None
     request = request_for(spec, target, capacity)
     priority, tier = priority_of(spec)
     return QueueEntry(
@@ -81,11 +81,30 @@ def queue_entry(ws: Workspace, spec: JobSpec) -> QueueEntry:
     )
 
 
+def fill_queue_entry(ws: Workspace, name: str) -> None:
+    """Work out what a job recorded before the scheduler existed asks for (schema < 7)."""
+    from phalanx.spec import JobSpec
+
+    entry = queue_entry(ws, JobSpec.model_validate(ws.get_job(name).spec))
+    with ws.transaction() as db:
+        db.execute(
+            "UPDATE jobs SET target = ?, request_json = ?, priority = ?, tier = ?, timeout = ? "
+            "WHERE name = ? AND request_json IS NULL",
+            (entry.target, json.dumps(entry.request), entry.priority, entry.tier,
+             entry.timeout, name),
+        )  # fmt: skip
+
+
 def spawn_supervisor(ws: Workspace, name: str) -> int:
     """Start the job's supervisor, detached, in this process's environment; its pid."""
     paths = ws.paths(name)
-    # A job submitted from inside another job is not that job's: drop its markers.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
+    # A job submitted from inside another job is not that job's: drop its markers. A Ray
+    # token this process was given for one cluster is no other job's business.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PHALANX_") and k not in ("RAY_AUTH_TOKEN", "RAY_AUTH_MODE")
+    }
     env[HOME_ENV] = str(ws.home)
     # Settings of this user, not markers of a job: the node cache's are kept.
     for keep, value in os.environ.items():
@@ -102,18 +121,8 @@ def spawn_supervisor(ws: Workspace, name: str) -> int:
             start_new_session=True,
             close_fds=True,
         )
-    try:
-        child = psutil.Process(proc.pid)
-        created = child.create_time()
-        # Popen returns once exec closed the child's close-on-exec pipe, a moment before
-        # the kernel sets up the new command line; until then it reads empty, and a
-        # liveness check would take the supervisor for dead.
-        deadline = time.monotonic() + 5
-        while not child.cmdline() and time.monotonic() < deadline:
-            time.sleep(0.01)
-    except psutil.Error:
-        created = time.time()
-    ws.set_supervisor(name, proc.pid, created)
+    # The supervisor records itself (an atomic claim): were this process to record it,
+    # a second supervisor started meanwhile could not tell that this one exists.
     return proc.pid
 
 
@@ -131,35 +140,47 @@ def refresh(ws: Workspace, job: JobRecord) -> JobRecord:
     """The job as stored, making sure the workspace's scheduler watches it.
 
     A job whose supervisor died is recovered by the scheduler within a second
-    or two (:func:`recover_lost`), with or without a CLI call.
+    or two (:func:`recover_lost`), with or without a CLI call. The check is
+    made at most every few seconds per workspace (a listing of 500 jobs checks
+    once; a long `job stream` checks again and again).
     """
-    if not job.status.is_terminal and ws.home not in _ensured:
-        ensure_running(ws.home)
-        _ensured.add(ws.home)  # once per command: a listing of 500 jobs checks once
+    if not job.status.is_terminal:
+        now = time.monotonic()
+        if now - _ensured.get(ws.home, -_ENSURE_EVERY_S) >= _ENSURE_EVERY_S:
+            ensure_running(ws.home)
+            _ensured[ws.home] = now
     return job
 
 
-_ensured: set[Path] = set()
+_ENSURE_EVERY_S = 5.0
+_ensured: dict[Path, float] = {}
 
 
 def recover_lost(ws: Workspace, job: JobRecord) -> None:
     """End what a dead supervisor left: its processes, mounts and attempt; then retry or fail.
 
-    The attempt it was running (or one recorded now, when it died before its
-    first) ends as an ``infrastructure`` failure; the retry policy decides
-    whether the job goes back to the queue (to resume from its checkpoints)
-    or fails. A job that was only waiting in the queue just loses its waiting
-    process: the scheduler starts a new one when its turn comes.
+    The attempt it was running ends as an ``infrastructure`` failure; the
+    retry policy decides whether the job goes back to the queue (to resume
+    from its checkpoints) or fails. A job whose supervisor died before its
+    attempt began (waiting in the queue, or given its devices but not started
+    yet) just loses that process: the scheduler starts another when needed,
+    and no attempt is counted. A job asked to cancel ends Canceled.
     """
     from phalanx.compute.local import LocalCompute
     from phalanx.jobs.policy import decide
     from phalanx.spec import JobSpec
 
+    job = ws.get_job(job.name)  # again: it may have ended or been claimed meanwhile
+    if job.status.is_terminal or supervisor_alive(job):
+        return
     LocalCompute().sweep(Path(job.job_dir), None, grace_s=2.0)
     _unmount_leftovers(Path(job.job_dir))
+    if job.cancel_requested:
+        ws.set_status(job.name, JobStatus.CANCELED)
+        return
     attempts = ws.list_attempts(job.name)
     open_attempt = next((a for a in attempts if a.ended_at is None), None)
-    if job.status is JobStatus.QUEUED and open_attempt is None and not grant_of(ws, job.name):
+    if job.status is JobStatus.QUEUED and open_attempt is None:
         ws.clear_supervisor(job.name)
         return
     message = (
@@ -209,6 +230,7 @@ def cancel(ws: Workspace, name: str, *, wait_s: float = 30.0) -> JobRecord:
     if job.status.is_terminal:
         return job
     ws.request_cancel(name)
+    ring(job_bell(ws.home, name))  # a supervisor waiting in the queue hears it at once
     if supervisor_alive(job):
         assert job.supervisor_pid is not None
         with contextlib.suppress(ProcessLookupError):

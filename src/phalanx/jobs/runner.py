@@ -52,12 +52,13 @@ from phalanx.launch.rootcause import (
     read_rank_records,
     root_cause,
 )
-from phalanx.scheduler.ledger import grant_of, release, set_hosts
+from phalanx.scheduler.ledger import grant_of, is_releasing, release, set_hosts
 from phalanx.scheduler.model import NodeGrant
 from phalanx.scheduler.process import ensure_running, is_running, poke
 from phalanx.scheduler.waiting import wait_for_grant
 from phalanx.spec import JobSpec
 from phalanx.workspace import (
+    AttemptRecord,
     AttemptStatus,
     FailureCause,
     JobPaths,
@@ -121,7 +122,11 @@ class JobRunner:
         if job.status.is_terminal:
             return job.status
         spec = JobSpec.model_validate(job.spec)
-        deadline = time.monotonic() + spec.limits.timeout if spec.limits.timeout else None
+        deadline = None
+        if spec.limits.timeout:
+            # The time limit counts the job's attempts, not its time in the queue; a job
+            # resumed by a new supervisor (the old one lost) keeps what it had used.
+            deadline = time.monotonic() + spec.limits.timeout - _time_used(job.attempts)
         if self._cancelled():
             return self._finish(JobStatus.CANCELED, None)
         if not self.ws.set_status(self.name, JobStatus.PREPARING):
@@ -160,12 +165,24 @@ class JobRunner:
         while True:
             if self._cancelled():
                 return self._finish(JobStatus.CANCELED, None)
-            # A job that gave its devices back (preempted) waits for its turn again.
+            # A job that gave its devices back (preempted) waits for its turn again; the
+            # wait does not count against limits.timeout.
+            waited_from = time.monotonic()
             self._grant = grant_of(self.ws, self.name) or wait_for_grant(
                 self.ws, self.name, self._cancelled
             )
+            if deadline is not None:
+                deadline += time.monotonic() - waited_from
             if not self._grant:
                 return self._finish(JobStatus.CANCELED, None)
+            if is_releasing(self.ws, self.name):
+                # Preempted for another job before this attempt began (while preparing, or
+                # between attempts): give the devices back without starting anything.
+                log.info("preempted by the scheduler before the attempt began; back to the queue")
+                self.ws.take_preemption_request(self.name)
+                release(self.ws, self.name, requeue=True)
+                poke(self.ws.home)
+                continue
             try:
                 # Ray: reserve the attempt's nodes, waiting for Ray to have them.
                 if isinstance(self.compute, RayCompute):
@@ -361,7 +378,12 @@ class JobRunner:
 
         spec = JobSpec.model_validate(self.ws.get_job(self.name).spec)
         target = resolve_target(spec.compute, self.ws)
-        return isinstance(target, LocalTarget) and local_capacity(target).gpus > 0
+        if not isinstance(target, LocalTarget):
+            return False
+        try:
+            return local_capacity(target).gpus > 0
+        except PhalanxError:
+            return True  # nvidia-smi fails now: hide what the job was not given
 
     def _watch(
         self, spec: JobSpec, attempt: int, nodes: list[Node], deadline: float | None
@@ -374,8 +396,8 @@ class JobRunner:
             else None
         )
         stale = self.ws.take_preemption_request(self.name)  # one meant for an attempt now over
-        if stale and stale.get("for"):
-            # The scheduler's, made while the job prepared: it still wants the devices back.
+        if stale and stale.get("for") and is_releasing(self.ws, self.name):
+            # The scheduler's, made while this attempt started: it still wants the devices.
             self.ws.request_preemption(self.name, None, for_job=str(stale["for"]))
         notice: str | None = None  # set once a preemption was requested for this attempt
         polls = 0
@@ -513,6 +535,11 @@ class JobRunner:
             log.warning("killed %d process(es) still running after the stop", stragglers)
         for node in nodes:
             node.wait(5.0)
+
+
+def _time_used(attempts: tuple[AttemptRecord, ...]) -> float:
+    """Seconds the job's ended attempts ran."""
+    return sum(a.ended_at - a.started_at for a in attempts if a.ended_at is not None)
 
 
 def _tf_cluster(

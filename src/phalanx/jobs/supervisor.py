@@ -51,6 +51,8 @@ def main(argv: list[str]) -> int:
     if not ws.claim_supervisor(name, os.getpid(), lambda pid: is_supervisor(pid, name)):
         logging.getLogger(__name__).info("another supervisor runs job %s; leaving", name)
         return 0
+    if ws.get_job(name).status.is_terminal:
+        return 0  # canceled before this process could claim it
     become_subreaper()
     stopping: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 
-from phalanx.compute.targets import LocalTarget
+from phalanx.compute.targets import LocalTarget, list_targets
+from phalanx.errors import PhalanxError
 from phalanx.scheduler.model import Capacity, Host
+from phalanx.workspace import Workspace
 
 # nvidia-smi takes a moment and GPUs do not come and go: ask again after this long.
 _GPU_CACHE_S = 60.0
@@ -17,7 +19,12 @@ _gpu_cache: tuple[float, tuple[str, ...]] | None = None
 
 
 def detect_gpus() -> tuple[str, ...]:
-    """This machine's GPU indices as ``nvidia-smi`` lists them; none without it."""
+    """This machine's GPU indices as ``nvidia-smi`` lists them; none without it.
+
+    Raises:
+        PhalanxError: ``nvidia-smi`` is there but fails (a driver problem): guessing
+            "no GPUs" would run GPU jobs on the CPU without a word.
+    """
     global _gpu_cache
     now = time.monotonic()
     if _gpu_cache is not None and now - _gpu_cache[0] < _GPU_CACHE_S:
@@ -33,9 +40,14 @@ def detect_gpus() -> tuple[str, ...]:
                 timeout=20,
                 check=True,
             ).stdout
-            found = tuple(line.strip() for line in out.splitlines() if line.strip().isdigit())
-        except (OSError, subprocess.SubprocessError):
-            found = ()  # a driver that does not answer: no GPUs to schedule
+        except (OSError, subprocess.SubprocessError) as exc:
+            detail = getattr(exc, "stderr", None) or str(exc)
+            raise PhalanxError(
+                f"nvidia-smi failed ({str(detail).strip().splitlines()[-1] if detail else exc}); "
+                "fix the GPU driver, or tell phalanx the GPUs: phalanx compute create --type "
+                "local --name local --gpus 0-7 (or --gpus none)"
+            ) from None
+        found = tuple(line.strip() for line in out.splitlines() if line.strip().isdigit())
     _gpu_cache = (now, found)
     return found
 
@@ -48,10 +60,6 @@ def detect_cpus() -> float:
         return float(os.cpu_count() or 1)
 
 
-def host_name() -> str:
-    return socket.gethostname() or "localhost"
-
-
 def detect_memory() -> int:
     """This machine's memory, in bytes."""
     import psutil
@@ -59,9 +67,40 @@ def detect_memory() -> int:
     return int(psutil.virtual_memory().total)
 
 
-def local_capacity(target: LocalTarget) -> Capacity:
-    """One host, this machine: the target's GPUs, CPU slots and memory, or what it has."""
-    gpus = target.gpus if target.gpus is not None else detect_gpus()
+LOCAL_HOST = "localhost"
+"""The host of every local target's allocations: one machine, whatever its name."""
+
+
+def local_capacity(target: LocalTarget, ws: Workspace | None = None) -> Capacity:
+    """One host, this machine: the target's GPUs, CPU slots and memory, or what it has.
+
+    The built-in ``local`` without ``--gpus`` has every GPU found except those other
+    local targets were given. With ``ws``, GPUs still held by jobs of other targets
+    (one deleted or changed while they ran) are left out too, so no device is ever
+    handed out twice.
+    """
+    if target.gpus is not None:
+        gpus = tuple(target.gpus)
+    else:
+        gpus = detect_gpus()
+        if ws is not None:
+            taken = {
+                gpu
+                for other in list_targets(ws)
+                if isinstance(other, LocalTarget) and other.name != target.name and other.gpus
+                for gpu in other.gpus
+            }
+            gpus = tuple(g for g in gpus if g not in taken)
+    if ws is not None:
+        held = {
+            gpu
+            for row in ws.query(
+                "SELECT gpus_json FROM allocations WHERE host = ? AND target != ?",
+                (LOCAL_HOST, target.name),
+            )
+            for gpu in json.loads(row["gpus_json"])
+        }
+        gpus = tuple(g for g in gpus if g not in held)
     cpus = target.cpus if target.cpus is not None else detect_cpus()
     memory = target.memory if target.memory is not None else detect_memory()
-    return Capacity(target.name, (Host(host_name(), tuple(gpus), cpus, memory),), spread=False)
+    return Capacity(target.name, (Host(LOCAL_HOST, gpus, cpus, memory),), spread=False)

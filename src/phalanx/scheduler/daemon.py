@@ -60,13 +60,33 @@ class Scheduler:
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
         self._probe_started: dict[str, float] = {}
+        self._rounds = 0
 
     def round(self) -> bool:
         """Watch supervisors, then schedule every target; whether anything is queued or held."""
         from phalanx.jobs.control import recover_lost
 
-        for job in self._jobs_to_watch():
-            recover_lost(self.ws, job)
+        self._rounds += 1
+        # Supervisors of running jobs are checked every round; those only waiting in the
+        # queue (hundreds, maybe) every tenth: losing one of them loses no work.
+        for job in self._jobs_to_watch(waiting_too=self._rounds % 10 == 1):
+            try:
+                recover_lost(self.ws, job)
+            except Exception as exc:  # one job's trouble must not stop the queue
+                log.exception("recovering job %s failed", job.name)
+                self._fail(job.name, f"phalanx could not recover the job after its supervisor "
+                                     f"was lost: {exc}")  # fmt: skip
+        from phalanx.jobs.control import fill_queue_entry
+
+        for row in self.ws.query(
+            "SELECT name FROM jobs WHERE status = ? AND request_json IS NULL",
+            (JobStatus.QUEUED.value,),
+        ):
+            try:
+                fill_queue_entry(self.ws, row["name"])
+            except Exception as exc:
+                log.exception("working out what job %s asks for failed", row["name"])
+                self._fail(row["name"], f"phalanx could not queue the job: {exc}")
         targets = ledger.targets_with_work(self.ws)
         for target in targets:
             try:
@@ -75,22 +95,27 @@ class Scheduler:
                 log.exception("scheduling compute %r failed", target)
         return bool(targets)
 
-    def _jobs_to_watch(self) -> list[JobRecord]:
+    def _fail(self, name: str, message: str) -> None:
+        try:
+            self.ws.set_status(name, JobStatus.FAILED, error=RootCause(message=message))
+        except Exception:
+            log.exception("marking job %s Failed failed too", name)
+
+    def _jobs_to_watch(self, waiting_too: bool) -> list[JobRecord]:
         """Jobs whose supervisor died: their supervisor pid is set and no longer ours."""
         from phalanx.jobs.control import supervisor_alive
 
-        rows = self.ws.query(
-            "SELECT name FROM jobs WHERE status IN (?, ?, ?, ?) AND supervisor_pid IS NOT NULL",
-            tuple(
-                s.value
-                for s in (
-                    JobStatus.QUEUED,
-                    JobStatus.PREPARING,
-                    JobStatus.RUNNING,
-                    JobStatus.FINALIZING,
-                )
-            ),
-        )
+        statuses = [JobStatus.PREPARING, JobStatus.RUNNING, JobStatus.FINALIZING]
+        sql = "SELECT name FROM jobs WHERE supervisor_pid IS NOT NULL AND (status IN (?, ?, ?)"
+        if waiting_too:
+            sql += " OR status = ?"
+            statuses.append(JobStatus.QUEUED)
+        else:
+            # Queued jobs that hold devices (admitted, or waiting for Ray) are watched always.
+            sql += " OR (status = ? AND EXISTS (SELECT 1 FROM allocations a WHERE "
+            sql += "a.job_name = jobs.name))"
+            statuses.append(JobStatus.QUEUED)
+        rows = self.ws.query(sql + ")", tuple(s.value for s in statuses))
         lost = []
         for row in rows:
             job = self.ws.get_job(row["name"])
@@ -111,7 +136,11 @@ class Scheduler:
             return None
         holding = ledger.holding(self.ws, target_name)
         if isinstance(target, LocalTarget):
-            capacity = local_capacity(target)
+            try:
+                capacity = local_capacity(target, self.ws)
+            except PhalanxError as exc:  # nvidia-smi failing: wait, say why, try again
+                log.error("compute %s: %s", target_name, exc)
+                return None
         else:
             # A Ray cluster's nodes, as its probe last read them; until a fresh reading
             # exists, its jobs start in queue order (Ray queues what it cannot place).
@@ -171,7 +200,11 @@ class Scheduler:
             (JobStatus.QUEUED.value,),
         )
         for row in rows:
-            self._wake(row["job_name"])
+            try:
+                self._wake(row["job_name"])
+            except Exception as exc:
+                log.exception("starting a supervisor for %s failed", row["job_name"])
+                self._fail(row["job_name"], f"phalanx could not start the job's supervisor: {exc}")
 
 
 def _unbounded(target: str, queued: list[QueuedJob]) -> Capacity:
@@ -224,8 +257,12 @@ def main() -> int:
         if not Path(ws.home / LOCK_FILE).exists():
             log.info("the workspace is gone; exiting")
             return 0
-        busy = scheduler.round()
-        scheduler.spawn_missing()
+        try:
+            busy = scheduler.round()
+            scheduler.spawn_missing()
+        except Exception:  # the database busy past its timeout, a disk full: next round
+            log.exception("a scheduling round failed")
+            busy = True
         now = time.monotonic()
         if busy:
             idle_since = now

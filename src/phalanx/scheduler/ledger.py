@@ -81,7 +81,9 @@ def holding(ws: Workspace, target: str) -> list[RunningJob]:
             NodeGrant(r["host"], tuple(json.loads(r["gpus_json"])), r["cpus"], r["memory"])
             for r in group
         )
-        started = first["started_at"] or first["granted_at"]
+        # Since it was given its devices (an over-estimate for a job that ran before it was
+        # preempted: safe for backfilling, which only ever starts less then).
+        started = first["granted_at"]
         timeout = first["timeout"]
         releasing = first["releasing_at"]
         ends_by = started + timeout if timeout else math.inf
@@ -129,11 +131,13 @@ def apply(ws: Workspace, target: str, decision: Decision, grace: dict[str, float
             started.append(name)
         for name, for_job in decision.preempt.items():
             until = now + grace.get(name, 30.0) + 10.0
-            db.execute(
+            marked = db.execute(
                 "UPDATE allocations SET releasing_at = ? WHERE job_name = ? AND releasing_at IS "
                 "NULL",
                 (until, name),
-            )
+            ).rowcount
+            if not marked:
+                continue  # it gave its devices back meanwhile: nothing to preempt
             request = {"nodes": None, "at": now, "for": for_job}
             db.execute(
                 "UPDATE jobs SET preempt_json = ? WHERE name = ? AND preempt_json IS NULL",
@@ -165,6 +169,14 @@ def grant_of(ws: Workspace, name: str) -> tuple[NodeGrant, ...]:
         NodeGrant(r["host"], tuple(json.loads(r["gpus_json"])), r["cpus"], r["memory"] or 0)
         for r in rows
     )
+
+
+def is_releasing(ws: Workspace, name: str) -> bool:
+    """Whether the scheduler asked the job to give its devices back."""
+    rows = ws.query(
+        "SELECT 1 FROM allocations WHERE job_name = ? AND releasing_at IS NOT NULL", (name,)
+    )
+    return bool(rows)
 
 
 def release(ws: Workspace, name: str, *, requeue: bool) -> None:

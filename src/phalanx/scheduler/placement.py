@@ -103,16 +103,18 @@ def never_fits(request: Request, capacity: Capacity) -> str | None:
     most_cpus = max((h.cpus for h in hosts), default=0.0)
     most_memory = max((h.memory for h in hosts), default=0)
     if request.gpus > most_gpus:
-        where = "its largest machine has" if len(hosts) > 1 else "it has"
-        return f"asks for {request.gpus} GPUs per node but compute {name!r} {where} {most_gpus}"
+        where = "the largest machine of " if len(hosts) > 1 else ""
+        return f"asks for {request.gpus} GPUs per node but {where}compute {name!r} has {most_gpus}"
     if request.cpus > most_cpus + _EPS:
-        where = "its largest machine has" if len(hosts) > 1 else "it has"
-        return f"asks for {request.cpus:g} CPUs per node but compute {name!r} {where} {most_cpus:g}"
-    if request.memory > most_memory:
-        where = "its largest machine has" if len(hosts) > 1 else "it has"
+        where = "the largest machine of " if len(hosts) > 1 else ""
         return (
-            f"asks for {gib(request.memory)} of memory per node but compute {name!r} {where} "
-            f"{gib(most_memory)}"
+            f"asks for {request.cpus:g} CPUs per node but {where}compute {name!r} has {most_cpus:g}"
+        )
+    if request.memory > most_memory:
+        where = "the largest machine of " if len(hosts) > 1 else ""
+        return (
+            f"asks for {gib(request.memory)} of memory per node but {where}compute {name!r} "
+            f"has {gib(most_memory)}"
         )
     total = (
         f"{request.gpus * request.nodes} GPUs"

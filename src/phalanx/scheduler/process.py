@@ -75,7 +75,11 @@ def poke(home: Path) -> None:
 def _start(home: Path) -> None:
     # The scheduler belongs to no job: no job's markers (the sweep of a job must never
     # take it), and whatever settings the user gave phalanx.
-    env = {k: v for k, v in os.environ.items() if k not in _JOB_MARKERS}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in _JOB_MARKERS and k not in ("RAY_AUTH_TOKEN", "RAY_AUTH_MODE")
+    }
     env["PHALANX_HOME"] = str(home)
     with contextlib.suppress(OSError), open(home / LOG_FILE, "ab") as log:
         subprocess.Popen(

@@ -379,12 +379,6 @@ class Workspace:
             queue=json.loads(row["queue_json"]) if row["queue_json"] else None,
         )
 
-    def set_supervisor(self, name: str, pid: int, started: float) -> None:
-        self._db.execute(
-            "UPDATE jobs SET supervisor_pid = ?, supervisor_started = ? WHERE name = ?",
-            (pid, started, name),
-        )
-
     def set_waiting(self, name: str, reason: str) -> None:
         """Show a job that holds its grant but waits for its nodes (a pending Ray
         placement group) as Queued, with ``reason``; its next attempt makes it Running."""
