@@ -516,7 +516,7 @@ BAD_SPECS = [
         "resources",
         2,
         "must be a mapping with keys instance_count, instance_type, shm_size, "
-        "gpus_per_instance, cpus_per_instance; got 4",
+        "gpus_per_instance, cpus_per_instance, memory_per_instance; got 4",
         id="block-not-mapping",
     ),
     pytest.param(
