@@ -158,6 +158,26 @@ def _dumps(value: Any) -> str | None:
     return None if value is None else json.dumps(value, sort_keys=True)
 
 
+def _set_wal(db: sqlite3.Connection, wait_s: float = 30.0) -> None:
+    """Switch to WAL, waiting while another process holds the database.
+
+    The switch needs the database to itself, and SQLite answers "locked" at
+    once instead of calling the busy handler when another connection is
+    reading (several processes opening a new or old workspace together).
+    """
+    deadline = time.monotonic() + wait_s
+    delay = 0.01
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
+
+
 class Workspace:
     """A ``PHALANX_HOME`` folder: its database and job folders.
 
@@ -179,7 +199,7 @@ class Workspace:
         try:
             self._db = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
             self._db.row_factory = sqlite3.Row
-            self._db.execute("PRAGMA journal_mode=WAL")
+            _set_wal(self._db)
             self._db.execute("PRAGMA foreign_keys=ON")
             self._db.execute("PRAGMA synchronous=NORMAL")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
