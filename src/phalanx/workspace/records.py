@@ -133,6 +133,8 @@ class JobRecord:
     """The compute target whose queue it is in."""
     queue: dict[str, Any] | None = None
     """While Queued: ``{"position", "reason"}`` as the scheduler last saw it."""
+    created_by: str | None = None
+    """The server user who submitted it; ``None`` when submitted on this machine."""
 
     @property
     def duration(self) -> float | None:
