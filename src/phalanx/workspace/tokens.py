@@ -82,9 +82,7 @@ def touch(ws: Workspace, token: str) -> None:
 
 def list_tokens(ws: Workspace) -> list[TokenInfo]:
     rows = ws.query("SELECT * FROM tokens ORDER BY created_at")
-    return [
-        TokenInfo(r["name"], r["user_name"], r["created_at"], r["last_used_at"]) for r in rows
-    ]
+    return [TokenInfo(r["name"], r["user_name"], r["created_at"], r["last_used_at"]) for r in rows]
 
 
 def revoke_token(ws: Workspace, name: str) -> None:
