@@ -217,8 +217,16 @@ def ray_token_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[rayc
     raycluster.stop_cluster(cluster)
 
 
+# Run a CLI test twice: on this machine's workspace, and through a phalanx server.
+LOCAL_AND_SERVER = pytest.mark.parametrize("cli", ["local", "server"], indirect=True)
+
+
 @pytest.fixture
-def cli(tmp_path: Path) -> Iterator[Cli]:
+def cli(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cli]:
+    """The CLI on a private workspace; ``"server"`` as the fixture's parameter
+    (``@pytest.mark.parametrize("cli", ["local", "server"], indirect=True)``) puts a
+    ``phalanx server`` on that workspace and runs every command through it, from a
+    "laptop" whose own ``PHALANX_HOME`` is another, empty folder."""
     home = tmp_path / "home"
     workdir = tmp_path / "work"
     workdir.mkdir()
@@ -231,10 +239,19 @@ def cli(tmp_path: Path) -> Iterator[Cli]:
             "OMP_NUM_THREADS": "1",
             "COLUMNS": "200",
             "PHALANX_CACHE_DIR": str(tmp_path / "cache"),
+            "XDG_CONFIG_HOME": str(tmp_path / "config"),
         }
     )
-    env.pop("PHALANX_DEBUG", None)
+    for name in ("PHALANX_DEBUG", "PHALANX_SERVER", "PHALANX_TOKEN"):
+        env.pop(name, None)
+    server = None
+    if getattr(request, "param", "local") == "server":
+        server = servers.start_phalanx_server(home, env)
+        env.update(PHALANX_SERVER=server.url, PHALANX_HOME=str(tmp_path / "laptop"))
     yield Cli(home, env, workdir)
+    if server is not None:
+        servers.kill_phalanx_server(server)
+        assert not (tmp_path / "laptop").exists(), "a server client wrote a workspace of its own"
     # Whatever a test did, it leaves no process of its jobs behind.
     leftovers = job_processes_under(home)
     for proc in leftovers:

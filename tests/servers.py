@@ -159,3 +159,45 @@ def start_s3() -> S3Server:
 
 def stop(server: Azurite | S3Server) -> None:
     _kill(server.proc)
+
+
+@dataclass
+class PhalanxServer:
+    """A ``phalanx server start`` process serving one workspace."""
+
+    proc: subprocess.Popen[bytes]
+    port: int
+    home: Path
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def start_phalanx_server(
+    home: Path, env: dict[str, str], *args: str, port: int | None = None
+) -> PhalanxServer:
+    """Start a phalanx server on ``home`` (its own session) and wait until it answers."""
+    port = port or free_port()
+    log = home.parent / f"server-{port}.log"
+    server_env = {k: v for k, v in env.items() if k not in ("PHALANX_SERVER", "PHALANX_TOKEN")}
+    server_env["PHALANX_HOME"] = str(home)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "phalanx"), "server", "start",
+             "--port", str(port), *args],
+            env=server_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        _wait_port(port, proc, "phalanx server")
+    except RuntimeError as exc:
+        raise RuntimeError(f"{exc}: {log.read_text()}") from None
+    return PhalanxServer(proc, port, home, log)
+
+
+def kill_phalanx_server(server: PhalanxServer) -> None:
+    """SIGKILL, as a crash or an OOM kill would: jobs it started run on."""
+    if server.proc.poll() is None:
+        os.kill(server.proc.pid, signal.SIGKILL)
+    server.proc.wait(timeout=10)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import Cli
+from conftest import LOCAL_AND_SERVER, Cli
 
 BAD_SPECS = [
     # (spec text, --set items, what the one line must contain)
@@ -68,6 +68,7 @@ def test_debug_shows_the_traceback(cli: Cli) -> None:
     assert "Traceback" in proc.stderr
 
 
+@LOCAL_AND_SERVER
 def test_missing_spec_file_and_unknown_job(cli: Cli) -> None:
     proc = cli.run("job", "create", "-f", "nope.yml")
     assert proc.returncode == 2
@@ -80,6 +81,7 @@ def test_missing_spec_file_and_unknown_job(cli: Cli) -> None:
     )
 
 
+@LOCAL_AND_SERVER
 def test_duplicate_job_name_is_refused(cli: Cli) -> None:
     spec = cli.write("job.yml", "name: once\ncommand: echo hi\n")
     assert cli.create(spec) == "once"
@@ -89,6 +91,7 @@ def test_duplicate_job_name_is_refused(cli: Cli) -> None:
     cli.wait("once", ("Completed",))
 
 
+@LOCAL_AND_SERVER
 def test_validate_accepts_a_good_spec(cli: Cli) -> None:
     spec = cli.write(
         "job.yml",
@@ -119,6 +122,7 @@ inputs:
 """
 
 
+@LOCAL_AND_SERVER
 def test_validate_lists_every_problem_and_create_one_line(cli: Cli) -> None:
     cli.write("job.yml", MANY_PROBLEMS)
     proc = cli.run("job", "validate", "-f", "job.yml", "--set", "retry.max_attempts=0")

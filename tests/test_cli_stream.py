@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from conftest import PHALANX, Cli
+from conftest import LOCAL_AND_SERVER, PHALANX, Cli
 
 TALK = """
 import os, time
@@ -25,6 +25,7 @@ distribution: {type: pytorch, process_count_per_instance: 2}
 """
 
 
+@LOCAL_AND_SERVER
 def test_run_streams_rank_zero_and_exits_with_the_job_result(cli: Cli) -> None:
     cli.write("src/talk.py", TALK)
     spec = cli.write("job.yml", TWO_RANKS)
@@ -40,6 +41,7 @@ def test_run_streams_rank_zero_and_exits_with_the_job_result(cli: Cli) -> None:
     assert "outputs:" in out
 
 
+@LOCAL_AND_SERVER
 def test_stream_all_ranks_prefixes_every_line(cli: Cli) -> None:
     cli.write("src/talk.py", TALK)
     name = cli.create(cli.write("job.yml", TWO_RANKS))
@@ -52,6 +54,7 @@ def test_stream_all_ranks_prefixes_every_line(cli: Cli) -> None:
         ]
 
 
+@LOCAL_AND_SERVER
 def test_failed_job_run_exits_one_and_shows_root_cause(cli: Cli) -> None:
     cli.write("src/bad.py", "def f():\n    raise KeyError('missing-key')\nf()\n")
     spec = cli.write("job.yml", "command: python bad.py\ncode: src\n")
@@ -62,6 +65,7 @@ def test_failed_job_run_exits_one_and_shows_root_cause(cli: Cli) -> None:
     assert "rank 0" in proc.stdout
 
 
+@LOCAL_AND_SERVER
 def test_ctrl_c_stops_streaming_not_the_job(cli: Cli) -> None:
     cli.write("src/slow.py", "import time\nprint('working', flush=True)\ntime.sleep(600)\n")
     spec = cli.write("job.yml", "name: keepgoing\ncommand: python slow.py\ncode: src\n")
@@ -145,6 +149,7 @@ for i in range(1, 4):
 """
 
 
+@LOCAL_AND_SERVER
 def test_a_progress_bar_shows_its_latest_state_per_line_end(cli: Cli) -> None:
     cli.write("src/bar.py", PROGRESS)
     proc = cli.run("run", str(cli.write("job.yml", "command: python bar.py\ncode: src\n")))

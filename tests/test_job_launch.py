@@ -6,7 +6,7 @@ import json
 import time
 from pathlib import Path
 
-from conftest import Cli, job_processes_under
+from conftest import LOCAL_AND_SERVER, Cli, job_processes_under
 
 ENV_SCRIPT = """
 import json, os, sys
@@ -49,6 +49,7 @@ limits:
 """
 
 
+@LOCAL_AND_SERVER
 def test_two_nodes_two_processes_each_rank_sees_its_environment(cli: Cli) -> None:
     cli.write("src/record_env.py", ENV_SCRIPT)
     spec = cli.write("job.yml", ENV_JOB.format(name="envjob"))
@@ -143,6 +144,7 @@ def test_one_failing_rank_fails_the_job_and_stops_every_process(cli: Cli) -> Non
     assert "rank 2" in shown and "ValueError: rank two cannot go on" in shown
 
 
+@LOCAL_AND_SERVER
 def test_cancel_stops_every_process(cli: Cli) -> None:
     cli.write("src/sleep.py", "import time\nprint('started', flush=True)\ntime.sleep(600)\n")
     spec = cli.write(

@@ -10,7 +10,7 @@ import socket
 import time
 from pathlib import Path
 
-from conftest import Cli
+from conftest import LOCAL_AND_SERVER, Cli
 
 SCRIPT = """
 import os
@@ -30,6 +30,7 @@ limits: {timeout: 120}
 """
 
 
+@LOCAL_AND_SERVER
 def test_metrics_land_once_in_order_and_read_back(cli: Cli) -> None:
     cli.write("src/metrics_job.py", SCRIPT)
     name = cli.create(cli.write("job.yml", JOB))

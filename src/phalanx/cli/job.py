@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 import click
 from rich.console import Console
 
+from phalanx.cli.backend import Jobs, jobs_backend
 from phalanx.cli.metrics import metrics_cmd
 from phalanx.cli.render import job_json, list_jobs, show_job
 from phalanx.cli.stream import stream_job
 from phalanx.errors import SpecError
-from phalanx.jobs.control import cancel, preempt, refresh, submit
 from phalanx.workspace import JobRecord, JobStatus, Workspace
 
 if TYPE_CHECKING:
@@ -71,19 +71,19 @@ def load_for_run(spec_file: Path, overrides: tuple[str, ...]) -> tuple[JobSpec, 
 def create_and_maybe_stream(
     spec_file: Path, overrides: tuple[str, ...], *, stream: bool, all_ranks: bool
 ) -> int:
-    spec, text = load_for_run(spec_file, overrides)
-    ws = Workspace()
-    job = submit(ws, spec, text)
+    jobs = jobs_backend()
+    job = jobs.create(spec_file, overrides)
+    assert isinstance(job, JobRecord)
     if not stream:
         click.echo(job.name)
         return 0
-    return follow(ws, job.name, all_ranks=all_ranks)
+    return follow(jobs, job.name, all_ranks=all_ranks)
 
 
-def follow(ws: Workspace, name: str, *, all_ranks: bool) -> int:
+def follow(jobs: Jobs, name: str, *, all_ranks: bool) -> int:
     """Stream the job; the job's exit code, or 130 when the user stops streaming."""
     try:
-        job = stream_job(ws, name, console, all_ranks=all_ranks)
+        job = stream_job(jobs, name, console, all_ranks=all_ranks)
     except KeyboardInterrupt:
         err_console.print(
             f"\nstopped streaming; job {name} goes on "
@@ -115,21 +115,20 @@ def create_cmd(spec_file: Path, overrides: tuple[str, ...], stream: bool, all_ra
 @set_option
 def validate_cmd(spec_file: Path, overrides: tuple[str, ...]) -> int:
     """Check a job spec without running it; lists every problem, a line each."""
+    from phalanx.client.http import ServerSpecError
+
     try:
-        spec, _ = load_for_run(spec_file, overrides)
-    except SpecError as exc:
+        result = jobs_backend().create(spec_file, overrides, validate_only=True)
+    except (SpecError, ServerSpecError) as exc:
         exc.every_problem = True  # main's error policy prints them (exit 2)
         raise
+    assert isinstance(result, dict)
     console.print(
-        f"[green]valid[/]: {spec_file} · {spec.instance_count} node(s) × "
-        f"{spec.process_count_per_instance} process(es) on {spec.compute}",
+        f"[green]valid[/]: {spec_file} · {result['nodes']} node(s) × "
+        f"{result['processes_per_node']} process(es) on {result['compute']}",
         highlight=False,
     )
     return 0
-
-
-def _get(ws: Workspace, name: str) -> JobRecord:
-    return refresh(ws, ws.get_job(name))
 
 
 @job_group.command("show")
@@ -137,7 +136,7 @@ def _get(ws: Workspace, name: str) -> JobRecord:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def show_cmd(name: str, as_json: bool) -> int:
     """Status, attempts, root cause and paths of a job."""
-    job = _get(Workspace(), name)
+    job = jobs_backend().get(name)
     if as_json:
         click.echo(json.dumps(job_json(job), indent=2))
     else:
@@ -156,11 +155,10 @@ def show_cmd(name: str, as_json: bool) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def list_cmd(limit: int, status: str | None, experiment: str | None, as_json: bool) -> int:
     """The newest jobs."""
-    ws = Workspace()
     wanted = (
         next((s for s in JobStatus if s.value.lower() == status.lower()), None) if status else None
     )
-    jobs = [refresh(ws, j) for j in ws.list_jobs(limit=limit, status=wanted, experiment=experiment)]
+    jobs = jobs_backend().list_jobs(limit=limit, status=wanted, experiment=experiment)
     if as_json:
         click.echo(json.dumps([job_json(j) for j in jobs], indent=2))
     else:
@@ -173,9 +171,9 @@ def list_cmd(limit: int, status: str | None, experiment: str | None, as_json: bo
 @click.option("--all-ranks", is_flag=True, help="Every rank's log, each line prefixed by its rank.")
 def stream_cmd(name: str, all_ranks: bool) -> int:
     """Follow a job's logs until it ends; exits with the job's result."""
-    ws = Workspace()
-    ws.get_job(name)
-    return follow(ws, name, all_ranks=all_ranks)
+    jobs = jobs_backend()
+    jobs.get(name)
+    return follow(jobs, name, all_ranks=all_ranks)
 
 
 @job_group.command("metrics")
@@ -190,10 +188,8 @@ def job_metrics_cmd(name: str, as_json: bool) -> int:
 @click.argument("name")
 def cancel_cmd(name: str) -> int:
     """Stop every process of a job."""
-    ws = Workspace()
-    before = ws.get_job(name).status
-    job = cancel(ws, name)
-    if before.is_terminal:
+    already_ended, job = jobs_backend().cancel(name)
+    if already_ended:
         console.print(f"job {name} had already ended: {job.status}")
     else:
         console.print(f"job {name}: {job.status}")
@@ -211,7 +207,7 @@ def cancel_cmd(name: str) -> int:
 )
 def preempt_cmd(name: str, nodes: tuple[int, ...]) -> int:
     """Simulate a spot/low-priority eviction: the job checkpoints and resumes."""
-    job = preempt(Workspace(), name, list(nodes) or None)
+    job = jobs_backend().preempt(name, list(nodes) or None)
     which = f"node(s) {', '.join(map(str, nodes))}" if nodes else "every node"
     grace = (job.spec.get("retry") or {}).get("preemption_grace", 30)
     console.print(

@@ -31,6 +31,9 @@ _COMMANDS = {
     "tensorboard": "phalanx.cli.metrics:tensorboard_cmd",
     "bench": "phalanx.cli.bench:bench_group",
     "queue": "phalanx.cli.queue:queue_cmd",
+    "server": "phalanx.cli.server:server_group",
+    "login": "phalanx.cli.login:login_cmd",
+    "logout": "phalanx.cli.login:logout_cmd",
 }
 
 

@@ -15,7 +15,7 @@ from rich.table import Table
 from phalanx.cli.termsafe import rank_text
 from phalanx.errors import PhalanxError
 from phalanx.workspace import Workspace
-from phalanx.workspace.metrics import SYSTEM_METRICS_FILE, History, read_metrics
+from phalanx.workspace.metrics import History
 
 console = Console()
 _BARS = "▁▂▃▄▅▆▇█"
@@ -37,10 +37,9 @@ def sparkline(values: list[float | None], width: int = 24) -> str:
 def metrics_cmd(name: str, as_json: bool) -> int:
     """Latest value of each metric the job logged (and of the system metrics sampled
     during it), with a compact history."""
-    ws = Workspace()
-    job_dir = Path(ws.get_job(name).job_dir)
-    history = read_metrics(job_dir)
-    system = read_metrics(job_dir, SYSTEM_METRICS_FILE)
+    from phalanx.cli.backend import jobs_backend
+
+    history, system = jobs_backend().metrics(name)
     if as_json:
         both = {**history, **system}
         click.echo(

@@ -62,6 +62,15 @@ def _shape(spec: dict[str, Any]) -> tuple[int, int]:
     return nodes, procs
 
 
+def log_files(job: JobRecord) -> dict[str, list[str]]:
+    """The job's log files, as ``job show --json`` (and the API) list them."""
+    paths = JobPaths(Path(job.job_dir))
+    return {
+        "user_logs": [str(p) for p in paths.rank_logs()],
+        "system_logs": sorted(str(p) for p in paths.system_logs.glob("*.txt")),
+    }
+
+
 def job_json(job: JobRecord) -> dict[str, Any]:
     """The stable machine-readable view of a job (``job show --json``)."""
     paths = JobPaths(Path(job.job_dir))
@@ -86,8 +95,8 @@ def job_json(job: JobRecord) -> dict[str, Any]:
         "job_dir": job.job_dir,
         "outputs_dir": str(paths.outputs),
         "checkpoint_dir": str(paths.checkpoints),
-        "user_logs": [str(p) for p in paths.rank_logs()],
-        "system_logs": sorted(str(p) for p in paths.system_logs.glob("*.txt")),
+        "created_by": job.created_by,
+        **(job.logs or log_files(job)),
         "attempts": [
             {
                 "number": a.number,
@@ -143,6 +152,8 @@ def show_job(console: Console, job: JobRecord) -> None:
     if job.display_name:
         head.add_row("display name", job.display_name)
     head.add_row("experiment", job.experiment_name)
+    if job.created_by:
+        head.add_row("created by", job.created_by)
     if job.description:
         head.add_row("description", job.description)
     if job.tags:
@@ -161,7 +172,7 @@ def show_job(console: Console, job: JobRecord) -> None:
         head.add_row("nodes", node_devices(job.attempts[-1].nodes))
     head.add_row("command", Text(str(job.spec.get("command", "")).strip()))
     head.add_row("job folder", job.job_dir)
-    logs = paths.rank_logs()
+    logs = (job.logs or log_files(job))["user_logs"]
     head.add_row("user logs", f"{paths.user_logs} ({len(logs)} file(s))")
     head.add_row("outputs", str(paths.outputs))
     console.print(head)

@@ -3,29 +3,31 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.segment import Segment, Segments
 from rich.style import Style
 
+from phalanx.cli.backend import Jobs
 from phalanx.cli.render import duration, error_panel, status_text
 from phalanx.cli.termsafe import rank_segments
-from phalanx.jobs.control import refresh
-from phalanx.jobs.logs import LogFollower, LogLine
-from phalanx.workspace import JobRecord, JobStatus, Workspace
+from phalanx.jobs.logs import LogLine
+from phalanx.workspace import JobRecord, JobStatus
+from phalanx.workspace.layout import JobPaths
 
 POLL_S = 0.2
 _RANK = Style(color="blue")
 _DIM = Style(dim=True)
 
 
-def stream_job(ws: Workspace, name: str, console: Console, *, all_ranks: bool = False) -> JobRecord:
+def stream_job(jobs: Jobs, name: str, console: Console, *, all_ranks: bool = False) -> JobRecord:
     """Print the job's logs as they are written; return the job once it has ended.
 
     Ctrl-C (KeyboardInterrupt) propagates to the caller; the job is not touched.
     """
-    paths = ws.paths(name)
-    follower = LogFollower(paths, all_ranks=all_ranks)
+    follower = jobs.follower(name, all_ranks=all_ranks)
+    paths = JobPaths(Path(name))
     which = "every rank" if all_ranks else f"{paths.rank_log(0).relative_to(paths.root)}"
     console.print(
         f"[dim]job [bold]{name}[/bold] · streaming {which} · Ctrl-C stops streaming only[/]",
@@ -33,7 +35,7 @@ def stream_job(ws: Workspace, name: str, console: Console, *, all_ranks: bool = 
     )
     last_status: JobStatus | None = None
     while True:
-        job = refresh(ws, ws.get_job(name))
+        job = jobs.get(name)
         if job.status is not last_status:
             console.print(status_text(job.status), style="dim")
             last_status = job.status

@@ -35,7 +35,9 @@ if TYPE_CHECKING:
     from phalanx.spec import JobSpec
 
 
-def submit(ws: Workspace, spec: JobSpec, spec_text: str) -> JobRecord:
+def submit(
+    ws: Workspace, spec: JobSpec, spec_text: str, *, created_by: str | None = None
+) -> JobRecord:
     """Record the job in its target's queue and start its supervisor; returns the Queued job.
 
     The supervisor waits (asleep) until the scheduler gives the job its devices.
@@ -46,7 +48,12 @@ def submit(ws: Workspace, spec: JobSpec, spec_text: str) -> JobRecord:
     """
     entry = queue_entry(ws, spec)
     job = ws.create_job(
-        spec.to_record(), spec_text=spec_text, name=spec.name, code=spec.code_path, queue=entry
+        spec.to_record(),
+        spec_text=spec_text,
+        name=spec.name,
+        code=spec.code_path,
+        queue=entry,
+        created_by=created_by,
     )
     spawn_supervisor(ws, job.name)
     ensure_running(ws.home)

@@ -133,6 +133,11 @@ class JobRecord:
     """The compute target whose queue it is in."""
     queue: dict[str, Any] | None = None
     """While Queued: ``{"position", "reason"}`` as the scheduler last saw it."""
+    created_by: str | None = None
+    """The server user who submitted it; ``None`` when submitted on this machine."""
+    logs: dict[str, list[str]] | None = None
+    """Read over the API only: the server's ``user_logs``/``system_logs`` file lists
+    (a client cannot look into the job folder)."""
 
     @property
     def duration(self) -> float | None:

@@ -31,7 +31,7 @@ from phalanx.workspace.records import (
 )
 from phalanx.workspace.snapshot import snapshot_code
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     name TEXT PRIMARY KEY,
@@ -54,7 +54,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     priority INTEGER,
     tier INTEGER,
     timeout REAL,
-    queue_json TEXT
+    queue_json TEXT,
+    created_by TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at);
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status);
@@ -125,6 +126,13 @@ CREATE TABLE IF NOT EXISTS capacities (
     hosts_json TEXT NOT NULL,
     read_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS tokens (
+    name TEXT PRIMARY KEY,
+    user_name TEXT NOT NULL,
+    hash TEXT NOT NULL UNIQUE,
+    created_at REAL NOT NULL,
+    last_used_at REAL
+);
 """
 # Each step upgrades a workspace from the version before it.
 _MIGRATIONS: dict[int, list[str]] = {
@@ -150,6 +158,11 @@ _MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE attempts ADD COLUMN nodes_json TEXT",
         "CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status)",
         *(sql for sql in _SCHEMA.split(";") if "allocations (" in sql or "capacities (" in sql),
+    ],
+    # The server: who created each job, and the API tokens (hashes only).
+    8: [
+        "ALTER TABLE jobs ADD COLUMN created_by TEXT",
+        *(sql for sql in _SCHEMA.split(";") if "tokens (" in sql),
     ],
 }
 
@@ -268,6 +281,7 @@ class Workspace:
         name: str | None = None,
         code: Path | None = None,
         queue: QueueEntry | None = None,
+        created_by: str | None = None,
     ) -> JobRecord:
         """Record a new Queued job, with its folder and code snapshot.
 
@@ -280,6 +294,7 @@ class Workspace:
             name: The job name; generated when ``None``.
             code: A folder to snapshot as the job's working directory.
             queue: Where it queues and what it asks for (the scheduler's part).
+            created_by: Who submitted it (the server's user); ``None`` for this machine's user.
 
         Raises:
             PhalanxError: the name is taken or invalid, or the code folder is too large.
@@ -303,7 +318,7 @@ class Workspace:
             paths.spec_json.write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n")
             # The row commits only once the folder is in place: never one without the other.
             with self._transaction():
-                final_name = self._insert_job(spec, name, queue or QueueEntry())
+                final_name = self._insert_job(spec, name, queue or QueueEntry(), created_by)
                 try:
                     staging.rename(self.jobs_dir / final_name)
                 except OSError as exc:
@@ -320,14 +335,16 @@ class Workspace:
         row = self._db.execute("SELECT 1 FROM jobs WHERE name = ?", (name,)).fetchone()
         return row is not None
 
-    def _insert_job(self, spec: dict[str, Any], name: str | None, queue: QueueEntry) -> str:
+    def _insert_job(
+        self, spec: dict[str, Any], name: str | None, queue: QueueEntry, created_by: str | None
+    ) -> str:
         for _ in range(20):
             candidate = name or generate_name()
             try:
                 self._db.execute(
                     "INSERT INTO jobs (name, display_name, experiment_name, description, tags_json,"
-                    " status, created_at, spec_json, target, request_json, priority, tier, timeout)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " status, created_at, spec_json, target, request_json, priority, tier, timeout,"
+                    " created_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         candidate,
                         spec.get("display_name"),
@@ -342,6 +359,7 @@ class Workspace:
                         queue.priority,
                         queue.tier,
                         queue.timeout,
+                        created_by,
                     ),
                 )
                 return candidate
@@ -397,6 +415,7 @@ class Workspace:
             attempts=tuple(attempts),
             target=row["target"] or "local",
             queue=json.loads(row["queue_json"]) if row["queue_json"] else None,
+            created_by=row["created_by"],
         )
 
     def set_waiting(self, name: str, reason: str) -> None:

@@ -1,0 +1,125 @@
+"""``phalanx server …``: run the team server and manage its API tokens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from phalanx.cli.render import local_time
+from phalanx.errors import PhalanxError
+from phalanx.sizes import parse_size
+from phalanx.workspace import Workspace
+
+console = Console()
+
+
+@click.group("server")
+def server_group() -> None:
+    """The phalanx server: one workspace for a team, over HTTP."""
+
+
+@server_group.command("start")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--port", type=int, default=8765, show_default=True)
+@click.option(
+    "--workspace",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The workspace folder it owns (default: PHALANX_HOME, or ~/.phalanx).",
+)
+@click.option(
+    "--db",
+    metavar="URL",
+    help="The database: a postgresql://user@host/name URL (default: SQLite in the workspace).",
+)
+@click.option(
+    "--auth/--no-auth",
+    default=None,
+    help="Ask for API tokens (the default unless --host is a loopback address).",
+)
+@click.option("--max-upload", default="1G", show_default=True, help="Largest upload (code, data).")
+@click.option("--tls-cert", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--tls-key", type=click.Path(dir_okay=False, path_type=Path))
+def start_cmd(
+    host: str,
+    port: int,
+    workspace: Path | None,
+    db: str | None,
+    auth: bool | None,
+    max_upload: str,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+) -> int:
+    """Serve the workspace; runs in the foreground (systemd: see docs/deploy.md)."""
+    import os
+
+    from phalanx.server.serve import serve
+    from phalanx.workspace.layout import phalanx_home
+
+    if db:
+        os.environ["PHALANX_DB"] = db  # the scheduler and supervisors inherit it
+    try:
+        upload_limit = parse_size(max_upload)
+    except ValueError as exc:
+        raise PhalanxError(f"--max-upload: {exc}") from None
+    serve(
+        home=(workspace or phalanx_home()).absolute(),
+        host=host,
+        port=port,
+        auth=auth,
+        max_upload=upload_limit,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+    )
+    return 0
+
+
+@server_group.group("token")
+def token_group() -> None:
+    """API tokens (run on the server's machine, against its workspace)."""
+
+
+@token_group.command("create")
+@click.option("--user", required=True, help="Who the token is for; jobs record it.")
+@click.option("--name", help="A name to revoke it by (default: USER-xxxxxx).")
+def token_create_cmd(user: str, name: str | None) -> int:
+    """Make a token; it is printed once and only its hash is kept."""
+    from phalanx.workspace.tokens import create_token
+
+    info, token = create_token(Workspace(), user, name)
+    click.echo(token)
+    click.echo(
+        f"token {info.name} for {info.user}: keep it now, it is not shown again "
+        "(clients: PHALANX_TOKEN=… or phalanx login)",
+        err=True,
+    )
+    return 0
+
+
+@token_group.command("list")
+def token_list_cmd() -> int:
+    """The tokens (names and users, never the tokens)."""
+    from phalanx.workspace.tokens import list_tokens
+
+    table = Table(show_edge=False)
+    for column in ("name", "user", "created", "last used"):
+        table.add_column(column)
+    for info in list_tokens(Workspace()):
+        table.add_row(
+            info.name, info.user, local_time(info.created_at), local_time(info.last_used_at)
+        )
+    console.print(table)
+    return 0
+
+
+@token_group.command("revoke")
+@click.argument("name")
+def token_revoke_cmd(name: str) -> int:
+    """Forget a token; requests carrying it are refused from now on."""
+    from phalanx.workspace.tokens import revoke_token
+
+    revoke_token(Workspace(), name)
+    console.print(f"token {name} revoked")
+    return 0

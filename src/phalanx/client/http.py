@@ -1,0 +1,119 @@
+"""Requests to a phalanx server, with its errors turned back into phalanx's.
+
+A 4xx carries the one line the CLI would print (``{"error": …}``) and becomes
+a :class:`~phalanx.errors.PhalanxError` with that line. Requests that are safe
+to repeat (reads, cancel, preempt) are retried while the server is
+unreachable or restarting, for up to :data:`RETRY_S`; a create is retried only
+when it never reached the server.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+import httpx
+
+from phalanx import __version__
+from phalanx.client.config import SERVER_ENV, ServerConfig
+from phalanx.errors import PhalanxError
+
+RETRY_ENV = "PHALANX_SERVER_RETRY_S"
+RETRY_S = 120.0
+
+
+class ServerSpecError(PhalanxError):
+    """The server found the spec invalid: every problem, one line each."""
+
+    every_problem = False
+
+    def __init__(self, first: str, problems: list[str]) -> None:
+        super().__init__(first)
+        self.problems = problems
+
+    def lines(self) -> list[str]:
+        return list(self.problems) if self.every_problem else [str(self)]
+
+
+class ServerClient:
+    def __init__(self, config: ServerConfig, *, timeout: float = 60.0) -> None:
+        self.url = config.url
+        headers = {"user-agent": f"phalanx/{__version__}"}
+        if config.token:
+            headers["authorization"] = f"Bearer {config.token}"
+        self._http = httpx.Client(base_url=config.url, headers=headers, timeout=timeout)
+        self._retry_s = float(os.environ.get(RETRY_ENV, RETRY_S))
+        self._warned = False
+
+    def close(self) -> None:
+        self._http.close()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        idempotent: bool = True,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """The decoded JSON answer of ``method path``.
+
+        Raises:
+            PhalanxError: the server's 4xx message, or it cannot be reached.
+        """
+        deadline = time.monotonic() + self._retry_s
+        delay = 0.2
+        while True:
+            try:
+                if timeout is not None:
+                    kwargs["timeout"] = timeout
+                response = self._http.request(method, "/api/v1" + path, **kwargs)
+            except httpx.TransportError as exc:
+                sent = not isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
+                if (sent and not idempotent) or time.monotonic() > deadline:
+                    raise PhalanxError(
+                        f"cannot reach the phalanx server at {self.url} ({SERVER_ENV}): "
+                        f"{exc or type(exc).__name__}; is it running?"
+                    ) from None
+                self._wait(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            if response.status_code >= 500 and idempotent and time.monotonic() < deadline:
+                self._wait(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            if self._warned:
+                print("connected again", file=sys.stderr, flush=True)
+                self._warned = False
+            return self._answer(response)
+
+    def _wait(self, delay: float) -> None:
+        if not self._warned:
+            print(f"server {self.url} unreachable; retrying…", file=sys.stderr, flush=True)
+            self._warned = True
+        time.sleep(delay)
+
+    def _answer(self, response: httpx.Response) -> Any:
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if response.is_success:
+            return body
+        message = body.get("error") if isinstance(body, dict) else None
+        if response.status_code == 401:
+            raise PhalanxError(
+                f"the server at {self.url} wants a valid API token; set PHALANX_TOKEN or run "
+                "phalanx login (an admin makes one with phalanx server token create)"
+            )
+        if message is None:
+            raise PhalanxError(
+                f"the server at {self.url} answered {response.status_code} "
+                f"{response.reason_phrase}; is {SERVER_ENV} a phalanx server?"
+            )
+        if response.status_code == 422 and isinstance(body.get("problems"), list):
+            raise ServerSpecError(str(message), [str(p) for p in body["problems"]])
+        raise PhalanxError(str(message))

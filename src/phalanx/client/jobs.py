@@ -1,0 +1,93 @@
+"""The job verbs against a server: what ``phalanx job …`` calls with ``PHALANX_SERVER`` set."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from phalanx.client.bundle import bundle_spec
+from phalanx.client.config import ServerConfig
+from phalanx.client.http import ServerClient
+from phalanx.client.logs import RemoteLogFollower
+from phalanx.workspace import JobRecord, JobStatus
+from phalanx.workspace.metrics import History
+from phalanx.workspace.wire import job_from_wire
+
+# Cancel waits for the job's processes to end (up to 30 s on the server).
+CANCEL_TIMEOUT_S = 90.0
+
+
+class RemoteJobs:
+    """Jobs in a server's workspace."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.client = ServerClient(config)
+        self.where = config.url
+
+    def create(
+        self, spec_file: Path, overrides: tuple[str, ...], *, validate_only: bool = False
+    ) -> JobRecord | dict[str, Any]:
+        """Validate here (errors name the file's lines), then send the spec and its files."""
+        from phalanx.spec import load_spec
+
+        spec = load_spec(spec_file, overrides)
+        spec.check_supported()
+        text = spec_file.read_text(encoding="utf-8")
+        with tempfile.TemporaryDirectory(prefix="phalanx-upload-") as tmp:
+            bundle = bundle_spec(spec, Path(tmp))
+            upload = None
+            if bundle.archive is not None:
+                with open(bundle.archive, "rb") as f:
+                    upload = self.client.request(
+                        "PUT",
+                        "/uploads",
+                        content=f,
+                        headers={"content-type": "application/x-tar"},
+                        idempotent=False,
+                        timeout=3600.0,
+                    )["upload"]
+        body = {
+            "spec": text,
+            "source": str(spec_file),
+            "overrides": list(overrides),
+            "upload": upload,
+            "places": bundle.places,
+            "validate_only": validate_only,
+        }
+        answer = self.client.request("POST", "/jobs", json=body, idempotent=False)
+        return answer if validate_only else job_from_wire(answer)
+
+    def get(self, name: str) -> JobRecord:
+        return job_from_wire(self.client.request("GET", f"/jobs/{name}"))
+
+    def list_jobs(
+        self, *, limit: int, status: JobStatus | None, experiment: str | None
+    ) -> list[JobRecord]:
+        params: dict[str, Any] = {"limit": limit}
+        if status is not None:
+            params["status"] = status.value
+        if experiment is not None:
+            params["experiment"] = experiment
+        answer = self.client.request("GET", "/jobs", params=params)
+        return [job_from_wire(item) for item in answer["jobs"]]
+
+    def cancel(self, name: str) -> tuple[bool, JobRecord]:
+        answer = self.client.request("POST", f"/jobs/{name}/cancel", timeout=CANCEL_TIMEOUT_S)
+        return bool(answer["already_ended"]), job_from_wire(answer["job"])
+
+    def preempt(self, name: str, nodes: list[int] | None) -> JobRecord:
+        return job_from_wire(
+            self.client.request("POST", f"/jobs/{name}/preempt", json={"nodes": nodes})
+        )
+
+    def metrics(self, name: str) -> tuple[History, History]:
+        answer = self.client.request("GET", f"/jobs/{name}/metrics")
+
+        def history(raw: dict[str, list[list[Any]]]) -> History:
+            return {k: [(s, v) for s, v in points] for k, points in raw.items()}
+
+        return history(answer["metrics"]), history(answer["system"])
+
+    def follower(self, name: str, *, all_ranks: bool) -> RemoteLogFollower:
+        return RemoteLogFollower.of(self.client, name, all_ranks=all_ranks)

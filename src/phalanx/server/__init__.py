@@ -1,0 +1,10 @@
+"""``phalanx server``: one workspace served over HTTP to a team.
+
+``app.py`` builds the FastAPI application (``/api/v1``, its OpenAPI document
+at ``/api/v1/openapi.json``); ``jobs_api.py`` holds the job routes,
+``logread.py`` reads log files from byte offsets for remote streaming,
+``uploads.py`` checks and unpacks what clients upload, ``auth.py`` checks API
+tokens, ``errors.py`` turns phalanx's errors into 4xx answers with the same one
+line the CLI prints, and ``serve.py`` runs it all under uvicorn while keeping
+the workspace's scheduler alive.
+"""

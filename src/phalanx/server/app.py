@@ -1,0 +1,86 @@
+"""The FastAPI application: ``/api/v1`` and its OpenAPI document."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from typing import Any
+
+from fastapi import FastAPI, Request
+from starlette.exceptions import HTTPException
+
+from phalanx import __version__
+from phalanx.server import errors, jobs_api
+from phalanx.server.auth import caller
+from phalanx.server.settings import ServerSettings
+
+API_VERSION = "v1"
+# An upload not used by a job within this long is removed.
+UPLOAD_TTL_S = 3600.0
+
+
+def create_app(settings: ServerSettings) -> FastAPI:
+    app = FastAPI(
+        title="phalanx",
+        version=__version__,
+        openapi_url="/api/v1/openapi.json",
+        docs_url="/api/v1/docs",
+        redoc_url=None,
+    )
+    app.state.settings = settings
+    errors.install(app)
+    app.include_router(jobs_api.router)
+
+    @app.get("/api/v1/health", tags=["server"])
+    def health() -> dict[str, Any]:
+        """Whether the server answers; needs no token."""
+        return {"status": "ok", "version": __version__, "api": API_VERSION}
+
+    @app.get("/api/v1/whoami", tags=["server"])
+    def whoami(request: Request) -> dict[str, Any]:
+        """The user the token belongs to (``null`` on a server without auth)."""
+        return {"user": caller(request), "auth": settings.auth}
+
+    @app.put("/api/v1/uploads", status_code=201, tags=["jobs"])
+    async def upload(request: Request) -> dict[str, Any]:
+        """Receive a tar archive (the body); its id goes into ``POST /api/v1/jobs``."""
+        caller(request)
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > settings.max_upload:
+            raise HTTPException(413, _too_large(settings))
+        settings.uploads.mkdir(parents=True, exist_ok=True)
+        _expire(settings)
+        upload_id = uuid.uuid4().hex
+        path = settings.uploads / upload_id
+        size = 0
+        try:
+            with open(path, "wb") as f:
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > settings.max_upload:
+                        raise HTTPException(413, _too_large(settings))
+                    f.write(chunk)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        return {"upload": upload_id, "bytes": size}
+
+    return app
+
+
+def _too_large(settings: ServerSettings) -> str:
+    return (
+        f"upload refused: more than {settings.max_upload // 2**20} MiB (the server's "
+        "--max-upload); list large files in .amlignore or put data in a datastore"
+    )
+
+
+def _expire(settings: ServerSettings) -> None:
+    now = time.time()
+    for entry in os.scandir(settings.uploads):
+        try:
+            if now - entry.stat().st_mtime > UPLOAD_TTL_S:
+                os.unlink(entry.path)
+        except OSError:
+            pass

@@ -1,0 +1,36 @@
+"""Who is asking: a bearer token checked against the hashes in the workspace.
+
+A missing, malformed, unknown or revoked token all get the same 401: nothing
+tells a caller which part was wrong.
+"""
+
+from __future__ import annotations
+
+from fastapi import Request
+from starlette.exceptions import HTTPException
+
+from phalanx.server.settings import ServerSettings, workspace
+from phalanx.workspace.tokens import PREFIX, touch, user_of
+
+UNAUTHORIZED = "a valid API token is required (Authorization: Bearer <token>; PHALANX_TOKEN)"
+
+
+def caller(request: Request) -> str | None:
+    """The user behind the request; ``None`` on a server without auth.
+
+    Raises:
+        HTTPException: 401.
+    """
+    settings: ServerSettings = request.app.state.settings
+    if not settings.auth:
+        return None
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    user = None
+    if scheme.lower() == "bearer" and token.startswith(PREFIX):
+        ws = workspace(settings)
+        user = user_of(ws, token.strip())
+        if user is not None:
+            touch(ws, token.strip())
+    if user is None:
+        raise HTTPException(401, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
+    return user

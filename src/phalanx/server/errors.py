@@ -1,0 +1,63 @@
+"""phalanx's errors as HTTP answers: ``{"error": <the CLI's one line>}`` and a 4xx.
+
+A client prints the same line the CLI would have printed on the server's
+machine. Anything else is a bug: a 500 with no detail (the server logs it).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from phalanx.errors import JobNotFoundError, PhalanxError, SpecError
+from phalanx.server.uploads import UploadError
+
+log = logging.getLogger("phalanx.server")
+
+
+def error_body(message: str, **extra: object) -> dict[str, object]:
+    return {"error": message, **extra}
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(SpecError)
+    async def _spec(_: Request, exc: SpecError) -> JSONResponse:
+        problems = [p.one_line() for p in exc.problems]
+        return JSONResponse(error_body(exc.one_line(), problems=problems), status_code=422)
+
+    @app.exception_handler(JobNotFoundError)
+    async def _missing(_: Request, exc: JobNotFoundError) -> JSONResponse:
+        return JSONResponse(error_body(str(exc)), status_code=404)
+
+    @app.exception_handler(UploadError)
+    async def _upload(_: Request, exc: UploadError) -> JSONResponse:
+        return JSONResponse(error_body(str(exc)), status_code=413 if exc.too_large else 400)
+
+    @app.exception_handler(PhalanxError)
+    async def _user(_: Request, exc: PhalanxError) -> JSONResponse:
+        return JSONResponse(error_body(str(exc)), status_code=400)
+
+    @app.exception_handler(RequestValidationError)
+    async def _request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "request"
+        message = f"{where}: {first.get('msg', 'invalid')}"
+        return JSONResponse(error_body(f"bad request: {message}"), status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def _http(_: Request, exc: HTTPException) -> JSONResponse:
+        return JSONResponse(
+            error_body(str(exc.detail)), status_code=exc.status_code, headers=exc.headers
+        )
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("%s %s failed", request.method, request.url.path)
+        return JSONResponse(
+            error_body("internal server error; the server's log has the details"),
+            status_code=500,
+        )

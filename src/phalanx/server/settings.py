@@ -1,0 +1,43 @@
+"""What one server process was started with."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from phalanx.workspace import Workspace
+
+DEFAULT_MAX_UPLOAD = 1 << 30
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    home: Path
+    """The workspace folder the server owns."""
+    auth: bool
+    """Every request but ``/api/v1/health`` needs a token."""
+    max_upload: int = DEFAULT_MAX_UPLOAD
+    """The most bytes one upload may hold, packed or unpacked."""
+
+    @property
+    def uploads(self) -> Path:
+        """Uploads not yet turned into a job (removed once used)."""
+        return self.home / "server" / "uploads"
+
+    @property
+    def bundles(self) -> Path:
+        """Unpacked job files the spec points at (pip files, local inputs), kept."""
+        return self.home / "server" / "bundles"
+
+
+_local = threading.local()
+
+
+def workspace(settings: ServerSettings) -> Workspace:
+    """This thread's connection to the workspace (request handlers run on a pool)."""
+    ws: Workspace | None = getattr(_local, "ws", None)
+    if ws is None or ws.home != settings.home:
+        ws = Workspace(settings.home)
+        _local.ws = ws
+    return ws

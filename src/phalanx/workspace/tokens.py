@@ -1,0 +1,97 @@
+"""API tokens of the server: made once, shown once, kept only as a SHA-256 hash.
+
+A token is 32 random bytes (``phx_`` + URL-safe base64), so a plain hash is
+enough: nobody can guess a preimage, and the database never holds a value that
+opens the server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import sqlite3
+import time
+from dataclasses import dataclass
+
+from phalanx.errors import PhalanxError
+from phalanx.workspace.names import NAME_RE
+from phalanx.workspace.store import Workspace
+
+PREFIX = "phx_"
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    name: str
+    user: str
+    created_at: float
+    last_used_at: float | None
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create_token(ws: Workspace, user: str, name: str | None = None) -> tuple[TokenInfo, str]:
+    """A new token for ``user``; returns its record and the token itself (shown only now).
+
+    Raises:
+        PhalanxError: the user or token name is invalid, or the name is taken.
+    """
+    for label, value in (("user", user), ("token name", name)):
+        if value is not None and not NAME_RE.fullmatch(value):
+            raise PhalanxError(
+                f"{label} {value!r} is invalid: use letters, digits, '_' and '-', "
+                "starting with a letter or digit"
+            )
+    token = PREFIX + secrets.token_urlsafe(32)
+    name = name or f"{user}-{secrets.token_hex(3)}"
+    now = time.time()
+    try:
+        with ws.transaction() as db:
+            db.execute(
+                "INSERT INTO tokens (name, user_name, hash, created_at) VALUES (?, ?, ?, ?)",
+                (name, user, token_hash(token), now),
+            )
+    except sqlite3.IntegrityError:
+        raise PhalanxError(
+            f"a token named {name!r} already exists; choose another --name "
+            "or revoke it first (phalanx server token revoke)"
+        ) from None
+    return TokenInfo(name, user, now, None), token
+
+
+def user_of(ws: Workspace, token: str) -> str | None:
+    """The user a token belongs to, or ``None`` for an unknown or revoked one."""
+    rows = ws.query("SELECT name, user_name FROM tokens WHERE hash = ?", (token_hash(token),))
+    if not rows:
+        return None
+    return str(rows[0]["user_name"])
+
+
+def touch(ws: Workspace, token: str) -> None:
+    """Record when a token was last used (at most a write a minute per token)."""
+    now = time.time()
+    with ws.transaction() as db:
+        db.execute(
+            "UPDATE tokens SET last_used_at = ? WHERE hash = ? "
+            "AND (last_used_at IS NULL OR last_used_at < ?)",
+            (now, token_hash(token), now - 60),
+        )
+
+
+def list_tokens(ws: Workspace) -> list[TokenInfo]:
+    rows = ws.query("SELECT * FROM tokens ORDER BY created_at")
+    return [TokenInfo(r["name"], r["user_name"], r["created_at"], r["last_used_at"]) for r in rows]
+
+
+def revoke_token(ws: Workspace, name: str) -> None:
+    """Forget a token; the server refuses it from the next request on.
+
+    Raises:
+        PhalanxError: no token has that name.
+    """
+    with ws.transaction() as db:
+        gone = db.execute("DELETE FROM tokens WHERE name = ?", (name,)).rowcount
+    if not gone:
+        raise PhalanxError(f"no token named {name!r}; `phalanx server token list` shows them")
