@@ -19,6 +19,7 @@ from typing import Any
 import psutil
 import pytest
 
+import pg
 import servers
 from phalanx.bench import raycluster
 
@@ -197,6 +198,39 @@ def s3_server() -> Iterator[servers.S3Server]:
 
 
 @pytest.fixture(scope="session")
+def postgres() -> Iterator[pg.Postgres]:
+    """One real PostgreSQL for the session; tests use databases of their own."""
+    server = pg.start()
+    yield server
+    pg.stop(server)
+
+
+@pytest.fixture
+def pg_url(postgres: pg.Postgres) -> Iterator[str]:
+    """A new, empty PostgreSQL database for this test; its URL (with the password)."""
+    url = postgres.create_database()
+    yield url
+    postgres.drop_database(url)
+
+
+@pytest.fixture(autouse=True)
+def _no_outside_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PHALANX_DB of whoever runs the tests never reaches them."""
+    monkeypatch.delenv("PHALANX_DB", raising=False)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str | None:
+    """The backend a store test runs on: SQLite in the workspace folder, or a fresh
+    PostgreSQL database named by PHALANX_DB (as every process of a workspace finds it)."""
+    if request.param == "sqlite":
+        return None
+    url: str = request.getfixturevalue("pg_url")
+    monkeypatch.setenv("PHALANX_DB", url)
+    return url
+
+
+@pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[raycluster.RayCluster]:
     """A Ray cluster of two nodes (head + worker) on this machine, for the session."""
     cluster = raycluster.start_cluster(tmp_path_factory.mktemp("ray"))
@@ -234,6 +268,7 @@ def cli(tmp_path: Path) -> Iterator[Cli]:
         }
     )
     env.pop("PHALANX_DEBUG", None)
+    env.pop("PHALANX_DB", None)  # the SQLite file in PHALANX_HOME unless a test says otherwise
     yield Cli(home, env, workdir)
     # Whatever a test did, it leaves no process of its jobs behind.
     leftovers = job_processes_under(home)

@@ -13,7 +13,7 @@ from phalanx.workspace import AttemptStatus, JobStatus, RootCause, Workspace
 SPEC = {"command": "echo hi", "experiment_name": "exp"}
 
 
-def test_job_lifecycle_and_terminal_is_final(tmp_path: Path) -> None:
+def test_job_lifecycle_and_terminal_is_final(tmp_path: Path, db: str | None) -> None:
     ws = Workspace(tmp_path / "home")
     job = ws.create_job(SPEC, spec_text="command: echo hi\n")
     assert job.status is JobStatus.QUEUED
@@ -31,7 +31,9 @@ def test_job_lifecycle_and_terminal_is_final(tmp_path: Path) -> None:
     assert [(a.status, a.error) for a in job.attempts] == [(AttemptStatus.FAILED, error)]
 
 
-def test_names_are_unique_and_a_failed_create_leaves_nothing(tmp_path: Path) -> None:
+def test_names_are_unique_and_a_failed_create_leaves_nothing(
+    tmp_path: Path, db: str | None
+) -> None:
     ws = Workspace(tmp_path / "home")
     ws.create_job(SPEC, spec_text="", name="same")
     with pytest.raises(PhalanxError, match="already exists"):
@@ -45,7 +47,7 @@ def test_names_are_unique_and_a_failed_create_leaves_nothing(tmp_path: Path) -> 
         ws.create_job(SPEC, spec_text="", name="../escape")
 
 
-def test_snapshot_rules(tmp_path: Path) -> None:
+def test_snapshot_rules(tmp_path: Path, db: str | None) -> None:
     code = tmp_path / "code"
     (code / "pkg").mkdir(parents=True)
     (code / "train.py").write_text("print(1)\n")
@@ -66,7 +68,9 @@ def test_snapshot_rules(tmp_path: Path) -> None:
     assert os.readlink(snap / "link_to_pkg") == "pkg"
 
 
-def test_snapshot_limit_is_a_user_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_snapshot_limit_is_a_user_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db: str | None
+) -> None:
     code = tmp_path / "code"
     code.mkdir()
     (code / "weights.bin").write_bytes(b"0" * 2 * 1024 * 1024)
