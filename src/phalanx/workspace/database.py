@@ -103,7 +103,7 @@ class Database:
         """The database for a message: its file, or its URL without the password."""
         if self.is_sqlite:
             return str(self.url.database)
-        return self.url.render_as_string(hide_password=True).replace("+psycopg", "", 1)
+        return self._as_written().render_as_string(hide_password=True)
 
     def redact(self, message: str) -> str:
         """``message`` without the password, however a driver quoted it."""
@@ -113,7 +113,11 @@ class Database:
         """What a child process needs in its environment to reach this database."""
         if self.setting is None:
             return {}
-        return {DB_ENV: self.url.render_as_string(hide_password=False)}
+        return {DB_ENV: self._as_written().render_as_string(hide_password=False)}
+
+    def _as_written(self) -> URL:
+        """The URL in the form users write it (the driver is phalanx's business)."""
+        return self.url if self.is_sqlite else self.url.set(drivername="postgresql")
 
     @contextmanager
     def transaction(self) -> Iterator[Tx]:
