@@ -252,7 +252,8 @@ def ray_token_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[rayc
 
 
 @pytest.fixture
-def cli(tmp_path: Path) -> Iterator[Cli]:
+def cli(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cli]:
+    """The CLI on a private workspace; on each database backend when the test takes ``db``."""
     home = tmp_path / "home"
     workdir = tmp_path / "work"
     workdir.mkdir()
@@ -269,6 +270,8 @@ def cli(tmp_path: Path) -> Iterator[Cli]:
     )
     env.pop("PHALANX_DEBUG", None)
     env.pop("PHALANX_DB", None)  # the SQLite file in PHALANX_HOME unless a test says otherwise
+    if "db" in request.fixturenames and (url := request.getfixturevalue("db")):
+        env["PHALANX_DB"] = url
     yield Cli(home, env, workdir)
     # Whatever a test did, it leaves no process of its jobs behind.
     leftovers = job_processes_under(home)
