@@ -123,7 +123,7 @@ def queue_cmd(name: str | None, as_json: bool) -> int:
     """Every compute target: what it has, what runs where, and its queue."""
     ws = Workspace()
     # The command to run after a reboot: it starts the scheduler, which recovers what died.
-    ensure_running(ws.home)
+    ensure_running(ws.home, ws.child_env())
     if name is not None:
         targets = [resolve_target(name, ws)]
     else:

@@ -48,7 +48,7 @@ def submit(ws: Workspace, spec: JobSpec, spec_text: str) -> JobRecord:
         spec.to_record(), spec_text=spec_text, name=spec.name, code=spec.code_path, queue=entry
     )
     spawn_supervisor(ws, job.name)
-    ensure_running(ws.home)
+    ensure_running(ws.home, ws.child_env())
     return ws.get_job(job.name)
 
 
@@ -148,7 +148,7 @@ def refresh(ws: Workspace, job: JobRecord) -> JobRecord:
     if not job.status.is_terminal:
         now = time.monotonic()
         if now - _ensured.get(ws.home, -_ENSURE_EVERY_S) >= _ENSURE_EVERY_S:
-            ensure_running(ws.home)
+            ensure_running(ws.home, ws.child_env())
             _ensured[ws.home] = now
     return job
 

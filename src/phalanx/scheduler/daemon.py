@@ -177,7 +177,7 @@ class Scheduler:
         last = self._probe_started.get(target.name, -math.inf)
         if time.monotonic() - last > FRESH_S:
             self._probe_started[target.name] = time.monotonic()
-            _start_probe(self.ws.home, target.name)
+            _start_probe(self.ws, target.name)
         return None
 
     def _grace(self, name: str) -> float:
@@ -222,13 +222,13 @@ def _unbounded(target: str, queued: list[QueuedJob]) -> Capacity:
     return Capacity(target, hosts, spread=True)
 
 
-def _start_probe(home: Path, target: str) -> None:
+def _start_probe(ws: Workspace, target: str) -> None:
     """A reader of a Ray cluster's nodes (:mod:`phalanx.scheduler.rayprobe`), detached."""
-    with open(home / "scheduler.log", "ab") as log_file:
+    with open(ws.home / "scheduler.log", "ab") as log_file:
         subprocess.Popen(
             [sys.executable, "-m", "phalanx.scheduler.rayprobe", target],
-            env=dict(os.environ, PHALANX_HOME=str(home)),
-            cwd=home,
+            env={**os.environ, **ws.child_env()},
+            cwd=ws.home,
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,

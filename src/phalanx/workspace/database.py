@@ -29,6 +29,7 @@ import functools
 import os
 import re
 import threading
+import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -98,6 +99,7 @@ class Database:
             self.engine = _sqlite_engine(url)
         else:
             self.engine = _postgres_engine(url, setting or DB_ENV)
+        _forget_in_forked_children(self.engine)
 
     def describe(self) -> str:
         """The database for a message: its file, or its URL without the password."""
@@ -206,6 +208,19 @@ def redact(message: str, password: str | None) -> str:
 def redact_url(raw: str) -> str:
     """A URL as the user wrote it, without the password (for a URL that did not parse)."""
     return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", raw)
+
+
+def _forget_in_forked_children(engine: Engine) -> None:
+    """A forked child (a mount server) opens connections of its own if it needs any; it
+    never uses, nor closes, the parent's."""
+    ref = weakref.ref(engine)
+
+    def after_fork() -> None:
+        forked = ref()
+        if forked is not None:
+            forked.dispose(close=False)
+
+    os.register_at_fork(after_in_child=after_fork)
 
 
 def _sqlite_engine(url: URL) -> Engine:
