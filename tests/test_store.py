@@ -166,3 +166,12 @@ def test_a_transaction_is_all_or_nothing_and_nested_ones_join_it(ws: Workspace) 
         )
     job = ws.get_job("kept")
     assert job.description is None and not job.cancel_requested
+
+
+def test_a_probe_reading_replaces_the_one_before(ws: Workspace) -> None:
+    ledger.record_capacity(ws, "cluster", [{"host": "a", "gpus": 1, "cpus": 4.0}])
+    first = ws.query("SELECT read_at FROM capacities WHERE target = 'cluster'")[0]["read_at"]
+    ledger.record_capacity(ws, "cluster", [{"host": "b", "gpus": 8, "cpus": 64.0}])
+    [row] = ws.query("SELECT hosts_json, read_at FROM capacities WHERE target = 'cluster'")
+    assert row["hosts_json"] == '[{"host": "b", "gpus": 8, "cpus": 64.0}]'
+    assert row["read_at"] >= first

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from phalanx.scheduler.model import Decision, NodeGrant, QueuedJob, Request, RunningJob
 from phalanx.workspace import JobStatus, Workspace
@@ -238,3 +238,14 @@ def set_hosts(ws: Workspace, name: str, hosts: list[str]) -> None:
                 " AND node = :node",
                 {"host": host, "gpus": json.dumps(ids), "name": name, "node": row["node"]},
             )
+
+
+def record_capacity(ws: Workspace, target: str, hosts: list[dict[str, Any]]) -> None:
+    """Keep a probe's reading of a cluster's nodes (the newest replaces the one before)."""
+    with ws.transaction() as tx:
+        tx.execute(
+            "INSERT INTO capacities (target, hosts_json, read_at) VALUES (:target, :hosts, :now)"
+            " ON CONFLICT (target) DO UPDATE SET hosts_json = excluded.hosts_json,"
+            " read_at = excluded.read_at",
+            {"target": target, "hosts": json.dumps(hosts), "now": time.time()},
+        )
