@@ -29,6 +29,10 @@ def test_phalanx_db_puts_the_records_in_postgresql_and_children_inherit_it(
     other = Workspace(tmp_path / "other", db=pg_url)
     assert [j.name for j in other.list_jobs()] == ["in-postgres"]
     assert Workspace(tmp_path / "home").child_env() == {"PHALANX_HOME": str(ws.home)}
+    # The spellings people write reach the same database (through psycopg 3).
+    for scheme in ("postgres://", "postgresql+psycopg2://", "postgresql+psycopg://"):
+        spelled = Workspace(tmp_path / "other", db=pg_url.replace("postgresql://", scheme))
+        assert [j.name for j in spelled.list_jobs()] == ["in-postgres"]
 
 
 @pytest.mark.parametrize(
@@ -37,6 +41,7 @@ def test_phalanx_db_puts_the_records_in_postgresql_and_children_inherit_it(
         ("nonsense", "is not a database URL"),
         ("postgresql://u:hunter2@host:port/db", "is not a database URL"),
         ("mysql://u:hunter2@localhost/db", "names a mysql database"),
+        ("mysql+pymysql://u:hunter2@localhost/db", "names a mysql database"),
         ("sqlite:///relative.db", "absolute path"),
     ],
 )

@@ -239,8 +239,11 @@ def test_a_newer_schema_is_refused_in_one_line(tmp_path: Path, db: str | None) -
     with ws.transaction() as tx:
         tx.execute("UPDATE alembic_version SET version_num = '0009'")
     ws.close()
-    with pytest.raises(PhalanxError, match=r"newer phalanx \(schema 9\); upgrade phalanx"):
+    with pytest.raises(PhalanxError, match=r"newer phalanx \(schema 9\); upgrade phalanx") as e:
         Workspace(tmp_path / "home")
+    assert str(e.value).endswith(
+        "another PHALANX_HOME" if db is None else "another PHALANX_DB database"
+    )
 
 
 def test_a_newer_pre_alembic_sqlite_workspace_is_refused(tmp_path: Path) -> None:

@@ -53,7 +53,7 @@ from phalanx.errors import PhalanxError
 DB_ENV = "PHALANX_DB"
 WRITE_LOCK = 0x70_68_61_6C_61_6E_78  # "phalanx": the advisory lock of write transactions
 LOCK_WAIT_S = 30
-_POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
+_POSTGRES_SCHEMES = ("postgresql", "postgres")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -179,8 +179,8 @@ def resolve_url(home: Path, db: str | None) -> tuple[URL, str | None]:
             f"{setting} {redact_url(raw)!r} is not a database URL ({exc}); write "
             "postgresql://USER:PASSWORD@HOST:PORT/DBNAME or sqlite:////ABSOLUTE/PATH.db"
         ) from None
-    if url.drivername in _POSTGRES_SCHEMES:
-        return url.set(drivername="postgresql+psycopg"), setting
+    if url.drivername in _POSTGRES_SCHEMES or url.drivername.startswith("postgresql+"):
+        return url.set(drivername="postgresql+psycopg"), setting  # psycopg 3, whatever was named
     if url.drivername in ("sqlite", "sqlite+pysqlite"):
         if not url.database or not Path(url.database).is_absolute():
             raise PhalanxError(

@@ -42,7 +42,7 @@ def ensure_schema(db: Database, where: str) -> None:
     """Create or upgrade the schema unless it is current (one cheap read when it is).
 
     Args:
-        where: The workspace, as messages name it.
+        where: The workspace (its folder, or its database), as messages name it.
 
     Raises:
         PhalanxError: the database was written by a newer phalanx, or holds tables
@@ -58,7 +58,7 @@ def ensure_schema(db: Database, where: str) -> None:
         if version is None:
             legacy = _user_version(tx) if db.is_sqlite else 0
             if legacy > SCHEMA_VERSION:
-                raise _newer(where, legacy)
+                raise _newer(db, where, legacy)
             if legacy == 0:
                 if inspect(conn).has_table("jobs"):
                     raise PhalanxError(
@@ -70,7 +70,7 @@ def ensure_schema(db: Database, where: str) -> None:
                 _alembic(conn, "stamp", revision(legacy))
                 _alembic(conn, "upgrade", "head")
         elif version > SCHEMA_VERSION:
-            raise _newer(where, version)
+            raise _newer(db, where, version)
         elif version < SCHEMA_VERSION:
             _alembic(conn, "upgrade", "head")
         if db.is_sqlite:
@@ -104,10 +104,11 @@ def _user_version(tx: Tx) -> int:
     return int(row["user_version"]) if row else 0
 
 
-def _newer(where: str, version: int) -> PhalanxError:
+def _newer(db: Database, where: str, version: int) -> PhalanxError:
+    other = "PHALANX_HOME" if db.setting is None else f"{db.setting} database"
     return PhalanxError(
         f"workspace {where} was written by a newer phalanx (schema {version}); "
-        "upgrade phalanx or use another PHALANX_HOME"
+        f"upgrade phalanx or use another {other}"
     )
 
 
