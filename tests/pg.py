@@ -100,7 +100,8 @@ def start() -> Postgres:
     data = root / "data"
     _run(
         [str(bindir / "initdb"), "-D", str(data), "-U", USER, f"--pwfile={pwfile}",
-         "--auth-host=scram-sha-256", "--auth-local=trust", "-E", "UTF8", "--no-sync"],
+         "--auth-host=scram-sha-256", "--auth-local=trust", "-E", "UTF8", "--locale=C",
+         "--no-sync"],
         root,
     )  # fmt: skip
     pwfile.unlink()
