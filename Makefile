@@ -10,12 +10,12 @@ AZURITE_VERSION := 3.37.0
 TOOLS := .tools
 AZURITE := $(TOOLS)/node_modules/.bin/azurite-blob
 
-.PHONY: demo test lint format typecheck pytest bench clean fuse mpi
+.PHONY: demo test lint format typecheck pytest bench clean fuse mpi postgresql
 
 $(STAMP): pyproject.toml constraints.txt | mpi
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,azure,s3,fuse,mpi,tensorflow,ray]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,azure,s3,fuse,mpi,tensorflow,ray,postgresql]'
 	@touch $@
 
 $(AZURITE):
@@ -36,6 +36,14 @@ mpi:
 	   (apt-get update -qq && apt-get install -y -qq openmpi-bin libopenmpi-dev >/dev/null)) ; } || \
 	  echo "make: Open MPI not installed (not root); the MPI tests will report it"
 
+# PostgreSQL (initdb, pg_ctl): the store's tests run on it too, each session starting its own
+# server in a temporary folder. From apt where we are root.
+postgresql:
+	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && \
+	  (apt-get install -y -qq postgresql >/dev/null 2>&1 || \
+	   (apt-get update -qq && apt-get install -y -qq postgresql >/dev/null)) ; } || \
+	  echo "make: PostgreSQL not installed (not root); the PostgreSQL tests will report it"
+
 ## demo: the reference ResNet-50 workload on a small sharded dataset, 2 nodes x 1 process, here
 demo: $(STAMP)
 	$(BIN)/python examples/imagenet/prepare_demo_data.py
@@ -55,7 +63,7 @@ format: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP) $(AZURITE) fuse mpi
+pytest: $(STAMP) $(AZURITE) fuse mpi postgresql
 	PHALANX_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## bench: phalanx's launch overhead against bare torchrun

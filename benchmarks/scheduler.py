@@ -30,13 +30,13 @@ import argparse
 import json
 import os
 import platform
-import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 BIN = Path(sys.executable).parent
 PHALANX = str(BIN / "phalanx")
@@ -68,14 +68,19 @@ def _first_line_time(home: Path, name: str, timeout: float = 120) -> float:
     raise RuntimeError(f"{name}: rank 0 never started")
 
 
-def _job_row(home: Path, name: str) -> sqlite3.Row:
-    db = sqlite3.connect(home / "phalanx.db", timeout=30)
-    db.row_factory = sqlite3.Row
+def _one(home: Path, sql: str, **params: object) -> dict[str, Any]:
+    """One row of the workspace database (read directly: a CLI call wakes the scheduler)."""
+    from phalanx.workspace import Workspace
+
+    ws = Workspace(home)
     try:
-        row = db.execute("SELECT * FROM jobs WHERE name = ?", (name,)).fetchone()
+        return dict(ws.query(sql, params)[0])
     finally:
-        db.close()
-    return row
+        ws.close()
+
+
+def _job_row(home: Path, name: str) -> dict[str, Any]:
+    return _one(home, "SELECT * FROM jobs WHERE name = :name", name=name)
 
 
 def _wait_ended(home: Path, name: str, timeout: float = 120) -> float:
@@ -127,14 +132,8 @@ def latency(root: Path, rounds: int) -> dict[str, float]:
 
 
 def _granted_at(home: Path, name: str) -> float:
-    db = sqlite3.connect(home / "phalanx.db", timeout=30)
-    try:
-        row = db.execute(
-            "SELECT granted_at FROM allocations WHERE job_name = ?", (name,)
-        ).fetchone()
-    finally:
-        db.close()
-    return float(row[0])
+    row = _one(home, "SELECT granted_at FROM allocations WHERE job_name = :name", name=name)
+    return float(row["granted_at"])
 
 
 def long_queue(root: Path, count: int) -> dict[str, float]:

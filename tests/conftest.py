@@ -19,6 +19,7 @@ from typing import Any
 import psutil
 import pytest
 
+import pg
 import servers
 from phalanx.bench import raycluster
 
@@ -197,6 +198,39 @@ def s3_server() -> Iterator[servers.S3Server]:
 
 
 @pytest.fixture(scope="session")
+def postgres() -> Iterator[pg.Postgres]:
+    """One real PostgreSQL for the session; tests use databases of their own."""
+    server = pg.start()
+    yield server
+    pg.stop(server)
+
+
+@pytest.fixture
+def pg_url(postgres: pg.Postgres) -> Iterator[str]:
+    """A new, empty PostgreSQL database for this test; its URL (with the password)."""
+    url = postgres.create_database()
+    yield url
+    postgres.drop_database(url)
+
+
+@pytest.fixture(autouse=True)
+def _no_outside_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PHALANX_DB of whoever runs the tests never reaches them."""
+    monkeypatch.delenv("PHALANX_DB", raising=False)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str | None:
+    """The backend a store test runs on: SQLite in the workspace folder, or a fresh
+    PostgreSQL database named by PHALANX_DB (as every process of a workspace finds it)."""
+    if request.param == "sqlite":
+        return None
+    url: str = request.getfixturevalue("pg_url")
+    monkeypatch.setenv("PHALANX_DB", url)
+    return url
+
+
+@pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[raycluster.RayCluster]:
     """A Ray cluster of two nodes (head + worker) on this machine, for the session."""
     cluster = raycluster.start_cluster(tmp_path_factory.mktemp("ray"))
@@ -223,7 +257,9 @@ LOCAL_AND_SERVER = pytest.mark.parametrize("cli", ["local", "server"], indirect=
 
 @pytest.fixture
 def cli(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cli]:
-    """The CLI on a private workspace; ``"server"`` as the fixture's parameter
+    """The CLI on a private workspace; on each database backend when the test takes ``db``.
+
+    ``"server"`` as the fixture's parameter
     (``@pytest.mark.parametrize("cli", ["local", "server"], indirect=True)``) puts a
     ``phalanx server`` on that workspace and runs every command through it, from a
     "laptop" whose own ``PHALANX_HOME`` is another, empty folder."""
@@ -244,10 +280,14 @@ def cli(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cli]:
     )
     for name in ("PHALANX_DEBUG", "PHALANX_SERVER", "PHALANX_TOKEN"):
         env.pop(name, None)
+    env.pop("PHALANX_DB", None)  # the SQLite file in PHALANX_HOME unless a test says otherwise
+    if "db" in request.fixturenames and (url := request.getfixturevalue("db")):
+        env["PHALANX_DB"] = url
     server = None
     if getattr(request, "param", "local") == "server":
         server = servers.start_phalanx_server(home, env)
         env.update(PHALANX_SERVER=server.url, PHALANX_HOME=str(tmp_path / "laptop"))
+        env.pop("PHALANX_DB", None)  # a client never opens a workspace
     yield Cli(home, env, workdir)
     if server is not None:
         servers.kill_phalanx_server(server)

@@ -50,7 +50,7 @@ limits:
 
 
 @LOCAL_AND_SERVER
-def test_two_nodes_two_processes_each_rank_sees_its_environment(cli: Cli) -> None:
+def test_two_nodes_two_processes_each_rank_sees_its_environment(cli: Cli, db: str | None) -> None:
     cli.write("src/record_env.py", ENV_SCRIPT)
     spec = cli.write("job.yml", ENV_JOB.format(name="envjob"))
     name = cli.create(spec)
@@ -94,6 +94,7 @@ def test_two_nodes_two_processes_each_rank_sees_its_environment(cli: Cli) -> Non
     assert job["error"] is None
     listed = cli.run("job", "list", check=True).stdout
     assert "envjob" in listed and "Completed" in listed
+    assert (cli.home / "phalanx.db").exists() == (db is None)  # PHALANX_DB reached every process
 
 
 FAIL_SCRIPT = """

@@ -7,13 +7,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sqlite3
 import stat
 from pathlib import Path
 
 import pytest
 
 from conftest import Cli, blob_datastore
+from phalanx.workspace import Workspace
 from servers import Azurite
 
 
@@ -247,27 +247,15 @@ def test_traversal_through_job_outputs_and_downloads_is_refused(cli: Cli, tmp_pa
     cli.run("model", "create", "--name", "ok", "--path", f"azureml://jobs/{name}/outputs/model",
             check=True)  # fmt: skip
     # A record altered to name a file outside the destination is refused on download.
-    db = sqlite3.connect(cli.home / "phalanx.db")
-    with db:
-        db.execute(
-            "UPDATE models SET files_json = ? WHERE name = 'ok'",
-            (json.dumps([{"path": "../escaped.pt", "size": 1, "sha256": "0" * 64}]),),
-        )
-    db.close()
+    _set_files(cli, [{"path": "../escaped.pt", "size": 1, "sha256": "0" * 64}])
     dest = tmp_path / "dl" / "inner"
     proc = cli.run("model", "download", "ok", "--dest", str(dest))
     assert proc.returncode == 2 and "inside its folder" in proc.stderr
     assert not (tmp_path / "dl" / "escaped.pt").exists()
 
     # A destination whose sub-folder is a link out of it is refused too.
-    db = sqlite3.connect(cli.home / "phalanx.db")
-    with db:
-        db.execute(
-            "UPDATE models SET files_json = ? WHERE name = 'ok'",
-            (json.dumps([{"path": "sub/model.pt", "size": 7000,
-                          "sha256": hashlib.sha256(b"weights" * 1000).hexdigest()}]),),
-        )  # fmt: skip
-    db.close()
+    _set_files(cli, [{"path": "sub/model.pt", "size": 7000,
+                      "sha256": hashlib.sha256(b"weights" * 1000).hexdigest()}])  # fmt: skip
     outside = tmp_path / "outside"
     outside.mkdir()
     dest2 = tmp_path / "dl2"
@@ -345,3 +333,13 @@ def test_list_and_show_print_what_json_holds(cli: Cli, tmp_path: Path) -> None:
         assert f["path"] in text and f["sha256"] in text  # the whole hash, not cut
     empty = cli.run("model", "list", "--name", "nothing", check=True).stdout
     assert "no models registered" in empty
+
+
+def _set_files(cli: Cli, files: list[dict[str, object]]) -> None:
+    """Alter the record of model ``ok`` behind phalanx's back."""
+    ws = Workspace(cli.home)
+    with ws.transaction() as tx:
+        tx.execute(
+            "UPDATE models SET files_json = :files WHERE name = 'ok'", {"files": json.dumps(files)}
+        )
+    ws.close()

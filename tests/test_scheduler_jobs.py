@@ -4,6 +4,8 @@ GPUs are declared, not real (no GPU here): a local target made with
 ``--gpus 0-7`` hands out those ids through ``CUDA_VISIBLE_DEVICES``, which the
 ranks print; torch on the CPU ignores them. Everything else is real: the CLI
 in a subprocess, the scheduler process phalanx starts, supervisors, torchrun.
+Tests that take ``db`` run twice: on the workspace's SQLite file and on a real
+PostgreSQL named by ``PHALANX_DB``, which every process of the workspace inherits.
 """
 
 from __future__ import annotations
@@ -14,15 +16,16 @@ import os
 import random
 import re
 import signal
-import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 import torch
 
 from conftest import Cli, job_processes_under, workspace_processes
+from phalanx.workspace import Workspace
 
 # Each rank prints its devices, then waits until the file `release` exists in the
 # job's working directory (or RELEASE_DIR) so the test decides when a job ends.
@@ -43,16 +46,18 @@ def _hold_spec(cli: Cli, gates: Path, nodes: int = 1, gpus: int = 1, name: str =
     return cli.write(f"{name}.yml", HOLD.format(gates=gates, nodes=nodes, gpus=gpus))
 
 
-def _db(cli: Cli) -> sqlite3.Connection:
-    """The workspace database, read directly (a CLI call would also wake the scheduler)."""
-    db = sqlite3.connect(cli.home / "phalanx.db", timeout=30)
-    db.row_factory = sqlite3.Row
-    return db
+def _query(cli: Cli, sql: str, **params: object) -> list[dict[str, Any]]:
+    """Rows of the workspace database, read directly (a CLI call would also wake the
+    scheduler), from SQLite or the PostgreSQL the CLI was given."""
+    ws = Workspace(cli.home, db=cli.env.get("PHALANX_DB"))
+    try:
+        return [dict(row) for row in ws.query(sql, params)]
+    finally:
+        ws.close()
 
 
 def _status(cli: Cli, name: str) -> str:
-    with _db(cli) as db:
-        return str(db.execute("SELECT status FROM jobs WHERE name = ?", (name,)).fetchone()[0])
+    return str(_query(cli, "SELECT status FROM jobs WHERE name = :name", name=name)[0]["status"])
 
 
 def _wait_status(cli: Cli, name: str, wanted: tuple[str, ...], timeout: float = 60) -> str:
@@ -66,10 +71,9 @@ def _wait_status(cli: Cli, name: str, wanted: tuple[str, ...], timeout: float = 
 def _held_devices(cli: Cli) -> dict[str, list[str]]:
     """Every device held now → the jobs holding it (more than one would be a bug)."""
     held: dict[str, list[str]] = {}
-    with _db(cli) as db:
-        for row in db.execute("SELECT job_name, host, gpus_json FROM allocations"):
-            for gpu in json.loads(row["gpus_json"]):
-                held.setdefault(f"{row['host']}/{gpu}", []).append(row["job_name"])
+    for row in _query(cli, "SELECT job_name, host, gpus_json FROM allocations"):
+        for gpu in json.loads(row["gpus_json"]):
+            held.setdefault(f"{row['host']}/{gpu}", []).append(row["job_name"])
     return held
 
 
@@ -92,7 +96,9 @@ def _wait_devices(cli: Cli, name: str, ranks: int, timeout: float = 60) -> dict[
     return seen
 
 
-def test_nodes_get_disjoint_gpus_and_a_job_waits_for_its_turn(cli: Cli, tmp_path: Path) -> None:
+def test_nodes_get_disjoint_gpus_and_a_job_waits_for_its_turn(
+    cli: Cli, tmp_path: Path, db: str | None
+) -> None:
     cli.run("compute", "create", "--type", "local", "--name", "local", "--gpus", "0-7",
             "--cpus", "64", check=True)  # fmt: skip
     gates = tmp_path / "gates"
@@ -126,6 +132,8 @@ def test_nodes_get_disjoint_gpus_and_a_job_waits_for_its_turn(cli: Cli, tmp_path
     for name in (first, big, small):
         assert cli.wait(name, ("Completed", "Failed"))["status"] == "Completed"
     assert _held_devices(cli) == {}
+    # Every process (CLI, scheduler, supervisors) used the database it was given.
+    assert (cli.home / "phalanx.db").exists() == (db is None)
 
 
 def test_a_job_that_can_never_fit_is_refused_at_create(cli: Cli, tmp_path: Path) -> None:
@@ -178,7 +186,9 @@ def test_the_built_in_target_keeps_the_gpus_no_other_local_target_owns(
         assert cli.wait(name, ("Completed", "Failed"))["status"] == "Completed"
 
 
-def test_priority_then_submission_order_and_cancel_while_queued(cli: Cli, tmp_path: Path) -> None:
+def test_priority_then_submission_order_and_cancel_while_queued(
+    cli: Cli, tmp_path: Path, db: str | None
+) -> None:
     cli.run("compute", "create", "--type", "local", "--name", "local", "--gpus", "0",
             check=True)  # fmt: skip
     gates = tmp_path / "gates"
@@ -231,25 +241,23 @@ retry: {max_attempts: 2}
 """
 
 
-def test_a_killed_supervisor_is_noticed_and_the_job_resumes(cli: Cli) -> None:
+def test_a_killed_supervisor_is_noticed_and_the_job_resumes(cli: Cli, db: str | None) -> None:
     name = cli.create(cli.write("count.yml", COUNTER))
     log = cli.home / "jobs" / name / "user_logs" / "std_log_process_0.txt"
     deadline = time.monotonic() + 60
     while "STEP 5" not in (log.read_text() if log.exists() else ""):
         assert time.monotonic() < deadline, "the job never got to step 5"
         time.sleep(0.1)
-    with _db(cli) as db:
-        pid = db.execute("SELECT supervisor_pid FROM jobs WHERE name = ?", (name,)).fetchone()[0]
-    os.kill(pid, signal.SIGKILL)
+    [row] = _query(cli, "SELECT supervisor_pid FROM jobs WHERE name = :name", name=name)
+    os.kill(row["supervisor_pid"], signal.SIGKILL)
     # No CLI call from here on: the scheduler notices by itself.
     killed_at = time.monotonic()
     deadline = killed_at + 30
     while True:
-        with _db(cli) as db:
-            rows = db.execute(
-                "SELECT cause FROM attempts WHERE job_name = ? ORDER BY number", (name,)
-            )
-            causes = [r[0] for r in rows]
+        rows = _query(
+            cli, "SELECT cause FROM attempts WHERE job_name = :name ORDER BY number", name=name
+        )
+        causes = [r["cause"] for r in rows]
         if causes[:1] == ["infrastructure"]:
             break
         assert time.monotonic() < deadline, "the lost supervisor was never noticed"
@@ -338,12 +346,9 @@ def test_random_submissions_cancels_ends_and_kills_keep_devices_apart(
             events.append(f"cancel {victim}")
         elif running:
             victim = rng.choice(running)
-            with _db(cli) as db:
-                pid = db.execute(
-                    "SELECT supervisor_pid FROM jobs WHERE name = ?", (victim,)
-                ).fetchone()[0]
-            if pid:
-                os.kill(pid, signal.SIGKILL)
+            [row] = _query(cli, "SELECT supervisor_pid FROM jobs WHERE name = :name", name=victim)
+            if row["supervisor_pid"]:
+                os.kill(row["supervisor_pid"], signal.SIGKILL)
             events.append(f"kill supervisor of {victim}")
         time.sleep(rng.choice([0.0, 0.2, 0.5]))
         check()

@@ -33,7 +33,8 @@ def queue_view(ws: Workspace, target: Target) -> dict[str, Any]:
         }
     else:
         rows = ws.query(
-            "SELECT hosts_json, read_at FROM capacities WHERE target = ?", (target.name,)
+            "SELECT hosts_json, read_at FROM capacities WHERE target = :target",
+            {"target": target.name},
         )
         if rows:
             hosts = json.loads(rows[0]["hosts_json"])
@@ -60,10 +61,10 @@ def queue_view(ws: Workspace, target: Target) -> dict[str, Any]:
                 }
             )
     rows = ws.query(
-        "SELECT name, created_at, queue_json, request_json FROM jobs WHERE status = ? AND "
-        "COALESCE(target, 'local') = ? AND NOT EXISTS (SELECT 1 FROM allocations a WHERE "
-        "a.job_name = jobs.name)",
-        (JobStatus.QUEUED.value, target.name),
+        "SELECT name, created_at, queue_json, request_json FROM jobs WHERE status = :queued"
+        " AND COALESCE(target, 'local') = :target AND NOT EXISTS (SELECT 1 FROM allocations a"
+        " WHERE a.job_name = jobs.name)",
+        {"queued": JobStatus.QUEUED.value, "target": target.name},
     )
     queued = []
     for row in rows:
@@ -122,7 +123,7 @@ def queue_cmd(name: str | None, as_json: bool) -> int:
     """Every compute target: what it has, what runs where, and its queue."""
     ws = Workspace()
     # The command to run after a reboot: it starts the scheduler, which recovers what died.
-    ensure_running(ws.home)
+    ensure_running(ws.home, ws.child_env())
     if name is not None:
         targets = [resolve_target(name, ws)]
     else:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 import time
 from typing import Literal
 
@@ -130,7 +129,7 @@ def resolve_target(compute: str, ws: Workspace) -> Target:
     if compute.startswith("ray://") or ":" in name:  # a target's name has no colon
         return RayTarget(name=compute, address=check_address(compute))
     if name == LOCAL:
-        rows = ws.query("SELECT config_json FROM computes WHERE name = ?", (LOCAL,))
+        rows = ws.query("SELECT config_json FROM computes WHERE name = :name", {"name": LOCAL})
         return _load(rows[0]["config_json"]) if rows else LocalTarget()
     return get_target(ws, name)
 
@@ -163,13 +162,17 @@ def create_target(ws: Workspace, target: Target) -> None:
         check_address(target.address)
     else:
         _check_disjoint(ws, target)
+    from sqlalchemy.exc import IntegrityError  # loaded where the database is written
+
     try:
-        with ws.transaction() as db:
-            db.execute(
-                "INSERT INTO computes (name, type, config_json, created_at) VALUES (?,?,?,?)",
-                (target.name, target.type, target.model_dump_json(exclude_none=True), time.time()),
-            )
-    except sqlite3.IntegrityError as exc:
+        with ws.transaction() as tx:
+            tx.execute(
+                "INSERT INTO computes (name, type, config_json, created_at)"
+                " VALUES (:name, :type, :config, :now)",
+                {"name": target.name, "type": target.type,
+                 "config": target.model_dump_json(exclude_none=True), "now": time.time()},
+            )  # fmt: skip
+    except IntegrityError as exc:
         raise PhalanxError(
             f"compute {target.name!r} already exists; `phalanx compute delete` it first"
         ) from exc
@@ -181,7 +184,7 @@ def get_target(ws: Workspace, name: str) -> Target:
     Raises:
         PhalanxError: no such target.
     """
-    rows = ws.query("SELECT config_json FROM computes WHERE name = ?", (name,))
+    rows = ws.query("SELECT config_json FROM computes WHERE name = :name", {"name": name})
     if not rows:
         known = ", ".join(sorted({LOCAL, *(t.name for t in list_targets(ws))}))
         raise PhalanxError(
@@ -201,8 +204,8 @@ def list_targets(ws: Workspace) -> list[Target]:
 def delete_target(ws: Workspace, name: str) -> None:
     """Forget a target and its stored token."""
     get_target(ws, name)
-    with ws.transaction() as db:
-        db.execute("DELETE FROM computes WHERE name = ?", (name,))
+    with ws.transaction() as tx:
+        tx.execute("DELETE FROM computes WHERE name = :name", {"name": name})
     SecretStore(ws.home).delete_prefix(secret_key(name))
 
 

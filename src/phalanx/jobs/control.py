@@ -28,7 +28,6 @@ from phalanx.workspace import (
     RootCause,
     Workspace,
 )
-from phalanx.workspace.layout import HOME_ENV
 from phalanx.workspace.snapshot import LIMIT_ENV
 
 if TYPE_CHECKING:
@@ -56,7 +55,7 @@ def submit(
         created_by=created_by,
     )
     spawn_supervisor(ws, job.name)
-    ensure_running(ws.home)
+    ensure_running(ws.home, ws.child_env())
     return ws.get_job(job.name)
 
 
@@ -93,12 +92,13 @@ def fill_queue_entry(ws: Workspace, name: str) -> None:
     from phalanx.spec import JobSpec
 
     entry = queue_entry(ws, JobSpec.model_validate(ws.get_job(name).spec))
-    with ws.transaction() as db:
-        db.execute(
-            "UPDATE jobs SET target = ?, request_json = ?, priority = ?, tier = ?, timeout = ? "
-            "WHERE name = ? AND request_json IS NULL",
-            (entry.target, json.dumps(entry.request), entry.priority, entry.tier,
-             entry.timeout, name),
+    with ws.transaction() as tx:
+        tx.execute(
+            "UPDATE jobs SET target = :target, request_json = :request, priority = :priority,"
+            " tier = :tier, timeout = :timeout WHERE name = :name AND request_json IS NULL",
+            {"target": entry.target, "request": json.dumps(entry.request),
+             "priority": entry.priority, "tier": entry.tier, "timeout": entry.timeout,
+             "name": name},
         )  # fmt: skip
 
 
@@ -112,7 +112,8 @@ def spawn_supervisor(ws: Workspace, name: str) -> int:
         for k, v in os.environ.items()
         if not k.startswith("PHALANX_") and k not in ("RAY_AUTH_TOKEN", "RAY_AUTH_MODE")
     }
-    env[HOME_ENV] = str(ws.home)
+    # Where the workspace is: its folder, and its database when that is elsewhere.
+    env.update(ws.child_env())
     # Settings of this user, not markers of a job: the node cache's are kept.
     for keep, value in os.environ.items():
         if keep in ("PHALANX_DEBUG", LIMIT_ENV, INTERVAL_ENV) or keep.startswith("PHALANX_CACHE_"):
@@ -154,7 +155,7 @@ def refresh(ws: Workspace, job: JobRecord) -> JobRecord:
     if not job.status.is_terminal:
         now = time.monotonic()
         if now - _ensured.get(ws.home, -_ENSURE_EVERY_S) >= _ENSURE_EVERY_S:
-            ensure_running(ws.home)
+            ensure_running(ws.home, ws.child_env())
             _ensured[ws.home] = now
     return job
 

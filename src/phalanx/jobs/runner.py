@@ -420,7 +420,7 @@ class JobRunner:
             if polls % SCHEDULER_CHECK_EVERY == 0 and not is_running(self.ws.home):
                 # The scheduler died: start another, so that a lost supervisor (this
                 # one's included) is still noticed without anybody running a command.
-                ensure_running(self.ws.home)
+                ensure_running(self.ws.home, self.ws.child_env())
             if polls % REQUEST_EVERY == 0:
                 self.compute.reap(nodes)
                 cancel, preempt = self.ws.requests(self.name)

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from phalanx.errors import PhalanxError
 from phalanx.registry.files import ModelFile, copy_in, copy_out, inside, make_writable
@@ -30,6 +30,9 @@ from phalanx.registry.sources import resolve_source
 from phalanx.workspace import Workspace
 from phalanx.workspace.metrics import latest_metrics
 from phalanx.workspace.names import ASSET_NAME_RE, VERSION_RE
+
+if TYPE_CHECKING:
+    from sqlalchemy import RowMapping
 
 STAGING = ".staging"
 
@@ -104,6 +107,8 @@ def register_model(
         PhalanxError: a bad name, version or path; the version exists; the files
             cannot be read.
     """
+    from sqlalchemy.exc import SQLAlchemyError  # loaded where the database is written
+
     check_name(name, version)
     if version is not None and _row(ws, name, version) is not None:
         raise _exists(name, version)
@@ -114,8 +119,8 @@ def register_model(
     try:
         recorded = copy_in(files, staging / "files")
         metrics = latest_metrics(ws.paths(source.job_name).root) if source.job_name else {}
-        with ws.transaction() as db:
-            rows = db.execute("SELECT version, seq FROM models WHERE name = ?", (name,)).fetchall()
+        with ws.transaction() as tx:
+            rows = tx.all("SELECT version, seq FROM models WHERE name = :name", {"name": name})
             if version is None:
                 numbers = [int(r["version"]) for r in rows if r["version"].isdigit()]
                 version = str(max(numbers, default=0) + 1)
@@ -127,24 +132,24 @@ def register_model(
                 shutil.rmtree(folder)
             (staging / "files").rename(folder)
             try:
-                db.execute(
+                tx.execute(
                     "INSERT INTO models (name, version, seq, source, job_name, files_json, "
-                    "metrics_json, description, tags_json, created_at) "
-                    "VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        name,
-                        version,
-                        max((r["seq"] for r in rows), default=0) + 1,
-                        source.uri,
-                        source.job_name,
-                        json.dumps([f.to_json() for f in recorded]),
-                        json.dumps(metrics),
-                        description,
-                        json.dumps(tags or {}),
-                        time.time(),
-                    ),
+                    "metrics_json, description, tags_json, created_at) VALUES (:name, :version,"
+                    " :seq, :source, :job_name, :files, :metrics, :description, :tags, :now)",
+                    {
+                        "name": name,
+                        "version": version,
+                        "seq": max((r["seq"] for r in rows), default=0) + 1,
+                        "source": source.uri,
+                        "job_name": source.job_name,
+                        "files": json.dumps([f.to_json() for f in recorded]),
+                        "metrics": json.dumps(metrics),
+                        "description": description,
+                        "tags": json.dumps(tags or {}),
+                        "now": time.time(),
+                    },
                 )
-            except sqlite3.Error:
+            except SQLAlchemyError:  # the row is not in: the folder goes back to staging
                 folder.rename(staging / "files")
                 raise
             folder.chmod(0o555)
@@ -180,7 +185,7 @@ def list_models(ws: Workspace, name: str | None = None) -> list[ModelVersion]:
     if name is None:
         rows = ws.query("SELECT * FROM models ORDER BY name, seq")
     else:
-        rows = ws.query("SELECT * FROM models WHERE name = ? ORDER BY seq", (name,))
+        rows = ws.query("SELECT * FROM models WHERE name = :name ORDER BY seq", {"name": name})
     return [_model(ws, r) for r in rows]
 
 
@@ -212,11 +217,16 @@ def _version_dir(ws: Workspace, name: str, version: str) -> Path:
     return parent / version
 
 
-def _row(ws: Workspace, name: str, version: str) -> sqlite3.Row | None:
+def _row(ws: Workspace, name: str, version: str) -> RowMapping | None:
     if version == "latest":
-        rows = ws.query("SELECT * FROM models WHERE name = ? ORDER BY seq DESC LIMIT 1", (name,))
+        rows = ws.query(
+            "SELECT * FROM models WHERE name = :name ORDER BY seq DESC LIMIT 1", {"name": name}
+        )
     else:
-        rows = ws.query("SELECT * FROM models WHERE name = ? AND version = ?", (name, version))
+        rows = ws.query(
+            "SELECT * FROM models WHERE name = :name AND version = :version",
+            {"name": name, "version": version},
+        )
     return rows[0] if rows else None
 
 
@@ -227,7 +237,7 @@ def _exists(name: str, version: str) -> PhalanxError:
     )
 
 
-def _model(ws: Workspace, row: sqlite3.Row) -> ModelVersion:
+def _model(ws: Workspace, row: RowMapping) -> ModelVersion:
     return ModelVersion(
         name=row["name"],
         version=row["version"],

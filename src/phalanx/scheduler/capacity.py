@@ -95,8 +95,8 @@ def local_capacity(target: LocalTarget, ws: Workspace | None = None) -> Capacity
         held = {
             gpu
             for row in ws.query(
-                "SELECT gpus_json FROM allocations WHERE host = ? AND target != ?",
-                (LOCAL_HOST, target.name),
+                "SELECT gpus_json FROM allocations WHERE host = :host AND target != :target",
+                {"host": LOCAL_HOST, "target": target.name},
             )
             for gpu in json.loads(row["gpus_json"])
         }

@@ -79,8 +79,8 @@ class Scheduler:
         from phalanx.jobs.control import fill_queue_entry
 
         for row in self.ws.query(
-            "SELECT name FROM jobs WHERE status = ? AND request_json IS NULL",
-            (JobStatus.QUEUED.value,),
+            "SELECT name FROM jobs WHERE status = :queued AND request_json IS NULL",
+            {"queued": JobStatus.QUEUED.value},
         ):
             try:
                 fill_queue_entry(self.ws, row["name"])
@@ -105,17 +105,18 @@ class Scheduler:
         """Jobs whose supervisor died: their supervisor pid is set and no longer ours."""
         from phalanx.jobs.control import supervisor_alive
 
-        statuses = [JobStatus.PREPARING, JobStatus.RUNNING, JobStatus.FINALIZING]
-        sql = "SELECT name FROM jobs WHERE supervisor_pid IS NOT NULL AND (status IN (?, ?, ?)"
+        sql = (
+            "SELECT name FROM jobs WHERE supervisor_pid IS NOT NULL"
+            " AND (status IN (:preparing, :running, :finalizing)"
+        )
         if waiting_too:
-            sql += " OR status = ?"
-            statuses.append(JobStatus.QUEUED)
+            sql += " OR status = :queued"
         else:
             # Queued jobs that hold devices (admitted, or waiting for Ray) are watched always.
-            sql += " OR (status = ? AND EXISTS (SELECT 1 FROM allocations a WHERE "
+            sql += " OR (status = :queued AND EXISTS (SELECT 1 FROM allocations a WHERE "
             sql += "a.job_name = jobs.name))"
-            statuses.append(JobStatus.QUEUED)
-        rows = self.ws.query(sql + ")", tuple(s.value for s in statuses))
+        statuses = (JobStatus.PREPARING, JobStatus.RUNNING, JobStatus.FINALIZING, JobStatus.QUEUED)
+        rows = self.ws.query(sql + ")", {s.value.lower(): s.value for s in statuses})
         lost = []
         for row in rows:
             job = self.ws.get_job(row["name"])
@@ -159,7 +160,8 @@ class Scheduler:
     def _ray_capacity(self, target: RayTarget) -> Capacity | None:
         """The cluster's nodes from a fresh probe reading; starts a probe when there is none."""
         rows = self.ws.query(
-            "SELECT hosts_json, read_at FROM capacities WHERE target = ?", (target.name,)
+            "SELECT hosts_json, read_at FROM capacities WHERE target = :target",
+            {"target": target.name},
         )
         if rows and time.time() - rows[0]["read_at"] < FRESH_S:
             hosts = tuple(
@@ -175,7 +177,7 @@ class Scheduler:
         last = self._probe_started.get(target.name, -math.inf)
         if time.monotonic() - last > FRESH_S:
             self._probe_started[target.name] = time.monotonic()
-            _start_probe(self.ws.home, target.name)
+            _start_probe(self.ws, target.name)
         return None
 
     def _grace(self, name: str) -> float:
@@ -196,8 +198,8 @@ class Scheduler:
         """Jobs holding devices whose supervisor never came (its start failed): start one."""
         rows = self.ws.query(
             "SELECT DISTINCT a.job_name FROM allocations a JOIN jobs j ON j.name = a.job_name "
-            "WHERE j.supervisor_pid IS NULL AND j.status = ?",
-            (JobStatus.QUEUED.value,),
+            "WHERE j.supervisor_pid IS NULL AND j.status = :queued",
+            {"queued": JobStatus.QUEUED.value},
         )
         for row in rows:
             try:
@@ -220,13 +222,13 @@ def _unbounded(target: str, queued: list[QueuedJob]) -> Capacity:
     return Capacity(target, hosts, spread=True)
 
 
-def _start_probe(home: Path, target: str) -> None:
+def _start_probe(ws: Workspace, target: str) -> None:
     """A reader of a Ray cluster's nodes (:mod:`phalanx.scheduler.rayprobe`), detached."""
-    with open(home / "scheduler.log", "ab") as log_file:
+    with open(ws.home / "scheduler.log", "ab") as log_file:
         subprocess.Popen(
             [sys.executable, "-m", "phalanx.scheduler.rayprobe", target],
-            env=dict(os.environ, PHALANX_HOME=str(home)),
-            cwd=home,
+            env={**os.environ, **ws.child_env()},
+            cwd=ws.home,
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import json
 import math
-import sqlite3
 import time
+from typing import TYPE_CHECKING, Any
 
 from phalanx.scheduler.model import Decision, NodeGrant, QueuedJob, Request, RunningJob
 from phalanx.workspace import JobStatus, Workspace
+
+if TYPE_CHECKING:
+    from sqlalchemy import RowMapping
 
 _HOLDING = (JobStatus.QUEUED, JobStatus.PREPARING, JobStatus.RUNNING, JobStatus.FINALIZING)
 
@@ -26,9 +29,9 @@ _HOLDING = (JobStatus.QUEUED, JobStatus.PREPARING, JobStatus.RUNNING, JobStatus.
 def targets_with_work(ws: Workspace) -> list[str]:
     """Targets that have a queued job or a job holding devices."""
     rows = ws.query(
-        "SELECT DISTINCT COALESCE(target, 'local') AS target FROM jobs WHERE status = ? "
+        "SELECT DISTINCT COALESCE(target, 'local') AS target FROM jobs WHERE status = :queued "
         "UNION SELECT DISTINCT target FROM allocations",
-        (JobStatus.QUEUED.value,),
+        {"queued": JobStatus.QUEUED.value},
     )
     return sorted(r["target"] for r in rows)
 
@@ -37,9 +40,9 @@ def queued(ws: Workspace, target: str) -> list[QueuedJob]:
     """The jobs waiting on ``target`` (Queued and holding nothing)."""
     rows = ws.query(
         "SELECT name, created_at, request_json, priority, tier, timeout, started_at FROM jobs "
-        "WHERE status = ? AND COALESCE(target, 'local') = ? AND cancel_requested = 0 "
+        "WHERE status = :queued AND COALESCE(target, 'local') = :target AND cancel_requested = 0 "
         "AND NOT EXISTS (SELECT 1 FROM allocations a WHERE a.job_name = jobs.name)",
-        (JobStatus.QUEUED.value, target),
+        {"queued": JobStatus.QUEUED.value, "target": target},
     )
     jobs = []
     for row in rows:
@@ -68,10 +71,11 @@ def holding(ws: Workspace, target: str) -> list[RunningJob]:
         "SELECT a.job_name, a.node, a.host, a.gpus_json, a.cpus, a.memory, a.granted_at,"
         " a.releasing_at,"
         " j.priority, j.tier, j.timeout, j.started_at FROM allocations a "
-        "JOIN jobs j ON j.name = a.job_name WHERE a.target = ? ORDER BY a.job_name, a.node",
-        (target,),
+        "JOIN jobs j ON j.name = a.job_name WHERE a.target = :target"
+        " ORDER BY a.job_name, a.node",
+        {"target": target},
     )
-    by_job: dict[str, list[sqlite3.Row]] = {}
+    by_job: dict[str, list[RowMapping]] = {}
     for row in rows:
         by_job.setdefault(row["job_name"], []).append(row)
     jobs = []
@@ -112,49 +116,55 @@ def apply(ws: Workspace, target: str, decision: Decision, grace: dict[str, float
     """
     now = time.time()
     started: list[str] = []
-    with ws.transaction() as db:
+    queued_ = JobStatus.QUEUED.value
+    with ws.transaction() as tx:
         for name, nodes in decision.admit.items():
-            row = db.execute(
-                "SELECT status, cancel_requested FROM jobs WHERE name = ?", (name,)
-            ).fetchone()
-            held = db.execute("SELECT 1 FROM allocations WHERE job_name = ?", (name,)).fetchone()
-            if row is None or row[0] != JobStatus.QUEUED.value or row[1] or held:
+            row = tx.first(
+                "SELECT status, cancel_requested FROM jobs WHERE name = :name", {"name": name}
+            )
+            held = tx.first(
+                "SELECT 1 AS held FROM allocations WHERE job_name = :name", {"name": name}
+            )
+            if row is None or row["status"] != queued_ or row["cancel_requested"] or held:
                 continue  # canceled or started meanwhile
             for node, grant in enumerate(nodes):
-                db.execute(
+                tx.execute(
                     "INSERT INTO allocations (job_name, node, target, host, gpus_json, cpus,"
-                    " memory, granted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (name, node, target, grant.host, json.dumps(list(grant.gpus)), grant.cpus,
-                     grant.memory, now),
+                    " memory, granted_at) VALUES (:name, :node, :target, :host, :gpus, :cpus,"
+                    " :memory, :now)",
+                    {"name": name, "node": node, "target": target, "host": grant.host,
+                     "gpus": json.dumps(list(grant.gpus)), "cpus": grant.cpus,
+                     "memory": grant.memory, "now": now},
                 )  # fmt: skip
-            db.execute("UPDATE jobs SET queue_json = NULL WHERE name = ?", (name,))
+            tx.execute("UPDATE jobs SET queue_json = NULL WHERE name = :name", {"name": name})
             started.append(name)
         for name, for_job in decision.preempt.items():
             until = now + grace.get(name, 30.0) + 10.0
-            marked = db.execute(
-                "UPDATE allocations SET releasing_at = ? WHERE job_name = ? AND releasing_at IS "
-                "NULL",
-                (until, name),
+            marked = tx.execute(
+                "UPDATE allocations SET releasing_at = :until WHERE job_name = :name"
+                " AND releasing_at IS NULL",
+                {"until": until, "name": name},
             ).rowcount
             if not marked:
                 continue  # it gave its devices back meanwhile: nothing to preempt
             request = {"nodes": None, "at": now, "for": for_job}
-            db.execute(
-                "UPDATE jobs SET preempt_json = ? WHERE name = ? AND preempt_json IS NULL",
-                (json.dumps(request), name),
+            tx.execute(
+                "UPDATE jobs SET preempt_json = :request WHERE name = :name"
+                " AND preempt_json IS NULL",
+                {"request": json.dumps(request), "name": name},
             )
         shown = {
-            row[0]: row[1]
-            for row in db.execute(
-                "SELECT name, queue_json FROM jobs WHERE status = ?", (JobStatus.QUEUED.value,)
+            row["name"]: row["queue_json"]
+            for row in tx.all(
+                "SELECT name, queue_json FROM jobs WHERE status = :queued", {"queued": queued_}
             )
         }
         for name, reason in decision.waiting.items():
             queue = json.dumps({"position": decision.position.get(name), "reason": reason})
             if name in shown and shown[name] != queue:  # only what changed is written
-                db.execute(
-                    "UPDATE jobs SET queue_json = ? WHERE name = ? AND status = ?",
-                    (queue, name, JobStatus.QUEUED.value),
+                tx.execute(
+                    "UPDATE jobs SET queue_json = :queue WHERE name = :name AND status = :queued",
+                    {"queue": queue, "name": name, "queued": queued_},
                 )
     return started
 
@@ -162,8 +172,9 @@ def apply(ws: Workspace, target: str, decision: Decision, grace: dict[str, float
 def grant_of(ws: Workspace, name: str) -> tuple[NodeGrant, ...]:
     """What the job holds, node by node (empty when it holds nothing)."""
     rows = ws.query(
-        "SELECT host, gpus_json, cpus, memory FROM allocations WHERE job_name = ? ORDER BY node",
-        (name,),
+        "SELECT host, gpus_json, cpus, memory FROM allocations WHERE job_name = :name"
+        " ORDER BY node",
+        {"name": name},
     )
     return tuple(
         NodeGrant(r["host"], tuple(json.loads(r["gpus_json"])), r["cpus"], r["memory"] or 0)
@@ -174,20 +185,24 @@ def grant_of(ws: Workspace, name: str) -> tuple[NodeGrant, ...]:
 def is_releasing(ws: Workspace, name: str) -> bool:
     """Whether the scheduler asked the job to give its devices back."""
     rows = ws.query(
-        "SELECT 1 FROM allocations WHERE job_name = ? AND releasing_at IS NOT NULL", (name,)
+        "SELECT 1 AS releasing FROM allocations WHERE job_name = :name"
+        " AND releasing_at IS NOT NULL",
+        {"name": name},
     )
     return bool(rows)
 
 
 def release(ws: Workspace, name: str, *, requeue: bool) -> None:
     """Give the job's devices back; with ``requeue`` it waits in the queue again."""
-    with ws.transaction() as db:
-        db.execute("DELETE FROM allocations WHERE job_name = ?", (name,))
+    with ws.transaction() as tx:
+        tx.execute("DELETE FROM allocations WHERE job_name = :name", {"name": name})
         if requeue:
-            db.execute(
-                "UPDATE jobs SET status = ? WHERE name = ? AND status IN (?, ?, ?, ?)",
-                (JobStatus.QUEUED.value, name, *(s.value for s in _HOLDING)),
-            )
+            tx.execute(
+                "UPDATE jobs SET status = :queued WHERE name = :name"
+                " AND status IN (:h0, :h1, :h2, :h3)",
+                {"queued": JobStatus.QUEUED.value, "name": name,
+                 **{f"h{i}": s.value for i, s in enumerate(_HOLDING)}},
+            )  # fmt: skip
 
 
 def set_hosts(ws: Workspace, name: str, hosts: list[str]) -> None:
@@ -196,21 +211,21 @@ def set_hosts(ws: Workspace, name: str, hosts: list[str]) -> None:
     Device ids on such a target are only counts; each node takes the lowest ids
     no other job holds on its new host, so per-host accounting stays exact.
     """
-    with ws.transaction() as db:
-        rows = db.execute(
-            "SELECT node, target, gpus_json FROM allocations WHERE job_name = ? ORDER BY node",
-            (name,),
-        ).fetchall()
+    with ws.transaction() as tx:
+        rows = tx.all(
+            "SELECT node, target, gpus_json FROM allocations WHERE job_name = :name ORDER BY node",
+            {"name": name},
+        )
         for row, host in zip(rows, hosts, strict=False):
             count = len(json.loads(row["gpus_json"]))
             taken = {
                 gpu
-                for other in db.execute(
-                    "SELECT gpus_json FROM allocations WHERE target = ? AND host = ? AND NOT "
-                    "(job_name = ? AND node = ?)",
-                    (row["target"], host, name, row["node"]),
+                for other in tx.all(
+                    "SELECT gpus_json FROM allocations WHERE target = :target AND host = :host"
+                    " AND NOT (job_name = :name AND node = :node)",
+                    {"target": row["target"], "host": host, "name": name, "node": row["node"]},
                 )
-                for gpu in json.loads(other[0])
+                for gpu in json.loads(other["gpus_json"])
             }
             ids: list[str] = []
             candidate = 0
@@ -218,7 +233,19 @@ def set_hosts(ws: Workspace, name: str, hosts: list[str]) -> None:
                 if str(candidate) not in taken:
                     ids.append(str(candidate))
                 candidate += 1
-            db.execute(
-                "UPDATE allocations SET host = ?, gpus_json = ? WHERE job_name = ? AND node = ?",
-                (host, json.dumps(ids), name, row["node"]),
+            tx.execute(
+                "UPDATE allocations SET host = :host, gpus_json = :gpus WHERE job_name = :name"
+                " AND node = :node",
+                {"host": host, "gpus": json.dumps(ids), "name": name, "node": row["node"]},
             )
+
+
+def record_capacity(ws: Workspace, target: str, hosts: list[dict[str, Any]]) -> None:
+    """Keep a probe's reading of a cluster's nodes (the newest replaces the one before)."""
+    with ws.transaction() as tx:
+        tx.execute(
+            "INSERT INTO capacities (target, hosts_json, read_at) VALUES (:target, :hosts, :now)"
+            " ON CONFLICT (target) DO UPDATE SET hosts_json = excluded.hosts_json,"
+            " read_at = excluded.read_at",
+            {"target": target, "hosts": json.dumps(hosts), "now": time.time()},
+        )

@@ -16,6 +16,7 @@ import fcntl
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from phalanx.scheduler.bell import ring, scheduler_bell
@@ -42,14 +43,18 @@ def is_running(home: Path) -> bool:
         os.close(fd)
 
 
-def ensure_running(home: Path) -> None:
+def ensure_running(home: Path, env: Mapping[str, str] | None = None) -> None:
     """Start the workspace's scheduler unless one runs; then ring it.
 
     Two callers racing both start one; the second finds the lock taken and exits.
+
+    Args:
+        env: What the scheduler needs to find the workspace besides ``PHALANX_HOME``
+            (``Workspace.child_env()``: its database when that is not the default).
     """
     home = Path(home)
     if not is_running(home):
-        _start(home)
+        _start(home, env or {})
     poke(home)
 
 
@@ -72,7 +77,7 @@ def poke(home: Path) -> None:
     ring(scheduler_bell(Path(home)))
 
 
-def _start(home: Path) -> None:
+def _start(home: Path, extra: Mapping[str, str]) -> None:
     # The scheduler belongs to no job: no job's markers (the sweep of a job must never
     # take it), and whatever settings the user gave phalanx.
     env = {
@@ -80,6 +85,7 @@ def _start(home: Path) -> None:
         for k, v in os.environ.items()
         if k not in _JOB_MARKERS and k not in ("RAY_AUTH_TOKEN", "RAY_AUTH_MODE")
     }
+    env.update(extra)
     env["PHALANX_HOME"] = str(home)
     with contextlib.suppress(OSError), open(home / LOG_FILE, "ab") as log:
         subprocess.Popen(

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
 import logging
 import os
 import sys
@@ -93,13 +92,7 @@ def main(argv: list[str]) -> int:
         except Exception as exc:  # the cluster went away: readings stop, and go stale
             log.error("reading the cluster's nodes failed: %s", exc)
             return 1
-        with ws.transaction() as db:
-            db.execute(
-                "INSERT INTO capacities (target, hosts_json, read_at) VALUES (?, ?, ?) "
-                "ON CONFLICT (target) DO UPDATE SET hosts_json = excluded.hosts_json, "
-                "read_at = excluded.read_at",
-                (name, json.dumps(nodes), time.time()),
-            )
+        ledger.record_capacity(ws, name, nodes)
         if name in ledger.targets_with_work(ws):
             idle_since = time.monotonic()
         elif time.monotonic() - idle_since > IDLE_EXIT_S:

@@ -30,7 +30,7 @@ def wait_for_grant(
     except OSError:
         bell = None  # another waiter for this job (cannot happen: one supervisor a job)
     try:
-        ensure_running(ws.home)
+        ensure_running(ws.home, ws.child_env())
         while True:
             grant = grant_of(ws, name)
             if grant:
@@ -42,7 +42,7 @@ def wait_for_grant(
             else:
                 time.sleep(0.2)
             if not is_running(ws.home):  # it died: start another (no ring: it looks anyway)
-                ensure_running(ws.home)
+                ensure_running(ws.home, ws.child_env())
     finally:
         if bell is not None:
             bell.close()

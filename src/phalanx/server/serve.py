@@ -59,13 +59,13 @@ def _keep_scheduler(home: Path, stop: threading.Event) -> None:
     from phalanx.scheduler.process import ensure_running
 
     ws = Workspace(home)
-    live = [s.value for s in JobStatus if not s.is_terminal]
-    marks = ",".join("?" * len(live))
+    live = {f"s{k}": s.value for k, s in enumerate(JobStatus) if not s.is_terminal}
+    marks = ",".join(f":{key}" for key in live)
     while True:
         _reap_children()
         try:
-            if ws.query(f"SELECT 1 FROM jobs WHERE status IN ({marks}) LIMIT 1", tuple(live)):
-                ensure_running(home)
+            if ws.query(f"SELECT 1 FROM jobs WHERE status IN ({marks}) LIMIT 1", live):
+                ensure_running(ws.home, ws.child_env())
         except Exception:  # the next round tries again; the server keeps serving
             log.exception("could not check on the scheduler")
         if stop.wait(KEEP_EVERY_S):

@@ -7,13 +7,16 @@ resolve through here. ``latest`` is the most recently created version.
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from phalanx.errors import PhalanxError
 from phalanx.workspace import Workspace
 from phalanx.workspace.names import ASSET_NAME_RE, VERSION_RE
+
+if TYPE_CHECKING:
+    from sqlalchemy import RowMapping
 
 
 @dataclass(frozen=True)
@@ -59,21 +62,23 @@ def create_asset(
             f"data asset version {version!r} is invalid: use letters, digits, '_', '-' and "
             "'.' (and not 'latest')"
         )
+    from sqlalchemy.exc import IntegrityError  # loaded where the database is written
+
     try:
-        with ws.transaction() as db:
-            rows = db.execute(
-                "SELECT version, seq FROM data_assets WHERE name = ?", (name,)
-            ).fetchall()
+        with ws.transaction() as tx:
+            rows = tx.all("SELECT version, seq FROM data_assets WHERE name = :name", {"name": name})
             seq = max((r["seq"] for r in rows), default=0) + 1
             if version is None:
                 numbers = [int(r["version"]) for r in rows if r["version"].isdigit()]
                 version = str(max(numbers, default=0) + 1)
-            db.execute(
+            tx.execute(
                 "INSERT INTO data_assets (name, version, seq, type, path, description, "
-                "tags_json, created_at) VALUES (?,?,?,?,?,?,?,?)",
-                (name, version, seq, type, path, description, json.dumps(tags or {}), time.time()),
-            )
-    except sqlite3.IntegrityError as exc:
+                "tags_json, created_at) VALUES (:name, :version, :seq, :type, :path, "
+                ":description, :tags, :now)",
+                {"name": name, "version": version, "seq": seq, "type": type, "path": path,
+                 "description": description, "tags": json.dumps(tags or {}), "now": time.time()},
+            )  # fmt: skip
+    except IntegrityError as exc:
         raise PhalanxError(
             f"data asset {name}:{version} already exists and versions are immutable; "
             "give another --version or leave it out to get the next one"
@@ -89,10 +94,14 @@ def get_asset(ws: Workspace, name: str, version: str = "latest") -> DataAsset:
     """
     if version == "latest":
         rows = ws.query(
-            "SELECT * FROM data_assets WHERE name = ? ORDER BY seq DESC LIMIT 1", (name,)
+            "SELECT * FROM data_assets WHERE name = :name ORDER BY seq DESC LIMIT 1",
+            {"name": name},
         )
     else:
-        rows = ws.query("SELECT * FROM data_assets WHERE name = ? AND version = ?", (name, version))
+        rows = ws.query(
+            "SELECT * FROM data_assets WHERE name = :name AND version = :version",
+            {"name": name, "version": version},
+        )
     if not rows:
         versions = [a.version for a in list_assets(ws, name)]
         if versions:
@@ -111,11 +120,11 @@ def list_assets(ws: Workspace, name: str | None = None) -> list[DataAsset]:
     if name is None:
         rows = ws.query("SELECT * FROM data_assets ORDER BY name, seq")
     else:
-        rows = ws.query("SELECT * FROM data_assets WHERE name = ? ORDER BY seq", (name,))
+        rows = ws.query("SELECT * FROM data_assets WHERE name = :name ORDER BY seq", {"name": name})
     return [_asset(r) for r in rows]
 
 
-def _asset(row: sqlite3.Row) -> DataAsset:
+def _asset(row: RowMapping) -> DataAsset:
     return DataAsset(
         name=row["name"],
         version=row["version"],

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 
 from pydantic import ValidationError
@@ -33,15 +32,26 @@ def create_datastore(ws: Workspace, datastore: Datastore, *, replace: bool = Fal
         raise PhalanxError(
             f"datastore name {DEFAULT_DATASTORE!r} is the workspace's own; choose another name"
         )
+    from sqlalchemy.exc import IntegrityError  # loaded where the database is written
+
     config = datastore.model_dump_json(exclude_none=True)
-    verb = "INSERT OR REPLACE" if replace else "INSERT"
+    sql = (
+        "INSERT INTO datastores (name, type, config_json, created_at)"
+        " VALUES (:name, :type, :config, :now)"
+    )
+    if replace:
+        sql += (
+            " ON CONFLICT (name) DO UPDATE SET type = excluded.type,"
+            " config_json = excluded.config_json, created_at = excluded.created_at"
+        )
     try:
-        with ws.transaction() as db:
-            db.execute(
-                f"{verb} INTO datastores (name, type, config_json, created_at) VALUES (?,?,?,?)",
-                (datastore.name, datastore.type, config, time.time()),
-            )
-    except sqlite3.IntegrityError as exc:
+        with ws.transaction() as tx:
+            tx.execute(
+                sql,
+                {"name": datastore.name, "type": datastore.type, "config": config,
+                 "now": time.time()},
+            )  # fmt: skip
+    except IntegrityError as exc:
         raise PhalanxError(
             f"datastore {datastore.name!r} already exists; use another name, or "
             "`phalanx datastore delete` it first"
@@ -56,7 +66,7 @@ def get_datastore(ws: Workspace, name: str) -> Datastore:
     """
     if name == DEFAULT_DATASTORE:
         return default_datastore(ws.home)
-    rows = ws.query("SELECT config_json FROM datastores WHERE name = ?", (name,))
+    rows = ws.query("SELECT config_json FROM datastores WHERE name = :name", {"name": name})
     if not rows:
         known = [DEFAULT_DATASTORE, *(d.name for d in list_datastores(ws)[1:])]
         raise PhalanxError(
@@ -77,8 +87,8 @@ def delete_datastore(ws: Workspace, name: str) -> None:
     get_datastore(ws, name)
     if name == DEFAULT_DATASTORE:
         raise PhalanxError(f"datastore {DEFAULT_DATASTORE!r} is built in; it cannot be deleted")
-    with ws.transaction() as db:
-        db.execute("DELETE FROM datastores WHERE name = ?", (name,))
+    with ws.transaction() as tx:
+        tx.execute("DELETE FROM datastores WHERE name = :name", {"name": name})
     secrets_of(ws).delete_prefix(secret_key(name, ""))
 
 

@@ -1,4 +1,4 @@
-"""The workspace: ``PHALANX_HOME``, its SQLite store and one folder per job."""
+"""The workspace: ``PHALANX_HOME``, its database (SQLite, or PostgreSQL) and one folder per job."""
 
 from phalanx.workspace.layout import JobPaths, phalanx_home
 from phalanx.workspace.records import (

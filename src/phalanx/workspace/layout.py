@@ -3,7 +3,7 @@
 ::
 
     $PHALANX_HOME/                  (default ~/.phalanx)
-      phalanx.db                    SQLite, WAL mode: jobs, attempts
+      phalanx.db                    SQLite, WAL mode: the records (unless PHALANX_DB names another)
       jobs/<name>/
         spec.yaml                   the spec as submitted (after --set)
         spec.json                   the validated spec, paths resolved

@@ -1,21 +1,23 @@
-"""The workspace: a folder per job plus a SQLite database of jobs and attempts.
+"""The workspace: a folder per job plus a database of jobs and attempts.
 
-SQLite runs in WAL mode so the CLI reads while a job's supervisor writes; every
-connection waits up to 30 s for a lock rather than failing. Writes that belong
-together happen in one ``BEGIN IMMEDIATE`` transaction.
+The database is SQLite in the workspace folder unless ``PHALANX_DB`` (or
+``db``) names another, e.g. a team's PostgreSQL: :mod:`phalanx.workspace.database`
+holds the engine and its serialised write transactions,
+:mod:`phalanx.workspace.schema` the tables, and :mod:`phalanx.workspace.migrate`
+brings an older database up to date when it is opened. SQLAlchemy is imported
+only when a workspace is opened, so importing this package stays light.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phalanx.errors import JobNotFoundError, PhalanxError
 from phalanx.workspace.layout import JobPaths, phalanx_home
@@ -31,164 +33,14 @@ from phalanx.workspace.records import (
 )
 from phalanx.workspace.snapshot import snapshot_code
 
-SCHEMA_VERSION = 8
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    name TEXT PRIMARY KEY,
-    display_name TEXT,
-    experiment_name TEXT NOT NULL,
-    description TEXT,
-    tags_json TEXT NOT NULL DEFAULT '{}',
-    status TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    started_at REAL,
-    ended_at REAL,
-    spec_json TEXT NOT NULL,
-    supervisor_pid INTEGER,
-    supervisor_started REAL,
-    cancel_requested INTEGER NOT NULL DEFAULT 0,
-    preempt_json TEXT,
-    error_json TEXT,
-    target TEXT,
-    request_json TEXT,
-    priority INTEGER,
-    tier INTEGER,
-    timeout REAL,
-    queue_json TEXT,
-    created_by TEXT
-);
-CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at);
-CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status);
-CREATE TABLE IF NOT EXISTS attempts (
-    job_name TEXT NOT NULL REFERENCES jobs (name) ON DELETE CASCADE,
-    number INTEGER NOT NULL,
-    status TEXT NOT NULL,
-    cause TEXT,
-    exit_code INTEGER,
-    started_at REAL NOT NULL,
-    ended_at REAL,
-    master_port INTEGER,
-    note TEXT,
-    error_json TEXT,
-    nodes_json TEXT,
-    PRIMARY KEY (job_name, number)
-);
-CREATE TABLE IF NOT EXISTS datastores (
-    name TEXT PRIMARY KEY,
-    type TEXT NOT NULL,
-    config_json TEXT NOT NULL,
-    created_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS data_assets (
-    name TEXT NOT NULL,
-    version TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    type TEXT NOT NULL,
-    path TEXT NOT NULL,
-    description TEXT,
-    tags_json TEXT NOT NULL DEFAULT '{}',
-    created_at REAL NOT NULL,
-    PRIMARY KEY (name, version)
-);
-CREATE TABLE IF NOT EXISTS models (
-    name TEXT NOT NULL,
-    version TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    source TEXT NOT NULL,
-    job_name TEXT,
-    files_json TEXT NOT NULL,
-    metrics_json TEXT NOT NULL DEFAULT '{}',
-    description TEXT,
-    tags_json TEXT NOT NULL DEFAULT '{}',
-    created_at REAL NOT NULL,
-    PRIMARY KEY (name, version)
-);
-CREATE TABLE IF NOT EXISTS computes (
-    name TEXT PRIMARY KEY,
-    type TEXT NOT NULL,
-    config_json TEXT NOT NULL,
-    created_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS allocations (
-    job_name TEXT NOT NULL REFERENCES jobs (name) ON DELETE CASCADE,
-    node INTEGER NOT NULL,
-    target TEXT NOT NULL,
-    host TEXT NOT NULL,
-    gpus_json TEXT NOT NULL,
-    cpus REAL NOT NULL,
-    memory INTEGER NOT NULL DEFAULT 0,
-    granted_at REAL NOT NULL,
-    releasing_at REAL,
-    PRIMARY KEY (job_name, node)
-);
-CREATE TABLE IF NOT EXISTS capacities (
-    target TEXT PRIMARY KEY,
-    hosts_json TEXT NOT NULL,
-    read_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS tokens (
-    name TEXT PRIMARY KEY,
-    user_name TEXT NOT NULL,
-    hash TEXT NOT NULL UNIQUE,
-    created_at REAL NOT NULL,
-    last_used_at REAL
-);
-"""
-# Each step upgrades a workspace from the version before it.
-_MIGRATIONS: dict[int, list[str]] = {
-    2: ["ALTER TABLE jobs ADD COLUMN preempt_json TEXT"],
-    3: ["ALTER TABLE attempts ADD COLUMN note TEXT"],
-    # The datastores and data_assets tables, as in _SCHEMA.
-    4: [sql for sql in _SCHEMA.split(";") if "datastores (" in sql or "data_assets (" in sql],
-    5: [sql for sql in _SCHEMA.split(";") if "models (" in sql],
-    6: [sql for sql in _SCHEMA.split(";") if "computes (" in sql],
-    # The scheduler: what each job asks for, its place in the queue, what it holds.
-    7: [
-        *(
-            f"ALTER TABLE jobs ADD COLUMN {column}"
-            for column in (
-                "target TEXT",
-                "request_json TEXT",
-                "priority INTEGER",
-                "tier INTEGER",
-                "timeout REAL",
-                "queue_json TEXT",
-            )
-        ),
-        "ALTER TABLE attempts ADD COLUMN nodes_json TEXT",
-        "CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status)",
-        *(sql for sql in _SCHEMA.split(";") if "allocations (" in sql or "capacities (" in sql),
-    ],
-    # The server: who created each job, and the API tokens (hashes only).
-    8: [
-        "ALTER TABLE jobs ADD COLUMN created_by TEXT",
-        *(sql for sql in _SCHEMA.split(";") if "tokens (" in sql),
-    ],
-}
+if TYPE_CHECKING:
+    from sqlalchemy import RowMapping
+
+    from phalanx.workspace.database import Database, Tx
 
 
 def _dumps(value: Any) -> str | None:
     return None if value is None else json.dumps(value, sort_keys=True)
-
-
-def _set_wal(db: sqlite3.Connection, wait_s: float = 30.0) -> None:
-    """Switch to WAL, waiting while another process holds the database.
-
-    The switch needs the database to itself, and SQLite answers "locked" at
-    once instead of calling the busy handler when another connection is
-    reading (several processes opening a new or old workspace together).
-    """
-    deadline = time.monotonic() + wait_s
-    delay = 0.01
-    while True:
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-        time.sleep(delay)
-        delay = min(delay * 2, 0.5)
 
 
 class Workspace:
@@ -196,9 +48,15 @@ class Workspace:
 
     Args:
         home: The workspace folder; ``$PHALANX_HOME`` or ``~/.phalanx`` when ``None``.
+        db: The database URL (``postgresql://USER:PASSWORD@HOST:PORT/DBNAME``);
+            ``$PHALANX_DB``, else ``home/phalanx.db``, when ``None``.
+
+    Raises:
+        PhalanxError: the folder cannot be made, or the database cannot be reached,
+            read or brought to this phalanx's schema.
     """
 
-    def __init__(self, home: Path | None = None) -> None:
+    def __init__(self, home: Path | None = None, db: str | None = None) -> None:
         self.home = (home or phalanx_home()).resolve()
         self.jobs_dir = self.home / "jobs"
         try:
@@ -209,64 +67,34 @@ class Workspace:
                 "set PHALANX_HOME to a writable folder"
             ) from exc
         self.db_path = self.home / "phalanx.db"
-        try:
-            self._db = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
-            self._db.row_factory = sqlite3.Row
-            _set_wal(self._db)
-            self._db.execute("PRAGMA foreign_keys=ON")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        except sqlite3.DatabaseError as exc:
-            raise PhalanxError(
-                f"cannot open the workspace database {self.db_path}: {exc}; "
-                "restore it or point PHALANX_HOME at another folder"
-            ) from exc
-        if version > SCHEMA_VERSION:
-            raise PhalanxError(
-                f"workspace {self.home} was written by a newer phalanx (schema {version}); "
-                "upgrade phalanx or use another PHALANX_HOME"
-            )
-        if version < SCHEMA_VERSION:
-            self._upgrade()
-
-    def _upgrade(self) -> None:
-        """Create or migrate the schema, once, even with several processes at it."""
-        with self._transaction() as db:
-            # Read again under the write lock: another process may have upgraded.
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version == 0:
-                steps = [sql for sql in _SCHEMA.split(";") if sql.strip()]
-            else:
-                steps = [
-                    sql for v in range(version + 1, SCHEMA_VERSION + 1) for sql in _MIGRATIONS[v]
-                ]
-            for sql in steps:
-                db.execute(sql)
-            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        self._db = _open(self.home, db)
 
     def close(self) -> None:
         self._db.close()
 
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction (``BEGIN IMMEDIATE``): committed on success, else rolled back."""
-        with self._transaction() as db:
-            yield db
+    @property
+    def database(self) -> Database:
+        """Where the records are (its engine, URL and the environment children need)."""
+        return self._db
 
-    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-        """Rows of one read-only statement."""
-        return self._db.execute(sql, params).fetchall()
+    def child_env(self) -> dict[str, str]:
+        """What a process started for this workspace needs to find it again."""
+        return {"PHALANX_HOME": str(self.home), **self._db.child_env()}
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        else:
-            self._db.execute("COMMIT")
+    def transaction(self) -> Iterator[Tx]:
+        """One serialised write transaction: committed on success, else rolled back.
+
+        It yields a :class:`~phalanx.workspace.database.Tx`: ``execute(sql, params)``
+        (SQL with ``:name`` parameters), ``all(…)`` and ``first(…)`` (rows by column
+        name). A transaction opened inside another on the same thread joins it.
+        """
+        with self._db.transaction() as tx:
+            yield tx
+
+    def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[RowMapping]:
+        """Rows of one read-only statement (``:name`` parameters)."""
+        return self._db.query(sql, params)
 
     # -- jobs ---------------------------------------------------------------
 
@@ -317,8 +145,8 @@ class Workspace:
             paths.spec_yaml.write_text(spec_text)
             paths.spec_json.write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n")
             # The row commits only once the folder is in place: never one without the other.
-            with self._transaction():
-                final_name = self._insert_job(spec, name, queue or QueueEntry(), created_by)
+            with self.transaction() as tx:
+                final_name = self._insert_job(tx, spec, name, queue or QueueEntry(), created_by)
                 try:
                     staging.rename(self.jobs_dir / final_name)
                 except OSError as exc:
@@ -332,49 +160,57 @@ class Workspace:
         return self.get_job(final_name)
 
     def _exists(self, name: str) -> bool:
-        row = self._db.execute("SELECT 1 FROM jobs WHERE name = ?", (name,)).fetchone()
-        return row is not None
+        return bool(self.query("SELECT 1 AS found FROM jobs WHERE name = :name", {"name": name}))
 
     def _insert_job(
-        self, spec: dict[str, Any], name: str | None, queue: QueueEntry, created_by: str | None
+        self,
+        tx: Tx,
+        spec: dict[str, Any],
+        name: str | None,
+        queue: QueueEntry,
+        created_by: str | None,
     ) -> str:
+        # Under the write lock nobody else inserts: a name not there now is free. (A failed
+        # INSERT would end the whole transaction on PostgreSQL, so it is never tried.)
         for _ in range(20):
             candidate = name or generate_name()
-            try:
-                self._db.execute(
-                    "INSERT INTO jobs (name, display_name, experiment_name, description, tags_json,"
-                    " status, created_at, spec_json, target, request_json, priority, tier, timeout,"
-                    " created_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        candidate,
-                        spec.get("display_name"),
-                        spec.get("experiment_name") or "Default",
-                        spec.get("description"),
-                        json.dumps(spec.get("tags") or {}),
-                        JobStatus.QUEUED.value,
-                        time.time(),
-                        json.dumps(spec, sort_keys=True),
-                        queue.target,
-                        _dumps(queue.request),
-                        queue.priority,
-                        queue.tier,
-                        queue.timeout,
-                        created_by,
-                    ),
-                )
-                return candidate
-            except sqlite3.IntegrityError:
+            if tx.first("SELECT 1 AS found FROM jobs WHERE name = :name", {"name": candidate}):
                 if name is not None:
                     raise PhalanxError(
                         f"job name {name!r} already exists; choose another name or omit `name`"
-                    ) from None
+                    )
+                continue
+            tx.execute(
+                "INSERT INTO jobs (name, display_name, experiment_name, description, tags_json,"
+                " status, created_at, spec_json, target, request_json, priority, tier, timeout,"
+                " created_by) VALUES (:name, :display_name, :experiment_name, :description,"
+                " :tags_json, :status, :created_at, :spec_json, :target, :request_json,"
+                " :priority, :tier, :timeout, :created_by)",
+                {
+                    "name": candidate,
+                    "display_name": spec.get("display_name"),
+                    "experiment_name": spec.get("experiment_name") or "Default",
+                    "description": spec.get("description"),
+                    "tags_json": json.dumps(spec.get("tags") or {}),
+                    "status": JobStatus.QUEUED.value,
+                    "created_at": time.time(),
+                    "spec_json": json.dumps(spec, sort_keys=True),
+                    "target": queue.target,
+                    "request_json": _dumps(queue.request),
+                    "priority": queue.priority,
+                    "tier": queue.tier,
+                    "timeout": queue.timeout,
+                    "created_by": created_by,
+                },
+            )
+            return candidate
         raise RuntimeError("could not generate a unique job name in 20 tries")
 
     def get_job(self, name: str) -> JobRecord:
-        row = self._db.execute("SELECT * FROM jobs WHERE name = ?", (name,)).fetchone()
-        if row is None:
+        rows = self.query("SELECT * FROM jobs WHERE name = :name", {"name": name})
+        if not rows:
             raise JobNotFoundError(name)
-        return self._job_from_row(row, self.list_attempts(name))
+        return self._job_from_row(rows[0], self.list_attempts(name))
 
     def list_jobs(
         self, *, limit: int = 50, status: JobStatus | None = None, experiment: str | None = None
@@ -382,20 +218,19 @@ class Workspace:
         """The newest jobs first."""
         sql = "SELECT * FROM jobs"
         where: list[str] = []
-        args: list[Any] = []
+        args: dict[str, Any] = {"limit": limit}
         if status is not None:
-            where.append("status = ?")
-            args.append(status.value)
+            where.append("status = :status")
+            args["status"] = status.value
         if experiment is not None:
-            where.append("experiment_name = ?")
-            args.append(experiment)
+            where.append("experiment_name = :experiment")
+            args["experiment"] = experiment
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY created_at DESC LIMIT ?"
-        args.append(limit)
-        return [self._job_from_row(row, ()) for row in self._db.execute(sql, args).fetchall()]
+        sql += " ORDER BY created_at DESC LIMIT :limit"
+        return [self._job_from_row(row, ()) for row in self.query(sql, args)]
 
-    def _job_from_row(self, row: sqlite3.Row, attempts: Any) -> JobRecord:
+    def _job_from_row(self, row: RowMapping, attempts: Any) -> JobRecord:
         return JobRecord(
             name=row["name"],
             status=JobStatus(row["status"]),
@@ -421,37 +256,41 @@ class Workspace:
     def set_waiting(self, name: str, reason: str) -> None:
         """Show a job that holds its grant but waits for its nodes (a pending Ray
         placement group) as Queued, with ``reason``; its next attempt makes it Running."""
-        with self._transaction() as db:
-            db.execute(
-                "UPDATE jobs SET status = ?, queue_json = ? WHERE name = ? AND status IN (?, ?)",
-                (
-                    JobStatus.QUEUED.value,
-                    json.dumps({"position": None, "reason": reason}),
-                    name,
-                    JobStatus.PREPARING.value,
-                    JobStatus.RUNNING.value,
-                ),
+        with self.transaction() as tx:
+            tx.execute(
+                "UPDATE jobs SET status = :queued, queue_json = :queue WHERE name = :name"
+                " AND status IN (:preparing, :running)",
+                {
+                    "queued": JobStatus.QUEUED.value,
+                    "queue": json.dumps({"position": None, "reason": reason}),
+                    "name": name,
+                    "preparing": JobStatus.PREPARING.value,
+                    "running": JobStatus.RUNNING.value,
+                },
             )
 
     def clear_supervisor(self, name: str) -> None:
         """Forget a supervisor that died (the scheduler starts another when it is needed)."""
-        self._db.execute(
-            "UPDATE jobs SET supervisor_pid = NULL, supervisor_started = NULL WHERE name = ?",
-            (name,),
-        )
+        with self.transaction() as tx:
+            tx.execute(
+                "UPDATE jobs SET supervisor_pid = NULL, supervisor_started = NULL"
+                " WHERE name = :name",
+                {"name": name},
+            )
 
     def claim_supervisor(self, name: str, pid: int, alive: Callable[[int], bool]) -> bool:
         """Record ``pid`` as the job's supervisor unless another live one is recorded."""
-        with self._transaction() as db:
-            row = db.execute("SELECT supervisor_pid FROM jobs WHERE name = ?", (name,)).fetchone()
+        with self.transaction() as tx:
+            row = tx.first("SELECT supervisor_pid FROM jobs WHERE name = :name", {"name": name})
             if row is None:
                 raise JobNotFoundError(name)
-            current = row[0]
+            current = row["supervisor_pid"]
             if current is not None and current != pid and alive(current):
                 return False
-            db.execute(
-                "UPDATE jobs SET supervisor_pid = ?, supervisor_started = ? WHERE name = ?",
-                (pid, time.time(), name),
+            tx.execute(
+                "UPDATE jobs SET supervisor_pid = :pid, supervisor_started = :now"
+                " WHERE name = :name",
+                {"pid": pid, "now": time.time(), "name": name},
             )
         return True
 
@@ -462,10 +301,8 @@ class Workspace:
             Whether the job moved (False when it had already ended).
         """
         now = time.time()
-        with self._transaction() as db:
-            row = db.execute(
-                "SELECT status, started_at FROM jobs WHERE name = ?", (name,)
-            ).fetchone()
+        with self.transaction() as tx:
+            row = tx.first("SELECT status, started_at FROM jobs WHERE name = :name", {"name": name})
             if row is None:
                 raise JobNotFoundError(name)
             if JobStatus(row["status"]).is_terminal:
@@ -475,49 +312,54 @@ class Workspace:
                 started = now
             if status is not JobStatus.QUEUED:
                 # Its place in the queue and why it waited are history now.
-                db.execute("UPDATE jobs SET queue_json = NULL WHERE name = ?", (name,))
-            db.execute(
-                "UPDATE jobs SET status = ?, started_at = ?, ended_at = ?, error_json = ? "
-                "WHERE name = ?",
-                (
-                    status.value,
-                    started,
-                    now if status.is_terminal else None,
-                    _dumps(error.to_dict()) if error else None,
-                    name,
-                ),
+                tx.execute("UPDATE jobs SET queue_json = NULL WHERE name = :name", {"name": name})
+            error_json = _dumps(error.to_dict()) if error else None
+            tx.execute(
+                "UPDATE jobs SET status = :status, started_at = :started, ended_at = :ended,"
+                " error_json = :error WHERE name = :name",
+                {
+                    "status": status.value,
+                    "started": started,
+                    "ended": now if status.is_terminal else None,
+                    "error": error_json,
+                    "name": name,
+                },
             )
             if status.is_terminal:
                 # Its devices are free the moment it ends, whoever ends it.
-                db.execute("DELETE FROM allocations WHERE job_name = ?", (name,))
+                tx.execute("DELETE FROM allocations WHERE job_name = :name", {"name": name})
                 # An attempt cut short with its job (supervisor lost, cancel) ends with it.
                 ended = {
                     JobStatus.COMPLETED: AttemptStatus.SUCCEEDED,
                     JobStatus.FAILED: AttemptStatus.FAILED,
                     JobStatus.CANCELED: AttemptStatus.CANCELED,
                 }[status]
-                db.execute(
-                    "UPDATE attempts SET status = ?, ended_at = ?, error_json = COALESCE("
-                    "error_json, ?) WHERE job_name = ? AND status = ?",
-                    (
-                        ended.value,
-                        now,
-                        _dumps(error.to_dict()) if error else None,
-                        name,
-                        AttemptStatus.RUNNING.value,
-                    ),
+                tx.execute(
+                    "UPDATE attempts SET status = :ended, ended_at = :now,"
+                    " error_json = COALESCE(error_json, :error)"
+                    " WHERE job_name = :name AND status = :running",
+                    {
+                        "ended": ended.value,
+                        "now": now,
+                        "error": error_json,
+                        "name": name,
+                        "running": AttemptStatus.RUNNING.value,
+                    },
                 )
         return True
 
     def request_cancel(self, name: str) -> None:
-        self._db.execute("UPDATE jobs SET cancel_requested = 1 WHERE name = ?", (name,))
+        with self.transaction() as tx:
+            tx.execute("UPDATE jobs SET cancel_requested = 1 WHERE name = :name", {"name": name})
 
     def requests(self, name: str) -> tuple[bool, bool]:
         """Whether a cancel, and whether a preemption, is pending for the job (one cheap read)."""
-        row = self._db.execute(
-            "SELECT cancel_requested, preempt_json IS NOT NULL FROM jobs WHERE name = ?", (name,)
-        ).fetchone()
-        return (bool(row[0]), bool(row[1])) if row else (False, False)
+        rows = self.query(
+            "SELECT cancel_requested, preempt_json FROM jobs WHERE name = :name", {"name": name}
+        )
+        if not rows:
+            return False, False
+        return bool(rows[0]["cancel_requested"]), rows[0]["preempt_json"] is not None
 
     def request_preemption(
         self, name: str, nodes: list[int] | None, *, for_job: str | None = None
@@ -531,18 +373,20 @@ class Workspace:
         request: dict[str, Any] = {"nodes": nodes, "at": time.time()}
         if for_job is not None:
             request["for"] = for_job
-        self._db.execute(
-            "UPDATE jobs SET preempt_json = ? WHERE name = ?", (json.dumps(request), name)
-        )
+        with self.transaction() as tx:
+            tx.execute(
+                "UPDATE jobs SET preempt_json = :request WHERE name = :name",
+                {"request": json.dumps(request), "name": name},
+            )
 
     def take_preemption_request(self, name: str) -> dict[str, Any] | None:
         """The pending preemption request, cleared as it is read."""
-        with self._transaction() as db:
-            row = db.execute("SELECT preempt_json FROM jobs WHERE name = ?", (name,)).fetchone()
-            if row is None or row[0] is None:
+        with self.transaction() as tx:
+            row = tx.first("SELECT preempt_json FROM jobs WHERE name = :name", {"name": name})
+            if row is None or row["preempt_json"] is None:
                 return None
-            db.execute("UPDATE jobs SET preempt_json = NULL WHERE name = ?", (name,))
-        result: dict[str, Any] = json.loads(row[0])
+            tx.execute("UPDATE jobs SET preempt_json = NULL WHERE name = :name", {"name": name})
+        result: dict[str, Any] = json.loads(row["preempt_json"])
         return result
 
     # -- attempts -----------------------------------------------------------
@@ -555,17 +399,24 @@ class Workspace:
         nodes: list[dict[str, Any]] | None = None,
     ) -> AttemptRecord:
         """Record a new running attempt; ``nodes`` is each node's host and devices."""
-        with self._transaction() as db:
-            row = db.execute(
-                "SELECT COALESCE(MAX(number), 0) + 1 FROM attempts WHERE job_name = ?", (name,)
-            ).fetchone()
-            number = int(row[0])
-            db.execute(
+        with self.transaction() as tx:
+            row = tx.first(
+                "SELECT COALESCE(MAX(number), 0) + 1 AS next FROM attempts WHERE job_name = :name",
+                {"name": name},
+            )
+            number = int(row["next"]) if row else 1
+            tx.execute(
                 "INSERT INTO attempts (job_name, number, status, started_at, master_port,"
-                " nodes_json) VALUES (?, ?, ?, ?, ?, ?)",
-                (name, number, AttemptStatus.RUNNING.value, time.time(), master_port,
-                 _dumps(nodes)),
-            )  # fmt: skip
+                " nodes_json) VALUES (:name, :number, :status, :now, :port, :nodes)",
+                {
+                    "name": name,
+                    "number": number,
+                    "status": AttemptStatus.RUNNING.value,
+                    "now": time.time(),
+                    "port": master_port,
+                    "nodes": _dumps(nodes),
+                },
+            )
         return self.list_attempts(name)[-1]
 
     def end_attempt(
@@ -578,30 +429,33 @@ class Workspace:
         exit_code: int | None = None,
         error: RootCause | None = None,
     ) -> None:
-        self._db.execute(
-            "UPDATE attempts SET status = ?, cause = ?, exit_code = ?, ended_at = ?,"
-            " error_json = ? WHERE job_name = ? AND number = ?",
-            (
-                status.value,
-                cause.value if cause else None,
-                exit_code,
-                time.time(),
-                _dumps(error.to_dict()) if error else None,
-                name,
-                number,
-            ),
-        )
+        with self.transaction() as tx:
+            tx.execute(
+                "UPDATE attempts SET status = :status, cause = :cause, exit_code = :exit_code,"
+                " ended_at = :now, error_json = :error WHERE job_name = :name AND number = :number",
+                {
+                    "status": status.value,
+                    "cause": cause.value if cause else None,
+                    "exit_code": exit_code,
+                    "now": time.time(),
+                    "error": _dumps(error.to_dict()) if error else None,
+                    "name": name,
+                    "number": number,
+                },
+            )
 
     def set_attempt_note(self, name: str, number: int, note: str) -> None:
         """Record what followed an attempt (retried, or why not)."""
-        self._db.execute(
-            "UPDATE attempts SET note = ? WHERE job_name = ? AND number = ?", (note, name, number)
-        )
+        with self.transaction() as tx:
+            tx.execute(
+                "UPDATE attempts SET note = :note WHERE job_name = :name AND number = :number",
+                {"note": note, "name": name, "number": number},
+            )
 
     def list_attempts(self, name: str) -> list[AttemptRecord]:
-        rows = self._db.execute(
-            "SELECT * FROM attempts WHERE job_name = ? ORDER BY number", (name,)
-        ).fetchall()
+        rows = self.query(
+            "SELECT * FROM attempts WHERE job_name = :name ORDER BY number", {"name": name}
+        )
         return [
             AttemptRecord(
                 job_name=row["job_name"],
@@ -620,3 +474,39 @@ class Workspace:
             )
             for row in rows
         ]
+
+
+def _open(home: Path, db: str | None) -> Database:
+    """The workspace's database, reached and at this phalanx's schema.
+
+    Raises:
+        PhalanxError: a bad URL, an unreachable or unreadable database, or a newer schema.
+    """
+    from sqlalchemy.exc import DBAPIError
+
+    from phalanx.workspace.database import Database, resolve_url
+    from phalanx.workspace.migrate import ensure_schema
+
+    url, setting = resolve_url(home, db)
+    database = Database(url, setting)
+    try:
+        ensure_schema(database, str(home) if setting is None else database.describe())
+    except DBAPIError as exc:
+        database.close()
+        reason = database.redact(str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc))
+        if setting is None:
+            fix = "restore it or point PHALANX_HOME at another folder"
+        elif database.is_sqlite:
+            fix = f"restore it or point {setting} at another file"
+        else:
+            fix = (
+                f"check that the server runs, the user, password and database in {setting}, "
+                f"or unset {setting} to use the SQLite file in PHALANX_HOME"
+            )
+        raise PhalanxError(
+            f"cannot open the workspace database {database.describe()}: {reason}; {fix}"
+        ) from None
+    except BaseException:
+        database.close()
+        raise
+    return database

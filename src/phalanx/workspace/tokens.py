@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-import sqlite3
 import time
 from dataclasses import dataclass
 
@@ -44,16 +43,19 @@ def create_token(ws: Workspace, user: str, name: str | None = None) -> tuple[Tok
                 f"{label} {value!r} is invalid: use letters, digits, '_' and '-', "
                 "starting with a letter or digit"
             )
+    from sqlalchemy.exc import IntegrityError  # loaded where the database is written
+
     token = PREFIX + secrets.token_urlsafe(32)
     name = name or f"{user}-{secrets.token_hex(3)}"
     now = time.time()
     try:
-        with ws.transaction() as db:
-            db.execute(
-                "INSERT INTO tokens (name, user_name, hash, created_at) VALUES (?, ?, ?, ?)",
-                (name, user, token_hash(token), now),
+        with ws.transaction() as tx:
+            tx.execute(
+                "INSERT INTO tokens (name, user_name, hash, created_at)"
+                " VALUES (:name, :user, :hash, :now)",
+                {"name": name, "user": user, "hash": token_hash(token), "now": now},
             )
-    except sqlite3.IntegrityError:
+    except IntegrityError:
         raise PhalanxError(
             f"a token named {name!r} already exists; choose another --name "
             "or revoke it first (phalanx server token revoke)"
@@ -63,7 +65,9 @@ def create_token(ws: Workspace, user: str, name: str | None = None) -> tuple[Tok
 
 def user_of(ws: Workspace, token: str) -> str | None:
     """The user a token belongs to, or ``None`` for an unknown or revoked one."""
-    rows = ws.query("SELECT name, user_name FROM tokens WHERE hash = ?", (token_hash(token),))
+    rows = ws.query(
+        "SELECT name, user_name FROM tokens WHERE hash = :hash", {"hash": token_hash(token)}
+    )
     if not rows:
         return None
     return str(rows[0]["user_name"])
@@ -72,11 +76,11 @@ def user_of(ws: Workspace, token: str) -> str | None:
 def touch(ws: Workspace, token: str) -> None:
     """Record when a token was last used (at most a write a minute per token)."""
     now = time.time()
-    with ws.transaction() as db:
-        db.execute(
-            "UPDATE tokens SET last_used_at = ? WHERE hash = ? "
-            "AND (last_used_at IS NULL OR last_used_at < ?)",
-            (now, token_hash(token), now - 60),
+    with ws.transaction() as tx:
+        tx.execute(
+            "UPDATE tokens SET last_used_at = :now WHERE hash = :hash "
+            "AND (last_used_at IS NULL OR last_used_at < :before)",
+            {"now": now, "hash": token_hash(token), "before": now - 60},
         )
 
 
@@ -91,7 +95,7 @@ def revoke_token(ws: Workspace, name: str) -> None:
     Raises:
         PhalanxError: no token has that name.
     """
-    with ws.transaction() as db:
-        gone = db.execute("DELETE FROM tokens WHERE name = ?", (name,)).rowcount
+    with ws.transaction() as tx:
+        gone = tx.execute("DELETE FROM tokens WHERE name = :name", {"name": name}).rowcount
     if not gone:
         raise PhalanxError(f"no token named {name!r}; `phalanx server token list` shows them")
