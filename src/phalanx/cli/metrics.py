@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -106,10 +107,20 @@ def tensorboard_cmd(names: tuple[str, ...], port: int, host: str) -> int:
             f"TensorBoard on http://{host}:{port} for {', '.join(names)} (Ctrl-C stops it)"
         )
         child = subprocess.Popen(argv)
+        # Stopped either way, TensorBoard ends first, then the downloaded copy is removed.
+        previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             return child.wait()
-        except KeyboardInterrupt:  # the terminal sent it to TensorBoard too
-            return child.wait()
+        except KeyboardInterrupt:
+            child.terminate()
+            child.wait()
+            return 130
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 @contextmanager
