@@ -60,8 +60,8 @@ def test_no_credential_in_any_answer_or_the_servers_log(cli: Cli, azurite: Azuri
     wrong = azurite.connection_string.replace(AZURITE_KEY[:12], "B" * 12)
 
     # Piped in: sent once, kept in the server's secrets file.
-    stored = cli.run_input(AZURITE_KEY + "\n", *_azure(azurite, "stored", container,
-                                                       "--auth", "account_key", "--store"))  # fmt: skip
+    args = _azure(azurite, "stored", container, "--auth", "account_key", "--store")
+    stored = cli.run_input(AZURITE_KEY + "\n", *args)
     assert stored.returncode == 0, stored.stderr
     # Named: a variable of the server's environment.
     cli.export(MY_SAS=sas)
@@ -85,7 +85,8 @@ def test_no_credential_in_any_answer_or_the_servers_log(cli: Cli, azurite: Azuri
                  ["datastore", "show", "sas", "--json"], ["compute", "show", "later"],
                  ["compute", "list", "--json"], ["data", "show", "d"]):  # fmt: skip
         outputs.append(cli.run(*args, check=True).stdout)
-    assert "stored in the secrets file" in outputs[6] and "environment variable MY_SAS" in outputs[7]
+    assert "stored in the secrets file" in outputs[6]
+    assert "environment variable MY_SAS" in outputs[7]
 
     answers = []
     with _api(cli) as api:
@@ -165,6 +166,12 @@ def test_a_download_is_checked_file_by_file_and_only_recorded_files_are_served(
         assert b"SQLite" not in outside.content
 
 
+READ = """
+import os
+print(open(os.environ["PHALANX_INPUT_D"] + "/sub/b.txt").read())
+"""
+
+
 @SERVER
 def test_a_local_data_path_is_uploaded_and_read_by_a_job_once_the_laptop_copy_is_gone(
     cli: Cli, tmp_path: Path
@@ -194,7 +201,7 @@ def test_a_local_data_path_is_uploaded_and_read_by_a_job_once_the_laptop_copy_is
     assert gone.returncode == 2 and "not found on this machine" in gone.stderr
     assert not list((cli.home / "server" / "uploads").iterdir())  # every upload used up
 
-    cli.write("src/read.py", "import os\nprint(open(os.environ['PHALANX_INPUT_D'] + '/sub/b.txt').read())\n")  # fmt: skip
+    cli.write("src/read.py", READ)
     spec = cli.write(
         "job.yml",
         """

@@ -16,7 +16,6 @@ from rich.table import Table
 
 from phalanx.cli.where import data_assets
 from phalanx.errors import PhalanxError
-from phalanx.storage.assets import create_asset
 from phalanx.storage.errors import storage_errors
 from phalanx.storage.uri import is_uri, resolve
 from phalanx.workspace import Workspace
@@ -120,7 +119,12 @@ def convert_group() -> None:
     help="Order of the samples in the shards (seeded shuffle, so shards mix the classes).",
 )
 @click.option("--no-shuffle", is_flag=True, help="Keep the folders' order (class by class).")
-@click.option("--register", "asset", help="Also register DEST as a new version of this asset.")
+@click.option(
+    "--register",
+    "asset",
+    help="Also register DEST as a new version of this asset (on the server when "
+    "PHALANX_SERVER is set: a local DEST is uploaded).",
+)
 def convert_imagefolder_cmd(
     src: Path,
     dest: str,
@@ -195,6 +199,11 @@ def convert_imagefolder_cmd(
         if len(report.skipped) > 20:
             console.print(f"  … and {len(report.skipped) - 20} more (see index.json)")
     if asset:
-        created = create_asset(ws, name=asset, path=dest, description=f"converted from {src}")
-        console.print(f"data asset [bold]{created.uri}[/bold] created")
+        # In the workspace the other commands use: the server's, when one is set (a
+        # local DEST is then uploaded to it).
+        created = data_assets().create(
+            name=asset, version=None, path=dest, type="uri_folder",
+            description=f"converted from {src}", no_check=True,
+        )  # fmt: skip
+        console.print(f"data asset [bold]{created['uri']}[/bold] created")
     return 0
