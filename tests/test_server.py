@@ -293,3 +293,39 @@ def test_login_saves_the_server_and_token_for_the_user_only(
     )
     assert listed.returncode == 0 and json.loads(listed.stdout) == []
     assert not Path(env["PHALANX_HOME"]).exists()  # the laptop's own workspace is never made
+
+
+def test_tls_with_the_servers_own_certificate(cli: Cli, token: str, tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    half = cli.run("server", "start", "--tls-cert", str(cert), timeout=30)
+    assert half.returncode == 2 and "--tls-key" in half.stderr
+    server = servers.start_phalanx_server(
+        cli.home, cli.env, "--auth", "--tls-cert", str(cert), "--tls-key", str(key)
+    )
+    try:
+        env = {
+            **cli.env,
+            "PHALANX_SERVER": f"https://127.0.0.1:{server.port}",
+            "PHALANX_TOKEN": token,
+            "PHALANX_HOME": str(tmp_path / "lap"),
+            "PHALANX_SERVER_RETRY_S": "0",
+        }
+        untrusted = subprocess.run(
+            [PHALANX, "job", "list"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert untrusted.returncode == 2 and "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr
+        assert "Traceback" not in untrusted.stderr
+        trusted = subprocess.run(
+            [PHALANX, "job", "list", "--json"], env={**env, "SSL_CERT_FILE": str(cert)},
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert trusted.returncode == 0, trusted.stderr
+        assert json.loads(trusted.stdout) == []
+    finally:
+        servers.kill_phalanx_server(server)

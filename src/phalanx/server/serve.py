@@ -62,12 +62,28 @@ def _keep_scheduler(home: Path, stop: threading.Event) -> None:
     live = [s.value for s in JobStatus if not s.is_terminal]
     marks = ",".join("?" * len(live))
     while True:
+        _reap_children()
         try:
             if ws.query(f"SELECT 1 FROM jobs WHERE status IN ({marks}) LIMIT 1", tuple(live)):
                 ensure_running(home)
         except Exception:  # the next round tries again; the server keeps serving
             log.exception("could not check on the scheduler")
         if stop.wait(KEEP_EVERY_S):
+            return
+
+
+def _reap_children() -> None:
+    """Collect the exit status of supervisors (and schedulers) this server started.
+
+    Nothing here waits for them (they are meant to outlive the server), so
+    without this each finished one would stay a zombie process.
+    """
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
             return
 
 
