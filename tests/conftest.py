@@ -94,6 +94,25 @@ class Cli:
     home: Path
     env: dict[str, str]
     workdir: Path
+    server: servers.PhalanxServer | None = None
+    """The server every command goes through, when the test runs through one."""
+
+    def export(self, **variables: str) -> None:
+        """Set variables where the workspace is: this CLI's environment and, through a
+        server, the server's (restarted with them, on the same port)."""
+        self.env.update(variables)
+        self._restart_server()
+
+    def unexport(self, *names: str) -> None:
+        """Unset variables where the workspace is (see :meth:`export`)."""
+        for name in names:
+            self.env.pop(name, None)
+        self._restart_server()
+
+    def _restart_server(self) -> None:
+        if self.server is not None:
+            servers.kill_phalanx_server(self.server)
+            self.server = servers.start_phalanx_server(self.home, self.env, port=self.server.port)
 
     def run(
         self, *args: str, timeout: float = 120, check: bool = False
@@ -172,7 +191,7 @@ def blob_datastore(
     azurite.container(container)
     if files:
         azurite.upload(container, files)
-    cli.env["AZ_KEY"] = servers.AZURITE_KEY
+    cli.export(AZ_KEY=servers.AZURITE_KEY)
     cli.run(
         "datastore", "create", "--name", name, "--type", "azure_blob",
         "--account-name", servers.AZURITE_ACCOUNT, "--container-name", container,
@@ -287,10 +306,10 @@ def cli(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cli]:
     if getattr(request, "param", "local") == "server":
         server = servers.start_phalanx_server(home, env)
         env.update(PHALANX_SERVER=server.url, PHALANX_HOME=str(tmp_path / "laptop"))
-        env.pop("PHALANX_DB", None)  # a client never opens a workspace
-    yield Cli(home, env, workdir)
-    if server is not None:
-        servers.kill_phalanx_server(server)
+    made = Cli(home, env, workdir, server)
+    yield made
+    if made.server is not None:
+        servers.kill_phalanx_server(made.server)
         assert not (tmp_path / "laptop").exists(), "a server client wrote a workspace of its own"
     # Whatever a test did, it leaves no process of its jobs behind.
     leftovers = job_processes_under(home)

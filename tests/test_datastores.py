@@ -11,7 +11,7 @@ from unittest import mock
 
 import pytest
 
-from conftest import Cli
+from conftest import LOCAL_AND_SERVER, Cli
 from phalanx.storage.uri import resolve
 from phalanx.workspace import Workspace
 from servers import AZURITE_ACCOUNT, AZURITE_KEY, Azurite, S3Server
@@ -53,6 +53,7 @@ def _no_secret_anywhere(cli: Cli, secret: str) -> None:
     assert secret not in shown
 
 
+@LOCAL_AND_SERVER
 def test_default_and_local_datastores(cli: Cli, tmp_path: Path) -> None:
     listed = json.loads(cli.run("datastore", "list", "--json", check=True).stdout)
     assert [d["name"] for d in listed] == ["default"]
@@ -77,9 +78,10 @@ def test_default_and_local_datastores(cli: Cli, tmp_path: Path) -> None:
     assert "Traceback" not in missing.stderr + gone.stderr + again.stderr
 
 
+@LOCAL_AND_SERVER
 def test_azure_account_key_from_env(cli: Cli, azurite: Azurite) -> None:
     container = _container(azurite)
-    cli.env["MY_AZ_KEY"] = AZURITE_KEY
+    cli.export(MY_AZ_KEY=AZURITE_KEY)
     args = _azure_args(azurite, "blobs", container, "--credential-env", "MY_AZ_KEY")
     cli.run(*args, check=True)
     shown = json.loads(cli.run("datastore", "show", "blobs", "--json", check=True).stdout)
@@ -98,6 +100,7 @@ def test_azure_account_key_from_env(cli: Cli, azurite: Azurite) -> None:
     assert not (cli.home / "secrets.json").exists()
 
 
+@LOCAL_AND_SERVER
 def test_azure_stored_key_is_0600_and_deleted_with_datastore(cli: Cli, azurite: Azurite) -> None:
     container = _container(azurite)
     args = _azure_args(azurite, "blobs", container, "--auth", "account_key", "--store")
@@ -115,6 +118,7 @@ def test_azure_stored_key_is_0600_and_deleted_with_datastore(cli: Cli, azurite: 
     assert AZURITE_KEY not in secrets.read_text()
 
 
+@LOCAL_AND_SERVER
 def test_azure_wrong_key_is_refused_and_nothing_kept(cli: Cli, azurite: Azurite) -> None:
     container = _container(azurite)
     wrong = "A" * 8 + AZURITE_KEY[8:]
@@ -129,6 +133,7 @@ def test_azure_wrong_key_is_refused_and_nothing_kept(cli: Cli, azurite: Azurite)
     assert not secrets.exists() or wrong not in secrets.read_text()
 
 
+@LOCAL_AND_SERVER
 def test_malformed_key_and_taken_name_keep_the_old_credential(cli: Cli, azurite: Azurite) -> None:
     container = _container(azurite)
     args = _azure_args(azurite, "blobs", container, "--auth", "account_key", "--store")
@@ -145,6 +150,7 @@ def test_malformed_key_and_taken_name_keep_the_old_credential(cli: Cli, azurite:
     assert "access denied" in proc.stderr and "sig=abc" not in proc.stderr
 
 
+@LOCAL_AND_SERVER
 def test_urls_with_a_query_or_dotdot_are_refused(cli: Cli) -> None:
     sas_url = "https://acct.blob.core.windows.net/c/data?sv=2024&sig=SECRET"
     proc = cli.run("data", "create", "--name", "x", "--path", sas_url)
@@ -156,10 +162,11 @@ def test_urls_with_a_query_or_dotdot_are_refused(cli: Cli) -> None:
     assert up.returncode == 2 and "'..' is not allowed" in up.stderr
 
 
+@LOCAL_AND_SERVER
 def test_azure_sas_token(cli: Cli, azurite: Azurite) -> None:
     container = _container(azurite)
     sas = azurite.sas(container, "rl")
-    cli.env["MY_SAS"] = sas
+    cli.export(MY_SAS=sas)
     args = _azure_args(azurite, "sas", container, "--auth", "sas_token", "--credential-env",
                        "MY_SAS")  # fmt: skip
     cli.run(*args, check=True)
@@ -167,12 +174,13 @@ def test_azure_sas_token(cli: Cli, azurite: Azurite) -> None:
     _no_secret_anywhere(cli, sas)
     # A token for another container does not open this one.
     other = _container(azurite)
-    cli.env["OTHER_SAS"] = azurite.sas(other, "rl")
+    cli.export(OTHER_SAS=azurite.sas(other, "rl"))
     denied = cli.run(*_azure_args(azurite, "sas2", container, "--auth", "sas_token",
                                   "--credential-env", "OTHER_SAS"))  # fmt: skip
     assert denied.returncode == 2 and "access denied" in denied.stderr
 
 
+@LOCAL_AND_SERVER
 def test_azure_anonymous_public_container(cli: Cli, azurite: Azurite) -> None:
     public = _container(azurite, public=True)
     cli.run(*_azure_args(azurite, "pub", public), check=True)
@@ -182,6 +190,7 @@ def test_azure_anonymous_public_container(cli: Cli, azurite: Azurite) -> None:
     assert denied.returncode == 2 and "access denied" in denied.stderr
 
 
+@LOCAL_AND_SERVER
 def test_unreachable_endpoint_fails_fast(cli: Cli, azurite: Azurite) -> None:
     from phalanx.launch.ports import free_port
 
@@ -191,21 +200,23 @@ def test_unreachable_endpoint_fails_fast(cli: Cli, azurite: Azurite) -> None:
     assert proc.returncode == 2 and "cannot reach" in proc.stderr
 
 
+@LOCAL_AND_SERVER
 def test_missing_credential_variable_is_named(cli: Cli, azurite: Azurite) -> None:
     container = _container(azurite)
-    cli.env["MY_AZ_KEY"] = AZURITE_KEY
+    cli.export(MY_AZ_KEY=AZURITE_KEY)
     cli.run(*_azure_args(azurite, "blobs", container, "--credential-env", "MY_AZ_KEY"),
             check=True)  # fmt: skip
-    del cli.env["MY_AZ_KEY"]
+    cli.unexport("MY_AZ_KEY")
     proc = cli.run("data", "create", "--name", "d", "--path",
                    "azureml://datastores/blobs/paths/data")  # fmt: skip
     assert proc.returncode == 2 and "MY_AZ_KEY is not set" in proc.stderr
 
 
+@LOCAL_AND_SERVER
 def test_s3_datastore_with_keys(cli: Cli, s3_server: S3Server) -> None:
     bucket = f"b{uuid.uuid4().hex[:12]}"
     s3_server.bucket(bucket, {"data/a.txt": b"from s3"})
-    cli.env.update(KEY_ID=s3_server.key, KEY_SECRET=s3_server.secret)
+    cli.export(KEY_ID=s3_server.key, KEY_SECRET=s3_server.secret)
     cli.run("datastore", "create", "--name", "s3", "--type", "s3", "--bucket", bucket,
             "--endpoint-url", s3_server.endpoint, "--key-env", "KEY_ID", "--secret-env",
             "KEY_SECRET", check=True)  # fmt: skip
@@ -213,9 +224,10 @@ def test_s3_datastore_with_keys(cli: Cli, s3_server: S3Server) -> None:
     _no_secret_anywhere(cli, s3_server.secret)
 
 
+@LOCAL_AND_SERVER
 def test_data_assets_versions_and_latest(cli: Cli, tmp_path: Path, azurite: Azurite) -> None:
     container = _container(azurite)
-    cli.env["MY_AZ_KEY"] = AZURITE_KEY
+    cli.export(MY_AZ_KEY=AZURITE_KEY)
     cli.run(*_azure_args(azurite, "blobs", container, "--credential-env", "MY_AZ_KEY"),
             check=True)  # fmt: skip
     uri = "azureml://datastores/blobs/paths/data"
@@ -248,6 +260,7 @@ def test_data_assets_versions_and_latest(cli: Cli, tmp_path: Path, azurite: Azur
         ("ftp://host/x", "scheme 'ftp' is not supported"),
     ],
 )
+@LOCAL_AND_SERVER
 def test_bad_uris(cli: Cli, uri: str, message: str) -> None:
     proc = cli.run("data", "create", "--name", "x", "--path", uri)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr

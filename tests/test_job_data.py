@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from conftest import Cli, blob_datastore
+from conftest import LOCAL_AND_SERVER, Cli, blob_datastore
 from servers import AZURITE_ACCOUNT, Azurite
 
 # Each rank writes what it sees of the input: its value and every file's sha256.
@@ -82,6 +82,7 @@ def _expected(prefix: str) -> dict[str, str]:
     }
 
 
+@LOCAL_AND_SERVER
 def test_download_input_every_rank_sees_the_files_and_a_second_job_skips_them(
     cli: Cli, azurite: Azurite
 ) -> None:
@@ -106,6 +107,7 @@ def test_direct_input_passes_the_uri_and_the_script_reads_it(cli: Cli, azurite: 
     assert seen["files"] == _expected("train/")
 
 
+@LOCAL_AND_SERVER
 def test_data_asset_input(cli: Cli, azurite: Azurite) -> None:
     _setup(cli, azurite)
     cli.run("data", "create", "--name", "val", "--path",

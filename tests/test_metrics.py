@@ -157,6 +157,7 @@ def test_buffered_events_are_written_after_flush_secs(tmp_path: Path) -> None:
     assert writer.path.stat().st_size > flushed
 
 
+@LOCAL_AND_SERVER
 def test_tensorboard_of_a_job_without_event_files_is_a_clear_error(cli: Cli) -> None:
     cli.write("src/metrics_job.py", "print('no metrics')\n")
     name = cli.create(cli.write("job.yml", JOB))

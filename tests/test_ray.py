@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Cli
+from conftest import LOCAL_AND_SERVER, Cli
 from phalanx.bench.raycluster import RayCluster
 
 pytestmark = pytest.mark.slow
@@ -178,6 +178,7 @@ def test_token_authenticated_cluster(cli: Cli, ray_token_cluster: RayCluster) ->
     assert "cannot connect to the Ray cluster" in job["error"]["message"]
 
 
+@LOCAL_AND_SERVER
 def test_compute_targets_without_a_cluster(cli: Cli) -> None:
     """create (--no-check, --store-token from stdin), list, show, delete: the token kept
     in the 0600 secrets file by reference, never in the database or any output."""

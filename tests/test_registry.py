@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Cli, blob_datastore
+from conftest import LOCAL_AND_SERVER, Cli, blob_datastore
 from phalanx.workspace import Workspace
 from servers import Azurite
 
@@ -38,6 +38,7 @@ def _all_files(root: Path) -> set[Path]:
     return {p for p in root.rglob("*") if p.is_file() or p.is_symlink()}
 
 
+@LOCAL_AND_SERVER
 def test_round_trip_versions_and_immutability(cli: Cli, tmp_path: Path) -> None:
     src = _model_dir(tmp_path)
     cli.run("model", "create", "--name", "resnet50", "--path", str(src), "--tag", "arch=r50",
@@ -84,6 +85,7 @@ def test_round_trip_versions_and_immutability(cli: Cli, tmp_path: Path) -> None:
     assert missing.returncode == 2 and "versions: 1, 2, v1.5" in missing.stderr
 
 
+@LOCAL_AND_SERVER
 def test_a_changed_registry_copy_is_detected_on_download(cli: Cli, tmp_path: Path) -> None:
     src = _model_dir(tmp_path)
     cli.run("model", "create", "--name", "m", "--path", str(src), check=True)
@@ -95,6 +97,7 @@ def test_a_changed_registry_copy_is_detected_on_download(cli: Cli, tmp_path: Pat
     assert not (tmp_path / "out" / "weights.pt").exists()
 
 
+@LOCAL_AND_SERVER
 def test_concurrent_registrations_get_distinct_versions_and_lose_nothing(
     cli: Cli, tmp_path: Path
 ) -> None:
@@ -144,6 +147,7 @@ for step in range(1, 4):
 """
 
 
+@LOCAL_AND_SERVER
 def test_job_outputs_register_on_success_and_by_uri(cli: Cli, tmp_path: Path) -> None:
     cli.write("src/train.py", TRAIN)
     name = cli.create(cli.write("job.yml", JOB))
@@ -175,6 +179,7 @@ def test_job_outputs_register_on_success_and_by_uri(cli: Cli, tmp_path: Path) ->
     assert unknown.returncode == 2 and "has no output 'nope'" in unknown.stderr
 
 
+@LOCAL_AND_SERVER
 def test_register_from_azure_blob(cli: Cli, azurite: Azurite) -> None:
     files = {"exported/model.onnx": b"onnx" * 500, "exported/a/b.txt": b"b"}
     blob_datastore(cli, azurite, files)
@@ -191,6 +196,7 @@ BAD_NAMES = ["../evil", "a/b", "..", "%2e%2e", "%2e%2e%2fevil", "/abs", "a\\b", 
 BAD_VERSIONS = ["../1", "..", "1/2", "%2e%2e", "/1", "latest", "..%2f", "1\n"]
 
 
+@LOCAL_AND_SERVER
 def test_every_traversal_attempt_is_refused(cli: Cli, tmp_path: Path) -> None:
     src = _model_dir(tmp_path)
     cli.run("model", "list", check=True)  # the workspace exists
@@ -227,6 +233,7 @@ def test_every_traversal_attempt_is_refused(cli: Cli, tmp_path: Path) -> None:
     assert not registry.exists() or {p.name for p in registry.iterdir()} <= {".staging"}
 
 
+@LOCAL_AND_SERVER
 def test_traversal_through_job_outputs_and_downloads_is_refused(cli: Cli, tmp_path: Path) -> None:
     cli.write("src/train.py", TRAIN)
     name = cli.create(cli.write("job.yml", JOB), "outputs.model.name=", "outputs.stats.name=")
@@ -266,6 +273,7 @@ def test_traversal_through_job_outputs_and_downloads_is_refused(cli: Cli, tmp_pa
     assert list(outside.iterdir()) == []
 
 
+@LOCAL_AND_SERVER
 def test_download_refuses_links_and_folders_in_the_way_and_writes_nothing(
     cli: Cli, tmp_path: Path
 ) -> None:
@@ -289,6 +297,7 @@ def test_download_refuses_links_and_folders_in_the_way_and_writes_nothing(
     assert "Traceback" not in proc.stderr and not (dest2 / "sub").exists()
 
 
+@LOCAL_AND_SERVER
 def test_outputs_registering_one_version_twice_are_refused_at_create(cli: Cli) -> None:
     cli.write("src/train.py", TRAIN)
     spec = cli.write(
@@ -305,6 +314,7 @@ def test_outputs_registering_one_version_twice_are_refused_at_create(cli: Cli) -
     assert proc.returncode == 2 and "both register dup:1" in proc.stderr
 
 
+@LOCAL_AND_SERVER
 def test_a_job_folder_output_behind_a_link_is_refused(cli: Cli, tmp_path: Path) -> None:
     cli.write("src/train.py", TRAIN)
     name = cli.create(cli.write("job.yml", JOB), "outputs.model.name=", "outputs.stats.name=")
@@ -320,6 +330,7 @@ def test_a_job_folder_output_behind_a_link_is_refused(cli: Cli, tmp_path: Path) 
     assert proc.returncode == 2 and "outside the job's folder" in proc.stderr
 
 
+@LOCAL_AND_SERVER
 def test_list_and_show_print_what_json_holds(cli: Cli, tmp_path: Path) -> None:
     src = _model_dir(tmp_path)
     cli.run("model", "create", "--name", "r50", "--path", str(src), "--description", "first",

@@ -24,7 +24,7 @@ import psutil
 import pytest
 import torch
 
-from conftest import Cli, job_processes_under, workspace_processes
+from conftest import LOCAL_AND_SERVER, Cli, job_processes_under, workspace_processes
 from phalanx.workspace import Workspace
 
 # Each rank prints its devices, then waits until the file `release` exists in the
@@ -96,6 +96,7 @@ def _wait_devices(cli: Cli, name: str, ranks: int, timeout: float = 60) -> dict[
     return seen
 
 
+@LOCAL_AND_SERVER
 def test_nodes_get_disjoint_gpus_and_a_job_waits_for_its_turn(
     cli: Cli, tmp_path: Path, db: str | None
 ) -> None:
@@ -136,6 +137,7 @@ def test_nodes_get_disjoint_gpus_and_a_job_waits_for_its_turn(
     assert (cli.home / "phalanx.db").exists() == (db is None)
 
 
+@LOCAL_AND_SERVER
 def test_a_job_that_can_never_fit_is_refused_at_create(cli: Cli, tmp_path: Path) -> None:
     cli.run("compute", "create", "--type", "local", "--name", "local", "--gpus", "0-7",
             check=True)  # fmt: skip

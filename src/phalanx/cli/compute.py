@@ -1,35 +1,24 @@
-"""``phalanx compute …``: compute targets (this machine, parts of it, Ray clusters),
-and ``phalanx queue``: what each target has, what runs where, what waits."""
+"""``phalanx compute …``: compute targets (this machine, parts of it, Ray clusters).
+
+With ``PHALANX_SERVER`` set, the targets are the server's: "this machine" is the
+server's, a Ray address is tried from the server, ``--token-env`` names a
+variable of the server's environment, and a token piped in for
+``--store-token`` is sent once, kept in the server's secrets file, never shown.
+"""
 
 from __future__ import annotations
 
 import json
-import math
-import os
 import sys
 
 import click
+from pydantic import SecretStr, ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from phalanx.compute.targets import (
-    LOCAL,
-    LocalTarget,
-    RayTarget,
-    Target,
-    check_address,
-    create_target,
-    delete_target,
-    get_target,
-    list_targets,
-    parse_devices,
-    resolve_target,
-    secret_key,
-)
+from phalanx.cli.where import targets
 from phalanx.errors import PhalanxError
-from phalanx.storage.errors import check_port
-from phalanx.storage.secrets import SecretRef, SecretStore
-from phalanx.workspace import Workspace
+from phalanx.service.targets import TargetCreate, check_request
 
 console = Console()
 
@@ -37,17 +26,6 @@ console = Console()
 @click.group("compute")
 def compute_group() -> None:
     """Compute targets: this machine (`local`), parts of it, and Ray clusters."""
-
-
-def _probe(address: str) -> None:
-    """Fail fast when nothing listens at the address (Ray's own connect retries for long)."""
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    check_port(
-        host.strip("[]"),
-        int(port),
-        "for the Ray cluster",
-        "check the head node's address and port, or pass --no-check to record it anyway",
-    )
 
 
 @compute_group.command("create")
@@ -63,11 +41,17 @@ def _probe(address: str) -> None:
 )
 @click.option("--cpus", type=float, help="local: CPU slots jobs may use; default: the cores.")
 @click.option("--memory", help="local: memory jobs may ask for (e.g. 200G); default: all of it.")
-@click.option("--token-env", metavar="VAR", help="Variable holding the cluster's Ray auth token.")
+@click.option(
+    "--token-env",
+    metavar="VAR",
+    help="Variable holding the cluster's Ray auth token (in the server's environment when "
+    "PHALANX_SERVER is set).",
+)
 @click.option(
     "--store-token",
     is_flag=True,
-    help="Read the token from stdin (or --token-env) into the workspace's 0600 secrets file.",
+    help="Read the token from stdin (sent to the server write-only when PHALANX_SERVER is "
+    "set) or --token-env into the workspace's 0600 secrets file.",
 )
 @click.option(
     "--placement",
@@ -107,96 +91,48 @@ def create_cmd(
     `--type local --name local` sets what the built-in target may use (e.g. keep
     GPUs 6-7 for something else); delete it to go back to everything found.
     """
-    ws = Workspace()
-    if kind == "local":
-        create_target(ws, _local(name, gpus, cpus, memory, address))
-        console.print(f"compute [bold]{name}[/bold] (local) → {_describe_local(ws, name)}")
-        return 0
-    if gpus is not None or cpus is not None or memory is not None:
-        raise PhalanxError(
-            "--gpus/--cpus/--memory are for --type local; a Ray target has --gpus-per-node"
-        )
-    if address is None:
-        raise PhalanxError("--address is required for --type ray: ray://HEAD:10001 or HEAD:6379")
-    check_address(address)
-    if not no_check:
-        _probe(address)
-    token: SecretRef | None = None
-    if store_token:
-        value = os.environ.get(token_env, "") if token_env else sys.stdin.readline().strip()
-        if not value:
+    try:
+        req = TargetCreate.model_validate(
+            {"name": name, "type": kind, "address": address, "gpus": gpus, "cpus": cpus,
+             "memory": memory, "token_env": token_env, "store_token": store_token,
+             "placement": placement, "cpus_per_node": cpus_per_node,
+             "gpus_per_node": gpus_per_node, "files": files, "no_check": no_check}
+        )  # fmt: skip
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise PhalanxError(f"--{field.replace('_', '-')}: {first['msg']}") from None
+    check_request(req)
+    if store_token and not token_env and kind == "ray":
+        token = sys.stdin.readline().strip()
+        if not token:
             raise PhalanxError("--store-token: no token on stdin (or in --token-env); pipe it in")
-        SecretStore(ws.home).put(secret_key(name), value)
-        token = SecretRef(secret=secret_key(name))
-    elif token_env:
-        token = SecretRef(env=token_env)
-    target = RayTarget(
-        name=name,
-        address=address,
-        token=token,
-        placement=placement,  # click.Choice checked it
-        cpus_per_node=cpus_per_node,
-        gpus_per_node=gpus_per_node,
-        files=files,  # click.Choice checked it
-    )
-    create_target(ws, target)
-    console.print(f"compute [bold]{name}[/bold] ({kind}) → {address}")
+        req = req.model_copy(update={"token": SecretStr(token)})
+    made = targets().create(req)
+    console.print(f"compute [bold]{name}[/bold] ({made['type']}) → {made['where']}")
     return 0
-
-
-def _local(
-    name: str, gpus: str | None, cpus: float | None, memory: str | None, address: str | None
-) -> LocalTarget:
-    from phalanx.sizes import parse_size
-
-    if address is not None:
-        raise PhalanxError("--address is for --type ray; a local target is this machine")
-    if cpus is not None and not (math.isfinite(cpus) and cpus > 0):
-        raise PhalanxError(f"--cpus {cpus:g}: give a number of CPU slots above 0, e.g. 16")
-    try:
-        devices = parse_devices(gpus) if gpus is not None else None
-    except ValueError as exc:
-        raise PhalanxError(str(exc)) from None
-    try:
-        size = parse_size(memory) if memory is not None else None
-    except ValueError as exc:
-        raise PhalanxError(f"--memory: {exc}") from None
-    if size is not None and size <= 0:
-        raise PhalanxError(f"--memory {memory}: give a size above 0, e.g. 200G")
-    return LocalTarget(name=name, gpus=devices, cpus=cpus, memory=size)
-
-
-def _describe_local(ws: Workspace, name: str) -> str:
-    from phalanx.scheduler.capacity import local_capacity
-    from phalanx.scheduler.model import gib
-
-    target = resolve_target(name, ws)
-    assert isinstance(target, LocalTarget)
-    host = local_capacity(target, ws).hosts[0]
-    gpus = ",".join(host.gpus) if host.gpus else "none"
-    return f"this machine: GPUs {gpus}, {host.cpus:g} CPU slots, {gib(host.memory)} memory"
 
 
 @compute_group.command("list")
 @click.option("--json", "as_json", is_flag=True)
 def list_cmd(as_json: bool) -> int:
     """The targets (`local`, this machine, is always there)."""
-    ws = Workspace()
-    targets = list_targets(ws)
-    if not any(t.name == LOCAL for t in targets):
-        targets.insert(0, LocalTarget())
+    listed = targets().list_all()
     if as_json:
-        click.echo(json.dumps([_json(t) for t in targets], indent=2))
+        click.echo(json.dumps([t["settings"] for t in listed], indent=2))
         return 0
     table = Table(box=None, header_style="bold")
     for column in ("NAME", "TYPE", "WHERE", "PLACEMENT", "TOKEN"):
         table.add_column(column)
-    for t in targets:
-        if isinstance(t, LocalTarget):
-            table.add_row(t.name, t.type, _describe_local(ws, t.name), "", "")
+    for t in listed:
+        settings = t["settings"]
+        if settings["type"] == "local":
+            table.add_row(settings["name"], "local", t["where"], "", "")
         else:
-            where = t.token.where if t.token else "none"
-            table.add_row(t.name, t.type, t.address, t.placement, where)
+            table.add_row(
+                settings["name"], settings["type"], t["where"], settings["placement"],
+                settings["token"] or "none",
+            )  # fmt: skip
     console.print(table)
     return 0
 
@@ -207,11 +143,9 @@ def list_cmd(as_json: bool) -> int:
 def show_cmd(name: str, as_json: bool) -> int:
     """A target: its settings (a token as a reference, never the value), what it has,
     what runs on it where, and its queue."""
-    from phalanx.cli.queue import queue_view, render_queue
+    from phalanx.cli.queue import render_queue
 
-    ws = Workspace()
-    target = resolve_target(name, ws) if name == LOCAL else get_target(ws, name)
-    view = {"settings": _json(target), **queue_view(ws, target)}
+    view = targets().show(name)
     if as_json:
         click.echo(json.dumps(view, indent=2))
         return 0
@@ -228,14 +162,6 @@ def show_cmd(name: str, as_json: bool) -> int:
 def delete_cmd(name: str) -> int:
     """Forget a target and its stored token (the cluster is untouched); deleting `local`
     gives the built-in target everything this machine has again."""
-    delete_target(Workspace(), name)
+    targets().delete(name)
     console.print(f"compute {name} deleted")
     return 0
-
-
-def _json(target: Target) -> dict[str, object]:
-    if isinstance(target, LocalTarget):
-        return target.model_dump()
-    data = target.model_dump(exclude={"token"}, exclude_none=True)
-    data["token"] = target.token.where if target.token else None
-    return data

@@ -1,24 +1,21 @@
-"""``phalanx data …``: data assets (create, list, show) and the shard converter."""
+"""``phalanx data …``: data assets (create, list, show) and the shard converter.
+
+With ``PHALANX_SERVER`` set, assets are the server's (a local ``--path`` is
+uploaded first); ``data convert`` always runs here: it is a tool for the
+machine that holds the images.
+"""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
+from phalanx.cli.where import data_assets
 from phalanx.errors import PhalanxError
-from phalanx.storage.assets import (
-    DataAsset,
-    create_asset,
-    get_asset,
-    list_assets,
-)
 from phalanx.storage.errors import storage_errors
 from phalanx.storage.uri import is_uri, resolve
 from phalanx.workspace import Workspace
@@ -32,22 +29,14 @@ def data_group() -> None:
     """Data assets (named, versioned datastore paths) and dataset conversion."""
 
 
-def _asset_json(asset: DataAsset) -> dict[str, Any]:
-    data = asdict(asset)
-    data["uri"] = asset.uri
-    data["created_at"] = dt.datetime.fromtimestamp(asset.created_at, dt.timezone.utc).isoformat(
-        timespec="seconds"
-    )
-    return data
-
-
 @data_group.command("create")
 @click.option("--name", required=True, help="The asset's name.")
 @click.option("--version", help="The version; the next integer when left out.")
 @click.option(
     "--path",
     required=True,
-    help="azureml://datastores/<name>/paths/<path>, az://…, s3://… or a local path.",
+    help="azureml://datastores/<name>/paths/<path>, az://…, s3://… or a local path (with "
+    "PHALANX_SERVER set, a local path is uploaded into the server's default datastore).",
 )
 @click.option("--type", "kind", type=click.Choice(["uri_folder", "uri_file"]), default="uri_folder")
 @click.option("--description")
@@ -56,24 +45,13 @@ def create_cmd(
     name: str, version: str | None, path: str, kind: str, description: str | None, no_check: bool
 ) -> int:
     """Register a new version of a data asset (versions are immutable)."""
-    ws = Workspace()
     if not is_uri(path):
         path = str(Path(path.removeprefix("file://")).expanduser().resolve())
-    if not no_check:
-        loc = resolve(path, ws)
-        with storage_errors(loc.url):
-            info = loc.fs.info(loc.path)
-        found = "directory" if info.get("type") == "directory" else "file"
-        wanted = "directory" if kind == "uri_folder" else "file"
-        if found != wanted:
-            raise PhalanxError(
-                f"--path: {loc.url} is a {found}, but --type {kind} wants a {wanted}; "
-                "fix --path or --type"
-            )
-    asset = create_asset(
-        ws, name=name, version=version, path=path, type=kind, description=description
-    )
-    console.print(f"data asset [bold]{asset.uri}[/bold] created → {asset.path}")
+    asset = data_assets().create(
+        name=name, version=version, path=path, type=kind, description=description,
+        no_check=no_check,
+    )  # fmt: skip
+    console.print(f"data asset [bold]{asset['uri']}[/bold] created → {asset['path']}")
     return 0
 
 
@@ -82,16 +60,15 @@ def create_cmd(
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def list_cmd(name: str | None, as_json: bool) -> int:
     """Every data asset version."""
-    assets = list_assets(Workspace(), name)
+    assets = data_assets().list_all(name)
     if as_json:
-        click.echo(json.dumps([_asset_json(a) for a in assets], indent=2))
+        click.echo(json.dumps(assets, indent=2))
         return 0
     table = Table(box=None, header_style="bold")
     for column in ("NAME", "VERSION", "TYPE", "PATH", "CREATED"):
         table.add_column(column)
     for a in assets:
-        created = _asset_json(a)["created_at"]
-        table.add_row(a.name, a.version, a.type, a.path, created)
+        table.add_row(a["name"], a["version"], a["type"], a["path"], a["created_at"])
     console.print(table)
     return 0
 
@@ -102,7 +79,7 @@ def list_cmd(name: str | None, as_json: bool) -> int:
 def show_cmd(asset: str, as_json: bool) -> int:
     """One asset version: NAME (latest), NAME:VERSION or NAME@latest."""
     name, version = _split(asset)
-    shown = _asset_json(get_asset(Workspace(), name, version))
+    shown = data_assets().show(name, version)
     if as_json:
         click.echo(json.dumps(shown, indent=2))
     else:
@@ -142,7 +119,12 @@ def convert_group() -> None:
     help="Order of the samples in the shards (seeded shuffle, so shards mix the classes).",
 )
 @click.option("--no-shuffle", is_flag=True, help="Keep the folders' order (class by class).")
-@click.option("--register", "asset", help="Also register DEST as a new version of this asset.")
+@click.option(
+    "--register",
+    "asset",
+    help="Also register DEST as a new version of this asset (on the server when "
+    "PHALANX_SERVER is set: a local DEST is uploaded).",
+)
 def convert_imagefolder_cmd(
     src: Path,
     dest: str,
@@ -217,6 +199,11 @@ def convert_imagefolder_cmd(
         if len(report.skipped) > 20:
             console.print(f"  … and {len(report.skipped) - 20} more (see index.json)")
     if asset:
-        created = create_asset(ws, name=asset, path=dest, description=f"converted from {src}")
-        console.print(f"data asset [bold]{created.uri}[/bold] created")
+        # In the workspace the other commands use: the server's, when one is set (a
+        # local DEST is then uploaded to it).
+        created = data_assets().create(
+            name=asset, version=None, path=dest, type="uri_folder",
+            description=f"converted from {src}", no_check=True,
+        )  # fmt: skip
+        console.print(f"data asset [bold]{created['uri']}[/bold] created")
     return 0

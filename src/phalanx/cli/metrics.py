@@ -5,7 +5,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -14,10 +19,10 @@ from rich.table import Table
 
 from phalanx.cli.termsafe import rank_text
 from phalanx.errors import PhalanxError
-from phalanx.workspace import Workspace
 from phalanx.workspace.metrics import History
 
 console = Console()
+TB_FOLDER = "outputs/tensorboard"
 _BARS = "▁▂▃▄▅▆▇█"
 
 
@@ -85,23 +90,72 @@ def _table(history: History, step_label: str) -> Table:
 @click.option("--port", type=int, default=6006, show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
 def tensorboard_cmd(names: tuple[str, ...], port: int, host: str) -> int:
-    """Start TensorBoard over the event files of one or several jobs (one run per job)."""
-    ws = Workspace()
-    specs = []
-    for name in names:
-        folder = Path(ws.get_job(name).job_dir) / "outputs" / "tensorboard"
-        if not folder.is_dir():
-            raise PhalanxError(
-                f"job {name} has no TensorBoard files ({folder}): it has logged no metric yet "
-                "(phalanx.train.log_metric writes them)"
-            )
-        specs.append(f"{name}:{folder}")
+    """Start TensorBoard over the event files of one or several jobs (one run per job).
+
+    With PHALANX_SERVER set, each job's event files are downloaded first (a copy as
+    of now, removed when TensorBoard stops) and TensorBoard runs on this machine.
+    """
     exe = shutil.which("tensorboard", path=os.path.dirname(sys.executable)) or shutil.which(
         "tensorboard"
     )
-    if exe is None:
-        raise PhalanxError("tensorboard is not installed: pip install 'phalanx[tensorboard]'")
-    argv = [exe, "--logdir_spec", ",".join(specs), "--port", str(port), "--host", host]
-    console.print(f"TensorBoard on http://{host}:{port} for {', '.join(names)} (Ctrl-C stops it)")
-    os.execv(exe, argv)
-    return 0  # not reached
+    with event_folders(names) as folders:
+        if exe is None:
+            raise PhalanxError("tensorboard is not installed: pip install 'phalanx[tensorboard]'")
+        specs = ",".join(f"{name}:{folder}" for name, folder in folders.items())
+        argv = [exe, "--logdir_spec", specs, "--port", str(port), "--host", host]
+        console.print(
+            f"TensorBoard on http://{host}:{port} for {', '.join(names)} (Ctrl-C stops it)"
+        )
+        child = subprocess.Popen(argv)
+        # Stopped either way, TensorBoard ends first, then the downloaded copy is removed.
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            return child.wait()
+        except KeyboardInterrupt:
+            child.terminate()
+            child.wait()
+            return 130
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def event_folders(names: tuple[str, ...]) -> Iterator[dict[str, Path]]:
+    """Each job's ``outputs/tensorboard`` folder: its own, or a downloaded copy of the
+    server's (removed afterwards).
+
+    Raises:
+        PhalanxError: an unknown job, or one without event files.
+    """
+    from phalanx.cli.backend import jobs_backend
+    from phalanx.cli.where import remote
+
+    jobs = jobs_backend()
+    config = remote()
+    tmp = Path(tempfile.mkdtemp(prefix="phalanx-tensorboard-")) if config else None
+    try:
+        folders = {}
+        for name in names:
+            folder: Path | None = Path(jobs.get(name).job_dir) / TB_FOLDER
+            where = str(folder)
+            if tmp is not None:
+                from phalanx.client.jobfiles import fetch
+                from phalanx.client.jobs import RemoteJobs
+
+                assert isinstance(jobs, RemoteJobs)
+                where += " on the server"
+                folder = fetch(jobs.client, name, TB_FOLDER, tmp / name)
+            if folder is None or not folder.is_dir():
+                raise PhalanxError(
+                    f"job {name} has no TensorBoard files ({where}): it has logged no metric "
+                    "yet (phalanx.train.log_metric writes them)"
+                )
+            folders[name] = folder
+        yield folders
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)

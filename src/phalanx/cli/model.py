@@ -1,21 +1,23 @@
-"""``phalanx model …``: register, list, show and download model versions."""
+"""``phalanx model …``: register, list, show and download model versions.
+
+With ``PHALANX_SERVER`` set, the registry is the server's: a local ``--path`` is
+uploaded, a job output or datastore URI is read by the server, and a download
+streams each file here, checked against its recorded sha256.
+"""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from pathlib import Path
-from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
+from phalanx.cli.where import models
 from phalanx.errors import PhalanxError
-from phalanx.registry import ModelVersion, download_model, get_model, list_models, register_model
-from phalanx.storage.cache import human_size
+from phalanx.sizes import human_size
 from phalanx.storage.uri import is_uri
-from phalanx.workspace import Workspace
 
 console = Console()
 
@@ -23,10 +25,6 @@ console = Console()
 @click.group("model")
 def model_group() -> None:
     """The model registry: named, immutable versions of a model's files."""
-
-
-def _when(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _tags(values: tuple[str, ...]) -> dict[str, str]:
@@ -37,23 +35,6 @@ def _tags(values: tuple[str, ...]) -> dict[str, str]:
             raise PhalanxError(f"--tag {value!r}: write KEY=VALUE")
         tags[key] = val
     return tags
-
-
-def _json(model: ModelVersion) -> dict[str, Any]:
-    return {
-        "name": model.name,
-        "version": model.version,
-        "uri": model.uri,
-        "source": model.source,
-        "job": model.job_name,
-        "created_at": _when(model.created_at),
-        "description": model.description,
-        "tags": model.tags,
-        "size": model.size,
-        "metrics": model.metrics,
-        "files": [f.to_json() for f in model.files],
-        "folder": str(model.folder),
-    }
 
 
 @model_group.command("create")
@@ -71,18 +52,17 @@ def create_cmd(
     name: str, path: str, version: str | None, description: str | None, tags: tuple[str, ...]
 ) -> int:
     """Copy a model's files into the registry as a new, immutable version."""
-    ws = Workspace()
     if not path.strip():
         raise PhalanxError("--path is empty; give a job output, a datastore URI or a local path")
     if not is_uri(path):
         path = str(Path(path.removeprefix("file://")).expanduser().absolute())
-    model = register_model(
-        ws, name=name, path=path, version=version, description=description, tags=_tags(tags)
+    model = models().create(
+        name=name, path=path, version=version, description=description, tags=_tags(tags)
     )
-    job = f" from job {model.job_name}" if model.job_name else ""
+    job = f" from job {model['job']}" if model["job"] else ""
     console.print(
-        f"model [bold]{model.name}:{model.version}[/bold] registered{job}: "
-        f"{len(model.files)} file(s), {human_size(model.size)}"
+        f"model [bold]{model['name']}:{model['version']}[/bold] registered{job}: "
+        f"{len(model['files'])} file(s), {human_size(model['size'])}"
     )
     return 0
 
@@ -92,24 +72,24 @@ def create_cmd(
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def list_cmd(name: str | None, as_json: bool) -> int:
     """Registered model versions, by name then oldest first."""
-    models = list_models(Workspace(), name)
+    listed = models().list_all(name)
     if as_json:
-        click.echo(json.dumps([_json(m) for m in models], indent=2))
+        click.echo(json.dumps(listed, indent=2))
         return 0
-    if not models:
+    if not listed:
         console.print("no models registered (phalanx model create --name … --path …)")
         return 0
     table = Table(box=None, header_style="bold")
     for column in ("NAME", "VERSION", "FILES", "SIZE", "JOB", "CREATED"):
         table.add_column(column)
-    for m in models:
+    for m in listed:
         table.add_row(
-            m.name,
-            m.version,
-            str(len(m.files)),
-            human_size(m.size),
-            m.job_name or "",
-            _when(m.created_at),
+            m["name"],
+            m["version"],
+            str(len(m["files"])),
+            human_size(m["size"]),
+            m["job"] or "",
+            m["created_at"],
         )
     console.print(table)
     return 0
@@ -121,27 +101,27 @@ def list_cmd(name: str | None, as_json: bool) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def show_cmd(name: str, version: str, as_json: bool) -> int:
     """A model version: where it came from, its metrics and its files with sha256."""
-    model = get_model(Workspace(), name, version)
+    model = models().show(name, version)
     if as_json:
-        click.echo(json.dumps(_json(model), indent=2))
+        click.echo(json.dumps(model, indent=2))
         return 0
-    console.print(f"[bold]{model.name}:{model.version}[/bold]  {_when(model.created_at)}")
-    console.print(f"  source   {model.source}")
-    if model.job_name:
-        console.print(f"  job      {model.job_name}")
-    if model.description:
-        console.print(f"  about    {model.description}")
-    for key, value in sorted(model.tags.items()):
+    console.print(f"[bold]{model['name']}:{model['version']}[/bold]  {model['created_at']}")
+    console.print(f"  source   {model['source']}")
+    if model["job"]:
+        console.print(f"  job      {model['job']}")
+    if model["description"]:
+        console.print(f"  about    {model['description']}")
+    for key, value in sorted(model["tags"].items()):
         console.print(f"  tag      {key}={value}")
-    for metric, number in sorted(model.metrics.items()):
+    for metric, number in sorted(model["metrics"].items()):
         shown = "nan/inf" if number is None else f"{number:.6g}"
         console.print(f"  metric   {metric} = {shown}")
     table = Table(box=None, header_style="bold")
     table.add_column("FILE", overflow="fold")
     table.add_column("SIZE", no_wrap=True)
     table.add_column("SHA256", no_wrap=True, min_width=64)
-    for f in model.files:
-        table.add_row(f.path, human_size(f.size), f.sha256)
+    for f in model["files"]:
+        table.add_row(f["path"], human_size(f["size"]), f["sha256"])
     console.print(table)
     return 0
 
@@ -159,10 +139,9 @@ def show_cmd(name: str, version: str, as_json: bool) -> int:
 @click.option("--overwrite", is_flag=True, help="Replace files at --dest that differ.")
 def download_cmd(name: str, version: str, dest: Path, overwrite: bool) -> int:
     """Copy a model version's files to a folder, each checked against its sha256."""
-    model = get_model(Workspace(), name, version)
-    written = download_model(model, dest, overwrite=overwrite)
+    model, written = models().download(name, version, dest, overwrite=overwrite)
     console.print(
-        f"model {model.name}:{model.version}: {len(model.files)} file(s) in {dest} "
+        f"model {model['name']}:{model['version']}: {len(model['files'])} file(s) in {dest} "
         f"({human_size(written)} written)"
     )
     return 0

@@ -1,4 +1,7 @@
-"""``phalanx queue``: every target's capacity, what runs where, and what waits (and why)."""
+"""``phalanx queue``: every target's capacity, what runs where, and what waits (and why).
+
+With ``PHALANX_SERVER`` set, the queues are the server's scheduler's.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +13,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from phalanx.compute.targets import LOCAL, LocalTarget, Target, list_targets, resolve_target
+from phalanx.compute.targets import LocalTarget, Target
 from phalanx.scheduler import ledger
 from phalanx.scheduler.capacity import local_capacity
 from phalanx.scheduler.model import gib
-from phalanx.scheduler.process import ensure_running
 from phalanx.workspace import JobStatus, Workspace
 
 console = Console()
@@ -121,16 +123,10 @@ def render_queue(out: Console, view: dict[str, Any]) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def queue_cmd(name: str | None, as_json: bool) -> int:
     """Every compute target: what it has, what runs where, and its queue."""
-    ws = Workspace()
+    from phalanx.cli.where import targets
+
     # The command to run after a reboot: it starts the scheduler, which recovers what died.
-    ensure_running(ws.home, ws.child_env())
-    if name is not None:
-        targets = [resolve_target(name, ws)]
-    else:
-        targets = list_targets(ws)
-        if not any(t.name == LOCAL for t in targets):
-            targets.insert(0, resolve_target(LOCAL, ws))
-    views = [queue_view(ws, t) for t in targets]
+    views = targets().queue(name)
     if as_json:
         click.echo(json.dumps(views, indent=2))
         return 0

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -35,6 +37,10 @@ class ServerSpecError(PhalanxError):
 
     def lines(self) -> list[str]:
         return list(self.problems) if self.every_problem else [str(self)]
+
+
+class NotFound(PhalanxError):
+    """The server answered 404: no such job, path or record."""
 
 
 class ServerClient:
@@ -90,6 +96,39 @@ class ServerClient:
                 self._warned = False
             return self._answer(response)
 
+    @contextmanager
+    def stream(self, path: str, *, params: dict[str, Any] | None = None) -> Iterator[Any]:
+        """``GET path`` whose body is read in chunks: yields an object with ``read(n)``.
+
+        Retried like :meth:`request` until the server answers; a 4xx raises as there.
+
+        Raises:
+            PhalanxError: the server's 4xx message, or it cannot be reached.
+        """
+        deadline = time.monotonic() + self._retry_s
+        delay = 0.2
+        started = False
+        while True:
+            try:
+                with self._http.stream("GET", "/api/v1" + path, params=params) as response:
+                    if response.status_code >= 500 and time.monotonic() < deadline:
+                        pass  # retried below, outside the open response
+                    elif not response.is_success:
+                        response.read()
+                        self._answer(response)
+                    else:
+                        started = True
+                        yield _Chunks(response.iter_bytes(1 << 20))
+                        return
+            except httpx.TransportError as exc:
+                if started or time.monotonic() > deadline:
+                    raise PhalanxError(
+                        f"cannot reach the phalanx server at {self.url} ({SERVER_ENV}): "
+                        f"{exc or type(exc).__name__}; is it running?"
+                    ) from None
+            self._wait(delay)
+            delay = min(delay * 2, 2.0)
+
     def _wait(self, delay: float) -> None:
         if not self._warned:
             print(f"server {self.url} unreachable; retrying…", file=sys.stderr, flush=True)
@@ -116,4 +155,16 @@ class ServerClient:
             )
         if response.status_code == 422 and isinstance(body.get("problems"), list):
             raise ServerSpecError(str(message), [str(p) for p in body["problems"]])
+        if response.status_code == 404:
+            raise NotFound(str(message))
         raise PhalanxError(str(message))
+
+
+class _Chunks:
+    """A response body as a file-like ``read()``: each call the next chunk, ``b""`` at the end."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+
+    def read(self, size: int = -1, /) -> bytes:
+        return next(self._chunks, b"")

@@ -15,9 +15,11 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 from urllib.parse import unquote
 
 from phalanx.errors import PhalanxError
@@ -116,28 +118,42 @@ def copy_in(files: dict[str, Location], dest: Path) -> list[ModelFile]:
     return out
 
 
-def copy_out(folder: Path, files: list[ModelFile], dest: Path, *, overwrite: bool) -> int:
-    """Copy a version's files from ``folder`` to ``dest``, each checked against its sha256.
+class Readable(Protocol):
+    def read(self, size: int = ..., /) -> bytes: ...
 
-    Every file is first copied and verified into a fresh folder inside ``dest``;
-    only when all are good are they moved into place, so a failure writes nothing.
-    No path component under ``dest`` may be a symbolic link, and a target that is a
+
+Opener = Callable[["ModelFile"], AbstractContextManager[Readable]]
+
+
+def copy_out(
+    open_file: Opener, files: list[ModelFile], dest: Path, *, overwrite: bool, altered: str
+) -> int:
+    """Copy a version's files to ``dest``, each checked against its sha256.
+
+    Every file is first copied (from ``open_file(f)``: the registry's folder, or a
+    server's answer) and verified into a fresh folder inside ``dest``; only when
+    all are good are they moved into place, so a failure writes nothing. No path
+    component under ``dest`` may be a symbolic link, and a target that is a
     folder is refused.
+
+    Args:
+        altered: Ends the error for a file that does not match its hash (which copy
+            was altered).
 
     Returns:
         Bytes copied.
 
     Raises:
         PhalanxError: a recorded name would leave ``dest``, a link or folder is in the
-            way, a target exists and differs (without ``overwrite``), or the registry's
-            copy no longer matches its hash.
+            way, a target exists and differs (without ``overwrite``), or the copy
+            read no longer matches its hash.
     """
     dest.mkdir(parents=True, exist_ok=True)
     plan: list[tuple[ModelFile, Path]] = []
     for f in files:
         rel = safe_relpath(f.path, "recorded file")
         target = dest / rel
-        _check_no_links(dest, rel)
+        check_no_links(dest, rel)
         if target.is_dir():
             raise PhalanxError(f"{target} is a folder where the model has a file; move it away")
         if target.exists() and not overwrite:
@@ -152,16 +168,15 @@ def copy_out(folder: Path, files: list[ModelFile], dest: Path, *, overwrite: boo
     try:
         total = 0
         for i, (f, _) in enumerate(plan):
-            with open(folder / f.path, "rb") as src, open(staging / str(i), "xb") as dst:
+            with open_file(f) as src, open(staging / str(i), "xb") as dst:
                 size, digest = _stream(src, dst)
             if digest != f.sha256 or size != f.size:
                 raise PhalanxError(
-                    f"the registry's copy of {f.path} no longer matches its sha256; the "
-                    f"registry folder {folder} was altered"
+                    f"the registry's copy of {f.path} no longer matches its sha256; {altered}"
                 )
             total += size
         for i, (f, target) in enumerate(plan):
-            _check_no_links(dest, f.path)  # again: nothing changed under us since the plan
+            check_no_links(dest, f.path)  # again: nothing changed under us since the plan
             target.parent.mkdir(parents=True, exist_ok=True)
             os.chmod(staging / str(i), 0o644)
             os.replace(staging / str(i), target)  # a name, never followed
@@ -170,7 +185,7 @@ def copy_out(folder: Path, files: list[ModelFile], dest: Path, *, overwrite: boo
     return total
 
 
-def _check_no_links(dest: Path, rel: str) -> None:
+def check_no_links(dest: Path, rel: str) -> None:
     """Refuse a symbolic link at any component of ``rel`` under ``dest``."""
     here = dest
     for part in rel.split("/"):
@@ -189,7 +204,7 @@ def make_writable(folder: Path) -> None:
             os.chmod(os.path.join(root, d), 0o755)
 
 
-def _stream(src: BinaryIO, dst: BinaryIO) -> tuple[int, str]:
+def _stream(src: Readable, dst: BinaryIO) -> tuple[int, str]:
     digest = hashlib.sha256()
     size = 0
     while chunk := src.read(CHUNK):

@@ -21,7 +21,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from phalanx.errors import PhalanxError
 from phalanx.registry.files import ModelFile, copy_in, copy_out, inside, make_writable
@@ -96,12 +96,15 @@ def register_model(
     version: str | None = None,
     description: str | None = None,
     tags: dict[str, str] | None = None,
+    recorded_as: str | None = None,
 ) -> ModelVersion:
     """Copy the files at ``path`` into the registry as a new version of ``name``.
 
     Args:
         path: A data URI or local path, or ``azureml://jobs/<job>/outputs/<output>``.
         version: ``None`` takes the next integer after the highest integer version.
+        recorded_as: The source to record instead of ``path`` (a client's own path,
+            for files it uploaded to a server).
 
     Raises:
         PhalanxError: a bad name, version or path; the version exists; the files
@@ -140,7 +143,7 @@ def register_model(
                         "name": name,
                         "version": version,
                         "seq": max((r["seq"] for r in rows), default=0) + 1,
-                        "source": source.uri,
+                        "source": recorded_as or source.uri,
                         "job_name": source.job_name,
                         "files": json.dumps([f.to_json() for f in recorded]),
                         "metrics": json.dumps(metrics),
@@ -198,7 +201,12 @@ def download_model(model: ModelVersion, dest: Path, *, overwrite: bool = False) 
     Raises:
         PhalanxError: see :func:`phalanx.registry.files.copy_out`.
     """
-    return copy_out(model.folder, model.files, dest, overwrite=overwrite)
+
+    def open_file(f: ModelFile) -> BinaryIO:
+        return open(model.folder / f.path, "rb")
+
+    altered = f"the registry folder {model.folder} was altered"
+    return copy_out(open_file, model.files, dest, overwrite=overwrite, altered=altered)
 
 
 def _registry_dir(ws: Workspace) -> Path:

@@ -11,7 +11,15 @@ from fastapi import FastAPI, Request
 from starlette.exceptions import HTTPException
 
 from phalanx import __version__
-from phalanx.server import errors, jobs_api
+from phalanx.server import (
+    compute_api,
+    data_api,
+    datastores_api,
+    errors,
+    jobfiles_api,
+    jobs_api,
+    models_api,
+)
 from phalanx.server.auth import caller
 from phalanx.server.settings import ServerSettings
 
@@ -31,6 +39,8 @@ def create_app(settings: ServerSettings) -> FastAPI:
     app.state.settings = settings
     errors.install(app)
     app.include_router(jobs_api.router)
+    for verbs in (jobfiles_api, datastores_api, data_api, models_api, compute_api):
+        app.include_router(verbs.router)
 
     @app.get("/api/v1/health", tags=["server"])
     def health() -> dict[str, Any]:

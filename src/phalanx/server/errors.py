@@ -7,6 +7,7 @@ machine. Anything else is a bug: a 500 with no detail (the server logs it).
 from __future__ import annotations
 
 import logging
+import traceback
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -15,6 +16,7 @@ from starlette.exceptions import HTTPException
 
 from phalanx.errors import JobNotFoundError, PhalanxError, SpecError
 from phalanx.server.uploads import UploadError
+from phalanx.storage.redact import redact
 
 log = logging.getLogger("phalanx.server")
 
@@ -56,7 +58,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("%s %s failed", request.method, request.url.path)
+        # A cloud SDK's message may quote a credential: masked before it is logged.
+        trace = redact("".join(traceback.format_exception(exc)))
+        log.error("%s %s failed\n%s", request.method, request.url.path, trace)
         return JSONResponse(
             error_body("internal server error; the server's log has the details"),
             status_code=500,

@@ -1,0 +1,48 @@
+"""``GET /api/v1/jobs/{name}/files/{path}``: a file or folder of a job's folder, as a tar.
+
+The path is checked (:mod:`phalanx.service.jobfiles`): plain and relative, no
+symbolic link on the way, links inside left out. Nothing there is a 404.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import FileResponse
+from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException
+
+from phalanx.server.auth import caller
+from phalanx.server.settings import ServerSettings, workspace
+from phalanx.service.jobfiles import NoSuchPath, job_path, pack
+
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
+User = Annotated[str | None, Depends(caller)]
+
+
+@router.get("/{name}/files/{path:path}")
+def job_files(name: str, path: str, request: Request, _: User) -> FileResponse:
+    """The file or folder at ``path`` in the job's folder (e.g. ``outputs/tensorboard``),
+    packed as an uncompressed tar under its own name."""
+    settings: ServerSettings = request.app.state.settings
+    try:
+        found = job_path(workspace(settings), name, path)
+    except NoSuchPath as exc:
+        raise HTTPException(404, str(exc)) from None
+    tmp = settings.home / "server" / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    fd, archive = tempfile.mkstemp(prefix="files-", suffix=".tar", dir=tmp)
+    os.close(fd)
+    try:
+        pack(found, tmp / os.path.basename(archive))
+    except BaseException:
+        os.unlink(archive)
+        raise
+    return FileResponse(
+        archive,
+        media_type="application/x-tar",
+        background=BackgroundTask(os.unlink, archive),
+    )

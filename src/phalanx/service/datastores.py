@@ -1,0 +1,279 @@
+"""Datastores of a workspace: create, list, show, delete, and list a folder of one.
+
+A credential never travels as a reference's value: what is read back (``show``,
+``list``) names where the credential comes from. A credential the user pipes in
+for ``--store`` arrives in :attr:`DatastoreCreate.piped`, is written to the
+workspace's 0600 secrets file and is never returned. ``--credential-env``,
+``--key-env`` and ``--secret-env`` name variables of the environment where the
+workspace is: the server's, when the CLI talks to one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+from phalanx.errors import PhalanxError
+from phalanx.storage.datastores import AzureBlobDatastore, Datastore, LocalDatastore, S3Datastore
+from phalanx.storage.errors import check_reachable, storage_errors
+from phalanx.storage.registry import (
+    create_datastore,
+    delete_datastore,
+    get_datastore,
+    list_datastores,
+    secret_key,
+    secrets_of,
+)
+from phalanx.storage.secrets import SecretRef, SecretStore
+from phalanx.workspace import Workspace
+
+AZURE_AUTH = ("account_key", "sas_token", "connection_string", "anonymous")
+S3_AUTH = ("keys", "anonymous", "default")
+_TEXT = Field(default=None, max_length=4096)
+
+
+class DatastoreCreate(BaseModel):
+    """What ``phalanx datastore create`` asks for (its options, by name)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(max_length=256)
+    type: Literal["local", "azure_blob", "s3"]
+    description: str | None = _TEXT
+    path: str | None = _TEXT
+    account_name: str | None = _TEXT
+    container_name: str | None = _TEXT
+    endpoint: str | None = _TEXT
+    bucket: str | None = _TEXT
+    endpoint_url: str | None = _TEXT
+    region: str | None = _TEXT
+    auth: str | None = _TEXT
+    credential_env: str | None = _TEXT
+    key_env: str | None = _TEXT
+    secret_env: str | None = _TEXT
+    store: bool = False
+    """Keep the credentials in the secrets file (from ``piped``, or read once from the
+    named variables)."""
+    no_check: bool = False
+    piped: dict[str, SecretStr] = Field(default_factory=dict, max_length=8)
+    """Credential → value read from the user's stdin; write-only."""
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON body, the piped values in clear (for the request only)."""
+        body = self.model_dump(mode="json", exclude={"piped"})
+        body["piped"] = {k: v.get_secret_value() for k, v in self.piped.items()}
+        return body
+
+
+def credentials_needed(req: DatastoreCreate) -> list[tuple[str, str | None]]:
+    """(credential, variable naming it or ``None``) for each credential ``req`` needs.
+
+    Raises:
+        PhalanxError: an ``--auth`` that is not for the type.
+    """
+    if req.type == "azure_blob":
+        auth = _azure_auth(req)
+        return [] if auth == "anonymous" else [(auth, req.credential_env)]
+    if req.type == "s3" and _s3_auth(req) == "keys":
+        return [("key", req.key_env), ("secret", req.secret_env)]
+    return []
+
+
+def _azure_auth(req: DatastoreCreate) -> str:
+    auth = req.auth or ("account_key" if req.credential_env or req.store else "anonymous")
+    if auth not in AZURE_AUTH:
+        raise PhalanxError(f"--auth {auth} is not for azure_blob; use {', '.join(AZURE_AUTH)}")
+    return auth
+
+
+def _s3_auth(req: DatastoreCreate) -> str:
+    auth = req.auth or ("keys" if req.key_env or req.store else "default")
+    if auth not in S3_AUTH:
+        raise PhalanxError(f"--auth {auth} is not for s3; use {', '.join(S3_AUTH)}")
+    return auth
+
+
+class _Pending(SecretStore):
+    """The secrets file plus values not written yet: a datastore is checked before it is kept."""
+
+    def __init__(self, store: SecretStore, pending: dict[str, str]) -> None:
+        self.path = store.path
+        self._store = store
+        self.pending = pending
+
+    def get(self, key: str) -> str | None:
+        return self.pending.get(key) or self._store.get(key)
+
+
+def describe(datastore: Datastore) -> dict[str, Any]:
+    """The datastore as shown: every field, credentials as where they come from."""
+    data: dict[str, Any] = json.loads(datastore.model_dump_json(exclude_none=True))
+    creds = getattr(datastore, "credentials", None)
+    if creds is not None:
+        data["credentials"] = {k: ref.where for k, ref in creds.items()} or "none (anonymous)"
+    return data
+
+
+def where(d: Datastore) -> str:
+    """The folder, container or bucket, as a one-line place."""
+    if isinstance(d, LocalDatastore):
+        return d.path
+    if isinstance(d, AzureBlobDatastore):
+        return f"{d.service_url}/{d.container_name}"
+    assert isinstance(d, S3Datastore)
+    return f"{d.endpoint_url or 's3:/'}/{d.bucket}"
+
+
+class Datastores(Protocol):
+    """The datastore verbs, on this machine's workspace or a server's."""
+
+    def create(self, req: DatastoreCreate) -> dict[str, Any]: ...
+    def list_all(self) -> list[dict[str, Any]]: ...
+    def show(self, name: str) -> dict[str, Any]: ...
+    def delete(self, name: str) -> None: ...
+    def ls(self, name: str, path: str) -> list[dict[str, Any]]: ...
+
+
+class WorkspaceDatastores:
+    """The datastores of a workspace on this machine."""
+
+    def __init__(self, ws: Workspace) -> None:
+        self.ws = ws
+
+    def create(self, req: DatastoreCreate) -> dict[str, Any]:
+        """Record a datastore after listing it once (unless ``no_check``); its URL.
+
+        Raises:
+            PhalanxError: the name is taken, an option is missing or wrong, a
+                variable is unset, or the store refuses the credential.
+        """
+        ws = self.ws
+        secrets = secrets_of(ws)
+        if any(d.name == req.name for d in list_datastores(ws)):
+            raise PhalanxError(
+                f"datastore {req.name!r} already exists; use another name, or "
+                "`phalanx datastore delete` it first"
+            )
+        values: dict[str, str] = {}
+        datastore = build(req, values)
+        pending = _Pending(secrets, values)
+        root = datastore.location("", pending)
+        if not req.no_check:
+            check_reachable(root.url)
+            with storage_errors(root.url, action="list"):
+                root.fs.ls(root.path, detail=False)
+        for key, value in values.items():
+            secrets.put(key, value)
+        try:
+            create_datastore(ws, datastore)
+        except BaseException:
+            # Only what this call wrote (the name was free, so no other datastore's).
+            for key in values:
+                secrets.delete_prefix(key)
+            raise
+        return {"name": req.name, "type": req.type, "url": root.url}
+
+    def list_all(self) -> list[dict[str, Any]]:
+        """Every datastore, ``default`` first: ``{"show": describe(d), "where": …}``."""
+        return [{"show": describe(d), "where": where(d)} for d in list_datastores(self.ws)]
+
+    def show(self, name: str) -> dict[str, Any]:
+        return describe(get_datastore(self.ws, name))
+
+    def delete(self, name: str) -> None:
+        delete_datastore(self.ws, name)
+
+    def ls(self, name: str, path: str) -> list[dict[str, Any]]:
+        """PATH of datastore NAME: folders first, then files with sizes."""
+        loc = get_datastore(self.ws, name).location(path, secrets_of(self.ws))
+        with storage_errors(loc.url, action="list"):
+            entries = loc.fs.ls(loc.path, detail=True)
+        return sorted(
+            (
+                {
+                    "name": str(e["name"]).rstrip("/").rsplit("/", 1)[-1],
+                    "type": "folder" if e.get("type") == "directory" else "file",
+                    "size": int(e.get("size") or 0),
+                }
+                for e in entries
+            ),
+            key=lambda r: (r["type"] != "folder", r["name"]),
+        )
+
+
+def build(req: DatastoreCreate, values: dict[str, str]) -> Datastore:
+    """The datastore ``req`` describes; stored credentials go into ``values`` (key → value).
+
+    Raises:
+        PhalanxError: naming the option to fix.
+    """
+    name, kind = req.name, req.type
+
+    def need(option: str) -> str:
+        value = getattr(req, option.replace("-", "_"))
+        if not value:
+            raise PhalanxError(f"--type {kind} needs --{option}")
+        return str(value)
+
+    def ref(credential: str, env: str | None) -> SecretRef:
+        if req.store:
+            key = secret_key(name, credential)
+            values[key] = _stored_value(req, credential, env)
+            return SecretRef(secret=key)
+        if env is None:
+            raise PhalanxError(
+                f"{credential}: name the variable that holds it (--credential-env / --key-env / "
+                "--secret-env), or add --store to read it from stdin into the secrets file"
+            )
+        return SecretRef(env=env)
+
+    try:
+        if kind == "local":
+            from pathlib import Path
+
+            folder = Path(need("path")).expanduser().resolve()
+            if not folder.is_dir():
+                raise PhalanxError(f"--path: folder {folder} not found; create it first")
+            return LocalDatastore(name=name, path=str(folder), description=req.description)
+        needed = credentials_needed(req)
+        if kind == "azure_blob":
+            creds = {cred: ref(cred, env) for cred, env in needed}
+            extra = {"endpoint": req.endpoint} if req.endpoint else {}
+            return AzureBlobDatastore(
+                name=name,
+                account_name=need("account-name"),
+                container_name=need("container-name"),
+                credentials=creds,
+                description=req.description,
+                **extra,
+            )
+        creds = {cred: ref(cred, env) for cred, env in needed}
+        return S3Datastore(
+            name=name,
+            bucket=need("bucket"),
+            endpoint_url=req.endpoint_url,
+            region=req.region,
+            anonymous=_s3_auth(req) == "anonymous",
+            credentials=creds,
+            description=req.description,
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "datastore"
+        raise PhalanxError(f"--{field.replace('_', '-')}: {first['msg']}") from exc
+
+
+def _stored_value(req: DatastoreCreate, credential: str, env: str | None) -> str:
+    """The value ``--store`` keeps: read once from the variable, or as piped in."""
+    if env is not None:
+        value = os.environ.get(env)
+        if not value:
+            raise PhalanxError(f"--credential-env: environment variable {env} is not set")
+        return value
+    piped = req.piped.get(credential)
+    if piped is None or not piped.get_secret_value():
+        raise PhalanxError(f"no {credential} on stdin; pipe it in or name a variable with --*-env")
+    return piped.get_secret_value()

@@ -1,0 +1,246 @@
+"""Compute targets of a workspace (create, list, show, delete) and the queue of each.
+
+A Ray target's token is kept as a reference: ``token_env`` names a variable of
+the environment where the workspace is (the server's, when the CLI talks to
+one), and a token piped in for ``--store-token`` arrives in
+:attr:`TargetCreate.token`, goes to the 0600 secrets file and is never returned.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from phalanx.compute.targets import (
+    LOCAL,
+    LocalTarget,
+    RayTarget,
+    Target,
+    check_address,
+    create_target,
+    delete_target,
+    get_target,
+    list_targets,
+    parse_devices,
+    resolve_target,
+    secret_key,
+)
+from phalanx.errors import PhalanxError
+from phalanx.storage.errors import check_port
+from phalanx.storage.secrets import SecretRef, SecretStore
+from phalanx.workspace import Workspace
+
+_TEXT = Field(default=None, max_length=4096)
+
+
+class TargetCreate(BaseModel):
+    """What ``phalanx compute create`` asks for (its options, by name)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(max_length=256)
+    type: Literal["ray", "local"] = "ray"
+    address: str | None = _TEXT
+    gpus: str | None = _TEXT
+    cpus: float | None = None
+    memory: str | None = _TEXT
+    token_env: str | None = _TEXT
+    store_token: bool = False
+    token: SecretStr | None = None
+    """A token read from the user's stdin for ``--store-token``; write-only."""
+    placement: Literal["spread", "pack"] = "spread"
+    cpus_per_node: float | None = None
+    gpus_per_node: float = 0
+    files: Literal["local", "shared"] = "local"
+    no_check: bool = False
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON body, the piped token in clear (for the request only)."""
+        body = self.model_dump(mode="json", exclude={"token"})
+        body["token"] = self.token.get_secret_value() if self.token else None
+        return body
+
+
+class Targets(Protocol):
+    """The compute verbs and the queue, on this machine's workspace or a server's."""
+
+    def create(self, req: TargetCreate) -> dict[str, Any]: ...
+    def list_all(self) -> list[dict[str, Any]]: ...
+    def show(self, name: str) -> dict[str, Any]: ...
+    def delete(self, name: str) -> None: ...
+    def queue(self, name: str | None) -> list[dict[str, Any]]: ...
+
+
+def settings_json(target: Target) -> dict[str, object]:
+    """A target's settings; a Ray token as where it comes from, never its value."""
+    if isinstance(target, LocalTarget):
+        return target.model_dump()
+    data = target.model_dump(exclude={"token"}, exclude_none=True)
+    data["token"] = target.token.where if target.token else None
+    return data
+
+
+class WorkspaceTargets:
+    """The compute targets and queues of a workspace on this machine."""
+
+    def __init__(self, ws: Workspace) -> None:
+        self.ws = ws
+
+    def create(self, req: TargetCreate) -> dict[str, Any]:
+        """Register a target; what it is (``where``: this machine's part, or the address).
+
+        Raises:
+            PhalanxError: an option that does not fit the type, a bad address, nothing
+                listening there (unless ``no_check``), or a taken name or GPU.
+        """
+        ws = self.ws
+        if req.type == "local":
+            create_target(ws, local_target(req))
+            return {"name": req.name, "type": "local", "where": describe_local(ws, req.name)}
+        address = ray_address(req)
+        if not req.no_check:
+            _probe(address)
+        token: SecretRef | None = None
+        if req.store_token:
+            if req.token_env:
+                value = os.environ.get(req.token_env, "")
+            else:
+                value = req.token.get_secret_value() if req.token else ""
+            if not value:
+                raise PhalanxError(
+                    "--store-token: no token on stdin (or in --token-env); pipe it in"
+                )
+            SecretStore(ws.home).put(secret_key(req.name), value)
+            token = SecretRef(secret=secret_key(req.name))
+        elif req.token_env:
+            token = SecretRef(env=req.token_env)
+        target = RayTarget(
+            name=req.name,
+            address=address,
+            token=token,
+            placement=req.placement,
+            cpus_per_node=req.cpus_per_node,
+            gpus_per_node=req.gpus_per_node,
+            files=req.files,
+        )
+        create_target(ws, target)
+        return {"name": req.name, "type": "ray", "where": address}
+
+    def list_all(self) -> list[dict[str, Any]]:
+        """Every target (``local`` first when not registered): settings and where."""
+        targets = list_targets(self.ws)
+        if not any(t.name == LOCAL for t in targets):
+            targets.insert(0, LocalTarget())
+        return [
+            {
+                "settings": settings_json(t),
+                "where": describe_local(self.ws, t.name)
+                if isinstance(t, LocalTarget)
+                else t.address,
+            }
+            for t in targets
+        ]
+
+    def show(self, name: str) -> dict[str, Any]:
+        """A target's settings, what it has, what runs on it where, and its queue."""
+        from phalanx.cli.queue import queue_view
+
+        target = resolve_target(name, self.ws) if name == LOCAL else get_target(self.ws, name)
+        return {"settings": settings_json(target), **queue_view(self.ws, target)}
+
+    def delete(self, name: str) -> None:
+        delete_target(self.ws, name)
+
+    def queue(self, name: str | None) -> list[dict[str, Any]]:
+        """The queue view of every target (or of ``name``); starts the scheduler if it is
+        not running: the command to run after a reboot."""
+        from phalanx.cli.queue import queue_view
+        from phalanx.scheduler.process import ensure_running
+
+        ensure_running(self.ws.home, self.ws.child_env())
+        if name is not None:
+            targets = [resolve_target(name, self.ws)]
+        else:
+            targets = list_targets(self.ws)
+            if not any(t.name == LOCAL for t in targets):
+                targets.insert(0, resolve_target(LOCAL, self.ws))
+        return [queue_view(self.ws, t) for t in targets]
+
+
+def _probe(address: str) -> None:
+    """Fail fast when nothing listens at the address (Ray's own connect retries for long)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    check_port(
+        host.strip("[]"),
+        int(port),
+        "for the Ray cluster",
+        "check the head node's address and port, or pass --no-check to record it anyway",
+    )
+
+
+def check_request(req: TargetCreate) -> None:
+    """The checks that need no workspace (the CLI makes them before sending a request).
+
+    Raises:
+        PhalanxError: an option that does not fit the type, or a malformed value.
+    """
+    if req.type == "local":
+        local_target(req)
+    else:
+        ray_address(req)
+
+
+def ray_address(req: TargetCreate) -> str:
+    """The Ray target's address, checked.
+
+    Raises:
+        PhalanxError: local-only options, or no or a malformed address.
+    """
+    if req.gpus is not None or req.cpus is not None or req.memory is not None:
+        raise PhalanxError(
+            "--gpus/--cpus/--memory are for --type local; a Ray target has --gpus-per-node"
+        )
+    if req.address is None:
+        raise PhalanxError("--address is required for --type ray: ray://HEAD:10001 or HEAD:6379")
+    return check_address(req.address)
+
+
+def local_target(req: TargetCreate) -> LocalTarget:
+    """The local target ``req`` describes.
+
+    Raises:
+        PhalanxError: an address, or malformed GPUs, CPUs or memory.
+    """
+    from phalanx.sizes import parse_size
+
+    if req.address is not None:
+        raise PhalanxError("--address is for --type ray; a local target is this machine")
+    cpus, memory = req.cpus, req.memory
+    if cpus is not None and not (math.isfinite(cpus) and cpus > 0):
+        raise PhalanxError(f"--cpus {cpus:g}: give a number of CPU slots above 0, e.g. 16")
+    try:
+        devices = parse_devices(req.gpus) if req.gpus is not None else None
+    except ValueError as exc:
+        raise PhalanxError(str(exc)) from None
+    try:
+        size = parse_size(memory) if memory is not None else None
+    except ValueError as exc:
+        raise PhalanxError(f"--memory: {exc}") from None
+    if size is not None and size <= 0:
+        raise PhalanxError(f"--memory {memory}: give a size above 0, e.g. 200G")
+    return LocalTarget(name=req.name, gpus=devices, cpus=cpus, memory=size)
+
+
+def describe_local(ws: Workspace, name: str) -> str:
+    """What a local target has: its GPUs, CPU slots and memory."""
+    from phalanx.scheduler.capacity import local_capacity
+    from phalanx.scheduler.model import gib
+
+    target = resolve_target(name, ws)
+    assert isinstance(target, LocalTarget)
+    host = local_capacity(target, ws).hosts[0]
+    gpus = ",".join(host.gpus) if host.gpus else "none"
+    return f"this machine: GPUs {gpus}, {host.cpus:g} CPU slots, {gib(host.memory)} memory"
