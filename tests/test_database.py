@@ -128,3 +128,23 @@ def _run_together(scripts: list[str], home: Path) -> list[str]:
     results = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0] * len(procs), [err for _, err in results]
     return [out.strip() for out, _ in results]
+
+
+def test_a_database_gone_after_open_is_one_line_not_a_traceback(
+    cli: Cli, postgres: pg.Postgres, pg_url: str
+) -> None:
+    import time
+
+    cli.env["PHALANX_DB"] = pg_url
+    cli.write("src/wait.py", "import time\nprint('up', flush=True)\ntime.sleep(6)\n")
+    name = cli.create(cli.write("job.yml", "command: python wait.py\ncode: src\n"))
+    cli.wait(name, ("Running",))
+    stream = cli.popen("job", "stream", name)
+    time.sleep(1)
+    postgres.drop_database(pg_url)  # connections ended, the database gone
+    _, err = stream.communicate(timeout=60)
+    assert stream.returncode == 2
+    assert err.startswith("error: the workspace database stopped answering (")
+    assert "PHALANX_DB" in err and "Traceback" not in err
+    assert postgres.password not in err
+    time.sleep(8)  # the rank ends by itself; nothing of the job is left to kill

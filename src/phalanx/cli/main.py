@@ -8,6 +8,7 @@ keeps its traceback.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -75,6 +76,26 @@ def run_cmd(spec_file: Path, overrides: tuple[str, ...], all_ranks: bool) -> int
     return create_and_maybe_stream(spec_file, overrides, stream=True, all_ranks=all_ranks)
 
 
+def _database_down(exc: Exception) -> str | None:
+    """One line for a database that went away after it was opened (PostgreSQL
+    restarting, the network gone), or ``None`` for any other exception (a bug)."""
+    sqlalchemy = sys.modules.get("sqlalchemy")
+    if sqlalchemy is None or not isinstance(exc, sqlalchemy.exc.OperationalError):
+        return None
+    from phalanx.workspace.database import redact
+
+    text = str(exc.orig or exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    url = os.environ.get("PHALANX_DB")
+    if url:
+        with contextlib.suppress(Exception):
+            first = redact(first, sqlalchemy.engine.make_url(url).password)
+    return (
+        f"the workspace database stopped answering ({first}); check that it runs and that "
+        "PHALANX_DB reaches it, then run the command again (PHALANX_DEBUG=1 shows more)"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     debug = os.environ.get("PHALANX_DEBUG") == "1"
     try:
@@ -91,6 +112,11 @@ def main(argv: list[str] | None = None) -> None:
         for line in exc.lines():
             click.echo(f"error: {line}", err=True)
         sys.exit(exc.exit_code)
+    except Exception as exc:
+        if debug or not _database_down(exc):
+            raise
+        click.echo(f"error: {_database_down(exc)}", err=True)
+        sys.exit(PhalanxError.exit_code)
     sys.exit(rc if isinstance(rc, int) else 0)
 
 
