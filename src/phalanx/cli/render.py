@@ -62,15 +62,6 @@ def _shape(spec: dict[str, Any]) -> tuple[int, int]:
     return nodes, procs
 
 
-def log_files(job: JobRecord) -> dict[str, list[str]]:
-    """The job's log files, as ``job show --json`` (and the API) list them."""
-    paths = JobPaths(Path(job.job_dir))
-    return {
-        "user_logs": [str(p) for p in paths.rank_logs()],
-        "system_logs": sorted(str(p) for p in paths.system_logs.glob("*.txt")),
-    }
-
-
 def job_json(job: JobRecord) -> dict[str, Any]:
     """The stable machine-readable view of a job (``job show --json``)."""
     paths = JobPaths(Path(job.job_dir))
@@ -96,7 +87,7 @@ def job_json(job: JobRecord) -> dict[str, Any]:
         "outputs_dir": str(paths.outputs),
         "checkpoint_dir": str(paths.checkpoints),
         "created_by": job.created_by,
-        **(job.logs or log_files(job)),
+        **(job.logs or paths.log_files()),
         "attempts": [
             {
                 "number": a.number,
@@ -172,7 +163,7 @@ def show_job(console: Console, job: JobRecord) -> None:
         head.add_row("nodes", node_devices(job.attempts[-1].nodes))
     head.add_row("command", Text(str(job.spec.get("command", "")).strip()))
     head.add_row("job folder", job.job_dir)
-    logs = (job.logs or log_files(job))["user_logs"]
+    logs = (job.logs or paths.log_files())["user_logs"]
     head.add_row("user logs", f"{paths.user_logs} ({len(logs)} file(s))")
     head.add_row("outputs", str(paths.outputs))
     console.print(head)

@@ -7,11 +7,12 @@ tells a caller which part was wrong.
 from __future__ import annotations
 
 import time
+from typing import Annotated
 
-from fastapi import Request
+from fastapi import Depends, Request
 from starlette.exceptions import HTTPException
 
-from phalanx.server.settings import ServerSettings, workspace
+from phalanx.server.settings import settings_of, workspace
 from phalanx.workspace import Workspace
 from phalanx.workspace.tokens import PREFIX, touch, user_of
 
@@ -37,7 +38,7 @@ def caller(request: Request) -> str | None:
     Raises:
         HTTPException: 401.
     """
-    settings: ServerSettings = request.app.state.settings
+    settings = settings_of(request)
     if not settings.auth:
         return None
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
@@ -50,3 +51,7 @@ def caller(request: Request) -> str | None:
     if user is None:
         raise HTTPException(401, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
     return user
+
+
+# A route's parameter for its caller: ``_: User`` makes the route ask for a token.
+User = Annotated[str | None, Depends(caller)]

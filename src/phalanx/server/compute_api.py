@@ -6,21 +6,19 @@ for ``--store-token`` arrives in the create request only.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 
-from phalanx.server.auth import caller
-from phalanx.server.settings import ServerSettings, workspace
+from phalanx.server.auth import User
+from phalanx.server.settings import request_workspace
 from phalanx.service.targets import TargetCreate, WorkspaceTargets
 
 router = APIRouter(prefix="/api/v1", tags=["compute"])
-User = Annotated[str | None, Depends(caller)]
 
 
 def _targets(request: Request) -> WorkspaceTargets:
-    settings: ServerSettings = request.app.state.settings
-    return WorkspaceTargets(workspace(settings))
+    return WorkspaceTargets(request_workspace(request))
 
 
 @router.post("/compute", status_code=201)

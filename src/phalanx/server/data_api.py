@@ -12,21 +12,20 @@ import re
 import shutil
 import uuid
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from phalanx.errors import PhalanxError
-from phalanx.server.auth import caller
-from phalanx.server.settings import ServerSettings, workspace
+from phalanx.server.auth import User
+from phalanx.server.settings import request_workspace, settings_of, workspace
 from phalanx.server.uploads import UploadError, receive
 from phalanx.service.data import WorkspaceData
 from phalanx.storage.datastores import DEFAULT_DATASTORE, default_datastore
 from phalanx.storage.uri import is_uri
 
 router = APIRouter(prefix="/api/v1/data", tags=["data"])
-User = Annotated[str | None, Depends(caller)]
 UPLOADED = "uploads"
 
 
@@ -45,7 +44,7 @@ class DataCreate(BaseModel):
 @router.post("", status_code=201)
 def create_data(body: DataCreate, request: Request, _: User) -> dict[str, Any]:
     """Register a new version of a data asset (versions are immutable)."""
-    settings: ServerSettings = request.app.state.settings
+    settings = settings_of(request)
     data = WorkspaceData(workspace(settings))
     if (body.path is None) == (body.upload is None):
         raise PhalanxError("give either path (a URI) or upload (from PUT /api/v1/uploads)")
@@ -85,12 +84,10 @@ def create_data(body: DataCreate, request: Request, _: User) -> dict[str, Any]:
 @router.get("")
 def list_data(request: Request, _: User, name: str | None = None) -> dict[str, Any]:
     """Every data asset version (or those of ``name``), oldest first."""
-    settings: ServerSettings = request.app.state.settings
-    return {"assets": WorkspaceData(workspace(settings)).list_all(name)}
+    return {"assets": WorkspaceData(request_workspace(request)).list_all(name)}
 
 
 @router.get("/{name:path}")
 def show_data(name: str, request: Request, _: User, version: str = "latest") -> dict[str, Any]:
     """One version of an asset (``latest``: the newest)."""
-    settings: ServerSettings = request.app.state.settings
-    return WorkspaceData(workspace(settings)).show(name, version)
+    return WorkspaceData(request_workspace(request)).show(name, version)

@@ -9,19 +9,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 
-from phalanx.server.auth import caller
-from phalanx.server.settings import ServerSettings, workspace
+from phalanx.server.auth import User
+from phalanx.server.settings import request_workspace
 from phalanx.service.datastores import DatastoreCreate, WorkspaceDatastores
 
 router = APIRouter(prefix="/api/v1/datastores", tags=["datastores"])
-User = Annotated[str | None, Depends(caller)]
 
 
 def _datastores(request: Request) -> WorkspaceDatastores:
-    settings: ServerSettings = request.app.state.settings
-    return WorkspaceDatastores(workspace(settings))
+    return WorkspaceDatastores(request_workspace(request))
 
 
 @router.post("", status_code=201)

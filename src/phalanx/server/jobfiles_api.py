@@ -8,26 +8,24 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 
-from phalanx.server.auth import caller
-from phalanx.server.settings import ServerSettings, workspace
+from phalanx.server.auth import User
+from phalanx.server.settings import settings_of, workspace
 from phalanx.service.jobfiles import NoSuchPath, job_path, pack
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
-User = Annotated[str | None, Depends(caller)]
 
 
 @router.get("/{name}/files/{path:path}")
 def job_files(name: str, path: str, request: Request, _: User) -> FileResponse:
     """The file or folder at ``path`` in the job's folder (e.g. ``outputs/tensorboard``),
     packed as an uncompressed tar under its own name."""
-    settings: ServerSettings = request.app.state.settings
+    settings = settings_of(request)
     try:
         found = job_path(workspace(settings), name, path)
     except NoSuchPath as exc:

@@ -8,19 +8,19 @@ import uuid
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
 from phalanx.errors import PhalanxError
-from phalanx.server.auth import caller
+from phalanx.server.auth import User
 from phalanx.server.logread import parse_offsets, read_logs
-from phalanx.server.settings import ServerSettings, workspace
+from phalanx.server.settings import ServerSettings, request_workspace, settings_of, workspace
 from phalanx.server.uploads import UploadError, unpack
 from phalanx.workspace import JobRecord, JobStatus, Workspace
+from phalanx.workspace.layout import JobPaths
 from phalanx.workspace.wire import job_to_wire
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
-User = Annotated[str | None, Depends(caller)]
 
 # The spec fields a client may point at an uploaded file (see phalanx.client.bundle).
 _PLACEABLE = re.compile(r"code|environment\.(pip_file|conda_file)|inputs\.[A-Za-z0-9_-]+\.path")
@@ -48,15 +48,8 @@ class Preempt(BaseModel):
     nodes: list[int] | None = None
 
 
-def _settings(request: Request) -> ServerSettings:
-    settings: ServerSettings = request.app.state.settings
-    return settings
-
-
 def _wire(job: JobRecord) -> dict[str, Any]:
-    from phalanx.cli.render import log_files
-
-    return job_to_wire(job, log_files(job))
+    return job_to_wire(job, JobPaths(Path(job.job_dir)).log_files())
 
 
 def _placed(body: JobCreate, settings: ServerSettings) -> tuple[list[str], Path | None]:
@@ -123,7 +116,7 @@ def _validate_and_submit(ws: Workspace, body: JobCreate, user: str | None,
 @router.post("", status_code=201)
 def create_job(body: JobCreate, request: Request, user: User) -> dict[str, Any]:
     """Create a job (or, with ``validate_only``, only check it)."""
-    settings = _settings(request)
+    settings = settings_of(request)
     return _validate_and_submit(workspace(settings), body, user, settings)
 
 
@@ -138,7 +131,7 @@ def list_jobs(
     """The newest jobs first."""
     from phalanx.jobs.control import refresh
 
-    ws = workspace(_settings(request))
+    ws = request_workspace(request)
     jobs = ws.list_jobs(limit=limit, status=status, experiment=experiment)
     return {"jobs": [job_to_wire(refresh(ws, j)) for j in jobs]}
 
@@ -148,7 +141,7 @@ def show_job(name: str, request: Request, _: User) -> dict[str, Any]:
     """One job: its record, attempts and log files."""
     from phalanx.jobs.control import refresh
 
-    ws = workspace(_settings(request))
+    ws = request_workspace(request)
     return _wire(refresh(ws, ws.get_job(name)))
 
 
@@ -157,7 +150,7 @@ def cancel_job(name: str, request: Request, _: User) -> dict[str, Any]:
     """Stop every process of the job; answers once it has ended (or 30 s passed)."""
     from phalanx.jobs.control import cancel
 
-    ws = workspace(_settings(request))
+    ws = request_workspace(request)
     before = ws.get_job(name).status
     return {"already_ended": before.is_terminal, "job": _wire(cancel(ws, name))}
 
@@ -167,7 +160,7 @@ def preempt_job(name: str, body: Preempt, request: Request, _: User) -> dict[str
     """Evict some or all nodes of a running job, as a spot reclaim would."""
     from phalanx.jobs.control import preempt
 
-    ws = workspace(_settings(request))
+    ws = request_workspace(request)
     return _wire(preempt(ws, name, body.nodes or None))
 
 
@@ -180,7 +173,7 @@ def job_logs(
     at: Annotated[str, Query(max_length=100_000, pattern=r"^[0-9:,]*$")] = "",
 ) -> dict[str, Any]:
     """Bytes of rank 0's log (or every rank's) from the offsets ``at`` (``rank:offset,…``)."""
-    ws = workspace(_settings(request))
+    ws = request_workspace(request)
     ws.get_job(name)
     try:
         offsets = parse_offsets(at)
@@ -194,7 +187,7 @@ def job_metrics(name: str, request: Request, _: User) -> dict[str, Any]:
     """Every metric's history (``[step, value]`` pairs), the job's and the system's."""
     from phalanx.workspace.metrics import SYSTEM_METRICS_FILE, read_metrics
 
-    ws = workspace(_settings(request))
+    ws = request_workspace(request)
     job_dir = Path(ws.get_job(name).job_dir)
     return {
         "metrics": {k: list(map(list, v)) for k, v in read_metrics(job_dir).items()},

@@ -13,21 +13,20 @@ import shutil
 import uuid
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse
 from pydantic import BaseModel, Field
 
 from phalanx.errors import PhalanxError
 from phalanx.registry import get_model
 from phalanx.registry.files import check_no_links, inside, safe_relpath
-from phalanx.server.auth import caller
-from phalanx.server.settings import ServerSettings, workspace
+from phalanx.server.auth import User
+from phalanx.server.settings import ServerSettings, settings_of, workspace
 from phalanx.server.uploads import UploadError, receive
 from phalanx.service.models import WorkspaceModels
 from phalanx.storage.uri import is_uri
 
 router = APIRouter(prefix="/api/v1/models", tags=["models"])
-User = Annotated[str | None, Depends(caller)]
 
 
 class ModelCreate(BaseModel):
@@ -46,7 +45,7 @@ class ModelCreate(BaseModel):
 
 
 def _models(request: Request) -> tuple[WorkspaceModels, ServerSettings]:
-    settings: ServerSettings = request.app.state.settings
+    settings = settings_of(request)
     return WorkspaceModels(workspace(settings)), settings
 
 

@@ -6,6 +6,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from starlette.requests import Request
+
 from phalanx.workspace import Workspace
 
 DEFAULT_MAX_UPLOAD = 1 << 30
@@ -29,6 +31,17 @@ class ServerSettings:
     def bundles(self) -> Path:
         """Unpacked job files the spec points at (pip files, local inputs), kept."""
         return self.home / "server" / "bundles"
+
+
+def settings_of(request: Request) -> ServerSettings:
+    """The settings of the server answering ``request``."""
+    settings: ServerSettings = request.app.state.settings
+    return settings
+
+
+def request_workspace(request: Request) -> Workspace:
+    """The workspace, through this request thread's connection."""
+    return workspace(settings_of(request))
 
 
 _local = threading.local()

@@ -85,6 +85,13 @@ class JobPaths:
         found = list(self.user_logs.glob("std_log_process_*.txt"))
         return sorted(found, key=lambda p: int(p.stem.rsplit("_", 1)[1]))
 
+    def log_files(self) -> dict[str, list[str]]:
+        """The job's log files as ``job show --json`` (and the API) list them."""
+        return {
+            "user_logs": [str(p) for p in self.rank_logs()],
+            "system_logs": sorted(str(p) for p in self.system_logs.glob("*.txt")),
+        }
+
     def make(self) -> None:
         for folder in (self.code, self.user_logs, self.system_logs, self.outputs, self.checkpoints):
             folder.mkdir(parents=True, exist_ok=True)

@@ -39,7 +39,7 @@ def attempt_to_wire(a: AttemptRecord) -> dict[str, Any]:
 
 
 def job_to_wire(job: JobRecord, logs: dict[str, list[str]] | None = None) -> dict[str, Any]:
-    """The whole record; ``logs`` lists the job's log files (``render.log_files``)."""
+    """The whole record; ``logs`` lists the job's log files (``JobPaths.log_files``)."""
     return {
         "name": job.name,
         "status": job.status.value,
