@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 import servers
@@ -42,7 +43,7 @@ def token(cli: Cli) -> str:
 @pytest.fixture
 def authed(cli: Cli, token: str) -> Iterator[servers.PhalanxServer]:
     """A server on the test's workspace that asks for tokens; the CLI uses alice's."""
-    server = servers.start_phalanx_server(cli.home, cli.env, "--auth")
+    server = servers.start_phalanx_server(cli.home, cli.env, "--auth", "--workers", "2")
     cli.env.update(
         PHALANX_SERVER=server.url, PHALANX_TOKEN=token, PHALANX_HOME=str(cli.home.parent / "lap")
     )
@@ -101,6 +102,9 @@ def test_a_non_loopback_server_refuses_to_start_without_auth(cli: Cli) -> None:
     proc = cli.run("server", "start", "--host", "0.0.0.0", timeout=30)
     assert proc.returncode == 2
     assert "phalanx server token create" in proc.stderr and "Traceback" not in proc.stderr
+    proc = cli.run("server", "start", "--workers", "0", timeout=30)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "--workers must be between 1 and 64" in proc.stderr
 
 
 def _tar(*members: tuple[tarfile.TarInfo, bytes | None]) -> bytes:
@@ -254,9 +258,13 @@ def test_a_server_killed_mid_stream_loses_no_job_and_no_line(
     stream = cli.popen("job", "stream", name)
     cli.wait(name, ("Running",))
     time.sleep(2)
+    workers = servers.serving_processes(authed)
+    assert len(workers) == 2
     os.kill(authed.proc.pid, signal.SIGKILL)  # the server dies; the job's processes do not
     authed.proc.wait()
-    time.sleep(3)
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive  # its serving processes end with it: nothing holds the port
+    time.sleep(2)
     restarted = servers.start_phalanx_server(cli.home, cli.env, "--auth", port=authed.port)
     try:
         out, err = stream.communicate(timeout=120)
