@@ -91,3 +91,10 @@ class RemoteJobs:
 
     def follower(self, name: str, *, all_ranks: bool) -> RemoteLogFollower:
         return RemoteLogFollower.of(self.client, name, all_ranks=all_ranks)
+
+    def download(self, name: str, rel: str, dest: Path) -> Path | None:
+        """Download ``rel`` of job ``name``'s folder into ``dest`` (see :func:`fetch`)."""
+        from phalanx.client.jobfiles import fetch
+
+        self.get(name)  # an unknown job is an error, not "nothing there"
+        return fetch(self.client, name, rel, dest)

@@ -14,6 +14,7 @@ from ``-f job.yml``; the SDK dumps what ``command(...)`` built.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,6 +102,7 @@ class Jobs(Protocol):
     def preempt(self, name: str, nodes: list[int] | None) -> JobRecord: ...
     def metrics(self, name: str) -> tuple[History, History]: ...
     def follower(self, name: str, *, all_ranks: bool) -> LogFollower: ...
+    def download(self, name: str, rel: str, dest: Path) -> Path | None: ...
 
 
 def validation_of(spec: JobSpec) -> dict[str, Any]:
@@ -182,3 +184,28 @@ class LocalJobs:
 
     def follower(self, name: str, *, all_ranks: bool) -> LogFollower:
         return LogFollower(self.ws.paths(name), all_ranks=all_ranks)
+
+    def download(self, name: str, rel: str, dest: Path) -> Path | None:
+        """Copy ``rel`` of job ``name``'s folder into the folder ``dest`` (links left out,
+        as a server sends it); where it landed, or ``None`` when the job has nothing there.
+
+        Raises:
+            PhalanxError: an unknown job, or an unsafe path.
+        """
+        from phalanx.service.jobfiles import NoSuchPath, job_path
+
+        try:
+            source = job_path(self.ws, name, rel)
+        except NoSuchPath:
+            return None
+        dest.mkdir(parents=True, exist_ok=True)
+        target = dest / source.name
+        if source.is_file():
+            shutil.copy2(source, target)
+        else:
+            shutil.copytree(source, target, ignore=_links, dirs_exist_ok=True)
+        return target
+
+
+def _links(folder: str, names: list[str]) -> set[str]:
+    return {n for n in names if os.path.islink(os.path.join(folder, n))}

@@ -1,0 +1,38 @@
+"""The entities of Azure ML's ``azure.ai.ml.entities`` that phalanx has."""
+
+from phalanx.ml.distribution import MpiDistribution, PyTorchDistribution, TensorFlowDistribution
+from phalanx.ml.entities.assets import BuildContext, Data, Environment, Model
+from phalanx.ml.entities.io import Input, Output
+from phalanx.ml.entities.job import (
+    Command,
+    CommandJobLimits,
+    JobResourceConfiguration,
+    JobService,
+    QueueSettings,
+)
+from phalanx.ml.entities.resources import AmlCompute, AzureBlobDatastore, Compute, Datastore
+
+# Azure ML's name for what ml_client.jobs returns.
+Job = Command
+
+__all__ = [
+    "AmlCompute",
+    "AzureBlobDatastore",
+    "BuildContext",
+    "Command",
+    "CommandJobLimits",
+    "Compute",
+    "Data",
+    "Datastore",
+    "Environment",
+    "Input",
+    "Job",
+    "JobResourceConfiguration",
+    "JobService",
+    "Model",
+    "MpiDistribution",
+    "Output",
+    "PyTorchDistribution",
+    "QueueSettings",
+    "TensorFlowDistribution",
+]
