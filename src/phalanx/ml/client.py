@@ -80,15 +80,14 @@ class MLClient:
         **kwargs: Any,
     ) -> MLClient:
         """A client from Azure ML's ``config.json`` (``subscription_id``, ``resource_group``,
-        ``workspace_name``), looked for in ``path`` (a file or a folder; the current
-        folder by default), its ``.azureml/`` folder, and their parents.
+        ``workspace_name``): ``path`` if it is a file, else ``file_name`` in the folder
+        ``path`` or its ``.azureml/``; without ``path``, in the current folder, its
+        ``.azureml/`` folder or a parent's, as Azure ML looks.
 
         Raises:
             MLError: no such file, or not a JSON object.
         """
-        found = _find_config(
-            Path(path) if path is not None else Path.cwd(), file_name or CONFIG_FILE
-        )
+        found = _find_config(None if path is None else Path(path), file_name or CONFIG_FILE)
         where = "MLClient.from_config()"
         try:
             config = json.loads(found.read_text(encoding="utf-8"))
@@ -148,16 +147,20 @@ class MLClient:
         return f"MLClient(workspace={self.where!r})"
 
 
-def _find_config(start: Path, file_name: str) -> Path:
-    if start.is_file():
-        return start
-    for folder in (start.absolute(), *start.absolute().parents):
+def _find_config(path: Path | None, file_name: str) -> Path:
+    """``path`` itself (a file), or ``file_name`` in the folder ``path`` or its ``.azureml/``;
+    without ``path``, in the current folder, its ``.azureml/`` or a parent's."""
+    if path is not None and path.is_file():
+        return path
+    start = (path or Path.cwd()).absolute()
+    folders = [start] if path is not None else [start, *start.parents]
+    for folder in folders:
         for candidate in (folder / file_name, folder / ".azureml" / file_name):
             if candidate.is_file():
                 return candidate
+    where = f"{start} or its .azureml/ folder" + ("" if path is not None else ", nor in a parent")
     raise MLError(
-        f"no {file_name} in {start} or its .azureml/ folder, nor in a parent; write one with "
-        "workspace_name (or construct MLClient(...) directly)",
+        f"no {file_name} in {where}; write one with workspace_name (or construct MLClient(...))",
         field="path",
         source="MLClient.from_config()",
     )
