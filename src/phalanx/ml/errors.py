@@ -10,6 +10,12 @@ from phalanx.errors import PhalanxError, SpecError, SpecProblem
 #: What errors about a ``command(...)`` argument name as their source.
 COMMAND = "command()"
 
+# The YAML loader's words for where relative paths start, and the SDK's.
+_RELATIVE_TO = (
+    ("code: is relative to the spec file's folder", "code is relative to the current folder"),
+    ("the path is relative to the spec file", "the path is relative to the current folder"),
+)
+
 
 class MLError(SpecError):
     """An argument of the SDK that phalanx cannot take: one line, the field named.
@@ -50,7 +56,10 @@ def from_spec_error(error: SpecError, renames: Mapping[str, str]) -> MLError:
                 if field == prefix or field.startswith(prefix + "."):
                     field = name + field[len(prefix) :]
                     break
-        problems.append(SpecProblem(problem.message, field=field, source=COMMAND))
+        message = problem.message
+        for yaml_words, sdk_words in _RELATIVE_TO:
+            message = message.replace(yaml_words, sdk_words)
+        problems.append(SpecProblem(message, field=field, source=COMMAND))
     made = MLError.of(problems)
     assert isinstance(made, MLError)
     return made

@@ -12,14 +12,16 @@ from phalanx.ml.entities.job import (
 )
 from phalanx.ml.entities.resources import AmlCompute, AzureBlobDatastore, Compute, Datastore
 
-# Azure ML's name for what ml_client.jobs returns.
+# Azure ML's names for what ml_client.jobs returns.
 Job = Command
+CommandJob = Command
 
 __all__ = [
     "AmlCompute",
     "AzureBlobDatastore",
     "BuildContext",
     "Command",
+    "CommandJob",
     "CommandJobLimits",
     "Compute",
     "Data",
