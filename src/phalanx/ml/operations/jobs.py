@@ -17,7 +17,7 @@ from phalanx.ml.notes import note
 from phalanx.ml.records import job_from_record
 from phalanx.ml.specdict import spec_text, validate
 from phalanx.service.jobs import Jobs
-from phalanx.workspace import JobStatus
+from phalanx.workspace import JobRecord, JobStatus
 
 # What `list()` reads at most, newest first, when no max_results is given.
 LIST_LIMIT = 10000
@@ -55,7 +55,7 @@ class JobOperations:
         self._jobs = backend
         self._server_url = server_url
 
-    def _job(self, record: Any) -> Command:
+    def _job(self, record: JobRecord) -> Command:
         return job_from_record(record, self._server_url)
 
     def create_or_update(
