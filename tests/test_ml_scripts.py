@@ -95,6 +95,7 @@ print("MODELS", [(m.name, m.version) for m in ml_client.models.list()])
 print("DATA_LIST", [(d.name, d.version) for d in ml_client.data.list()])
 print("COMPUTE", [(c.name, c.max_instances) for c in ml_client.compute.list()])
 print("DEFAULT_STORE", ml_client.datastores.get_default().name)
+print("STORES", [d.name for d in ml_client.datastores.list()])
 
 sleeper = ml_client.jobs.create_or_update(command(command="sleep 60", display_name="to cancel"))
 poller = ml_client.jobs.begin_cancel(sleeper.name)
@@ -215,6 +216,7 @@ def test_pytorch_script_with_data_model_list_stream_and_cancel(cli: Cli) -> None
     assert "('tiny-net', '1')" in out and "('digits', '1')" in out
     assert printed(out, "COMPUTE")[0].startswith("[('local',")
     assert printed(out, "DEFAULT_STORE") == ["default"]
+    assert printed(out, "STORES") == ["['default']"]
     assert printed(out, "CANCELED") == ["True", "Canceled"]
     assert "STREAM_RAISED JobFailed job" in out and "ended Canceled" in out
     # The unused credential and the workspace name are each noted once.

@@ -6,17 +6,21 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import servers
 from conftest import Cli
 from phalanx.errors import PhalanxError, SpecError
 from phalanx.ml import Input, MLClient, MLError, Output, command, load_job
 from phalanx.ml.constants import AssetTypes, InputOutputModes
 from phalanx.ml.entities import (
+    AccountKeyConfiguration,
+    AzureBlobDatastore,
     CommandJobLimits,
     Environment,
     JobResourceConfiguration,
@@ -329,3 +333,37 @@ def test_ml_client_takes_azure_ml_arguments_and_config(
         MLClient.from_config(path=here / "src")
     with pytest.raises(MLError, match="no registry of named environments yet"):
         client.environments.create_or_update(Environment(image="x"))
+
+
+def test_blob_datastore_is_created_read_listed_and_deleted(
+    here: Path, azurite: servers.Azurite
+) -> None:
+    container = f"c{uuid.uuid4().hex[:12]}"
+    azurite.container(container)
+    azurite.upload(container, {"train/a.txt": b"1"})
+    ml_client = MLClient()
+    made = ml_client.datastores.create_or_update(
+        AzureBlobDatastore(
+            name="blobs",
+            account_name=servers.AZURITE_ACCOUNT,
+            container_name=container,
+            endpoint=azurite.endpoint,
+            credentials=AccountKeyConfiguration(account_key=servers.AZURITE_KEY),
+        )
+    )
+    assert isinstance(made, AzureBlobDatastore)
+    assert (made.container_name, made.endpoint) == (container, azurite.endpoint)
+    # Read back, the credential is where it is kept, never its value.
+    assert servers.AZURITE_KEY not in repr(made) and "secrets file" in str(made.credentials)
+    assert [d.name for d in ml_client.datastores.list()] == ["default", "blobs"]
+    assert ml_client.datastores.get_default().type == "local"
+    with pytest.raises(PhalanxError, match="datastore 'blobs' already exists"):
+        ml_client.datastores.create_or_update(
+            AzureBlobDatastore(name="blobs", account_name="a", container_name="c")
+        )
+    with pytest.raises(MLError, match=r"credentials: must be AccountKeyConfiguration"):
+        ml_client.datastores.create_or_update(
+            AzureBlobDatastore(name="x", account_name="a", container_name="c", credentials=3)  # type: ignore[arg-type]
+        )
+    ml_client.datastores.delete("blobs")
+    assert [d.name for d in ml_client.datastores.list()] == ["default"]

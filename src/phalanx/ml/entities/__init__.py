@@ -10,13 +10,21 @@ from phalanx.ml.entities.job import (
     JobService,
     QueueSettings,
 )
-from phalanx.ml.entities.resources import AmlCompute, AzureBlobDatastore, Compute, Datastore
+from phalanx.ml.entities.resources import (
+    AccountKeyConfiguration,
+    AmlCompute,
+    AzureBlobDatastore,
+    Compute,
+    Datastore,
+    SasTokenConfiguration,
+)
 
 # Azure ML's names for what ml_client.jobs returns.
 Job = Command
 CommandJob = Command
 
 __all__ = [
+    "AccountKeyConfiguration",
     "AmlCompute",
     "AzureBlobDatastore",
     "BuildContext",
@@ -36,5 +44,6 @@ __all__ = [
     "Output",
     "PyTorchDistribution",
     "QueueSettings",
+    "SasTokenConfiguration",
     "TensorFlowDistribution",
 ]

@@ -2,8 +2,10 @@
 
 Datastores and compute targets call :class:`phalanx.service.datastores.Datastores`
 and :class:`phalanx.service.targets.Targets`, as ``phalanx datastore`` and
-``phalanx compute`` do. Creating either keeps to the CLI, which reads
-credentials from a variable or stdin so they never sit in a script.
+``phalanx compute`` do. ``datastores.create_or_update`` registers an Azure
+Blob container with its key or SAS token kept in the secrets file, as
+``phalanx datastore create --store`` does; compute targets are registered with
+``phalanx compute create``.
 Environments are given inline to ``command(environment=...)``; phalanx has no
 registry of named environments yet.
 """
@@ -13,18 +15,35 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
+from pydantic import SecretStr
+
 from phalanx.ml.entities.assets import Environment
-from phalanx.ml.entities.resources import AzureBlobDatastore, Compute, Datastore
-from phalanx.ml.errors import MLError
-from phalanx.service.datastores import Datastores
+from phalanx.ml.entities.resources import (
+    AccountKeyConfiguration,
+    AzureBlobDatastore,
+    Compute,
+    Datastore,
+    SasTokenConfiguration,
+)
+from phalanx.ml.errors import MLError, argument_error
+from phalanx.service.datastores import DatastoreCreate, Datastores
 from phalanx.service.targets import Targets
 
 _STORED = ("name", "type", "description", "credentials")
 
 
-def _datastore(data: dict[str, Any]) -> Datastore:
-    cls = AzureBlobDatastore if data.get("type") == "azure_blob" else Datastore
-    return cls(
+def _datastore(data: dict[str, Any]) -> Datastore | AzureBlobDatastore:
+    if data.get("type") == "azure_blob":
+        return AzureBlobDatastore(
+            name=data["name"],
+            account_name=data["account_name"],
+            container_name=data["container_name"],
+            endpoint=data.get("endpoint", "core.windows.net"),
+            protocol=data.get("protocol", "https"),
+            description=data.get("description"),
+            credentials=data.get("credentials"),
+        )
+    return Datastore(
         name=data["name"],
         type=data["type"],
         description=data.get("description"),
@@ -33,32 +52,77 @@ def _datastore(data: dict[str, Any]) -> Datastore:
     )
 
 
+def _blob_request(store: AzureBlobDatastore, where: str) -> DatastoreCreate:
+    """What ``phalanx datastore create --type azure_blob --store`` sends for ``store``."""
+    creds = store.credentials
+    piped: dict[str, SecretStr] = {}
+    if isinstance(creds, AccountKeyConfiguration):
+        auth, piped = "account_key", {"account_key": SecretStr(creds.account_key)}
+    elif isinstance(creds, SasTokenConfiguration):
+        auth, piped = "sas_token", {"sas_token": SecretStr(creds.sas_token)}
+    elif creds is None:
+        auth = "anonymous"
+    else:
+        raise argument_error(
+            where, "credentials", "must be AccountKeyConfiguration(account_key=...), "
+            f"SasTokenConfiguration(sas_token=...) or None; got {type(creds).__name__}",
+        )  # fmt: skip
+    endpoint = store.endpoint
+    if "://" not in endpoint and store.protocol == "http":
+        endpoint = f"http://{store.account_name}.blob.{endpoint.strip('.')}"
+    return DatastoreCreate(
+        name=store.name,
+        type="azure_blob",
+        description=store.description,
+        account_name=store.account_name,
+        container_name=store.container_name,
+        endpoint=endpoint,
+        auth=auth,
+        store=bool(piped),
+        piped=piped,
+    )
+
+
 class DatastoreOperations:
-    """The datastore verbs of :class:`~phalanx.ml.MLClient` (read and delete)."""
+    """The datastore verbs of :class:`~phalanx.ml.MLClient`."""
 
     def __init__(self, backend: Datastores) -> None:
         self._stores = backend
 
-    def get(self, name: str) -> Datastore:
+    def get(self, name: str) -> Datastore | AzureBlobDatastore:
         return _datastore(self._stores.show(name))
 
-    def get_default(self) -> Datastore:
+    def get_default(self) -> Datastore | AzureBlobDatastore:
         """``default``: the workspace's own folder."""
         return self.get("default")
 
-    def list(self) -> Iterator[Datastore]:
-        return iter([_datastore(d) for d in self._stores.list_all()])
+    def list(self) -> Iterator[Datastore | AzureBlobDatastore]:
+        """Every datastore, ``default`` first."""
+        return iter([_datastore(entry["show"]) for entry in self._stores.list_all()])
 
     def delete(self, name: str) -> None:
         self._stores.delete(name)
 
-    def create_or_update(self, datastore: Any) -> NoReturn:
-        raise MLError(
-            "phalanx creates datastores with `phalanx datastore create`, which reads credentials "
-            "from an environment variable or stdin rather than a script",
-            field="datastore",
-            source="ml_client.datastores.create_or_update()",
-        )
+    def create_or_update(self, datastore: AzureBlobDatastore) -> Datastore | AzureBlobDatastore:
+        """Register an Azure Blob container, after listing it once (a wrong key fails here).
+
+        The credential is kept in the workspace's secrets file (0600; the server's,
+        through a server), as ``phalanx datastore create --store`` keeps it. S3 and
+        local datastores, and credentials kept in an environment variable, are
+        ``phalanx datastore create``'s.
+
+        Raises:
+            MLError: not an ``AzureBlobDatastore``, or a credential of another kind.
+            PhalanxError: the name is taken, or the container cannot be listed.
+        """
+        where = "ml_client.datastores.create_or_update()"
+        if not isinstance(datastore, AzureBlobDatastore):
+            raise argument_error(
+                where, "datastore", "phalanx.ml creates AzureBlobDatastore(...) only; create "
+                "S3 and local datastores with `phalanx datastore create`",
+            )  # fmt: skip
+        self._stores.create(_blob_request(datastore, where))
+        return self.get(datastore.name)
 
 
 class ComputeOperations:
