@@ -90,6 +90,11 @@ model = ml_client.models.create_or_update(
 print("MODEL", model.name, model.version)
 ml_client.models.download(name="tiny-net", version=model.version, download_path="./downloaded")
 ml_client.jobs.download(returned_job.name, download_path="./job-files", output_name="model")
+ml_client.jobs.download(returned_job.name, download_path="./all-files", all=True)
+try:
+    ml_client.jobs.download(returned_job.name, download_path="./x", output_name="weights")
+except Exception as exc:
+    print("DOWNLOAD_REFUSED", type(exc).__name__, exc)
 print("JOBS", [j.name for j in ml_client.jobs.list()])
 print("MODELS", [(m.name, m.version) for m in ml_client.models.list()])
 print("DATA_LIST", [(d.name, d.version) for d in ml_client.data.list()])
@@ -212,6 +217,14 @@ def test_pytorch_script_with_data_model_list_stream_and_cancel(cli: Cli) -> None
         for folder in ("downloaded/tiny-net", "job-files/named-outputs/model"):
             seen = json.loads((cli.workdir / folder / f"rank_{rank}.json").read_text())
             assert seen == {"world": 2, "node": rank, "files": ["a.txt", "b.txt"], "epochs": 2}
+    files = cli.workdir / "all-files"
+    assert "rank 0 of 2" in (files / "artifacts/user_logs/std_log_process_0.txt").read_text()
+    assert (files / "artifacts/outputs/model/rank_1.json").is_file()
+    assert (files / "named-outputs/model/rank_1.json").is_file()
+    assert (
+        f"DOWNLOAD_REFUSED MLError ml_client.jobs.download(): output_name: job {name} has no "
+        "output 'weights'; its outputs: model (and checkpoints)"
+    ) in out
     assert name in " ".join(printed(out, "JOBS"))
     assert "('tiny-net', '1')" in out and "('digits', '1')" in out
     assert printed(out, "COMPUTE")[0].startswith("[('local',")

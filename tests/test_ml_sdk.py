@@ -22,8 +22,10 @@ from phalanx.ml.entities import (
     AccountKeyConfiguration,
     AzureBlobDatastore,
     CommandJobLimits,
+    Data,
     Environment,
     JobResourceConfiguration,
+    Model,
     MpiDistribution,
     PyTorchDistribution,
     QueueSettings,
@@ -367,3 +369,28 @@ def test_blob_datastore_is_created_read_listed_and_deleted(
         )
     ml_client.datastores.delete("blobs")
     assert [d.name for d in ml_client.datastores.list()] == ["default"]
+
+
+def test_bad_input_to_the_operations_names_the_call_and_field(here: Path) -> None:
+    ml_client = MLClient()
+    cases = [
+        (lambda: ml_client.jobs.create_or_update("job.yml"),  # type: ignore[arg-type]
+         "ml_client.jobs.create_or_update(): job: must be a job made by command(...); got str"),
+        (lambda: ml_client.jobs.list(status="Done"),
+         "ml_client.jobs.list(): status: must be one of Queued"),
+        (lambda: ml_client.data.create_or_update(Data(name="d")),
+         "ml_client.data.create_or_update(): path: is required"),
+        (lambda: ml_client.data.get("d", label="best"),
+         "ml_client.data.get(): label: phalanx knows the label 'latest' only; got 'best'"),
+        (lambda: ml_client.models.create_or_update(
+            Model(name="m", path=".", type=AssetTypes.MLFLOW_MODEL)),
+         "ml_client.models.create_or_update(): type: type 'mlflow_model' is not supported yet"),
+        (lambda: ml_client.environments.get("pytorch", version="1"),
+         "ml_client.environments.get(): name: phalanx has no registry of named environments"),
+    ]  # fmt: skip
+    for call, start in cases:
+        with pytest.raises(MLError) as caught:
+            call()
+        assert str(caught.value).startswith(start) and "\n" not in str(caught.value)
+    with pytest.raises(PhalanxError, match="job 'nope' not found"):
+        ml_client.jobs.get("nope")
