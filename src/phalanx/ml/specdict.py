@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from phalanx.errors import SpecError
 from phalanx.ml.distribution import MpiDistribution, PyTorchDistribution, TensorFlowDistribution
@@ -41,6 +41,12 @@ _ORDER = (
 _DISTRIBUTIONS = (PyTorchDistribution, MpiDistribution, TensorFlowDistribution)
 
 
+class _Block(Protocol):
+    """One of the SDK's classes for a block of the spec (``resources``, ``limits``…)."""
+
+    def _to_dict(self) -> dict[str, Any]: ...
+
+
 def _type_name(value: Any) -> str:
     return type(value).__name__
 
@@ -61,8 +67,8 @@ def _plain(value: Any, field: str) -> Any:
 def _mapping(value: Any, field: str, cls: type | None = None, what: str = "") -> dict[str, Any]:
     """A parameter given as a dataclass of ours or a dict, as a dict."""
     if cls is not None and isinstance(value, cls):
-        result: dict[str, Any] = value._to_dict()  # type: ignore[attr-defined]
-        return {k: _plain(v, f"{field}.{k}") for k, v in result.items()}
+        block = cast(_Block, value)
+        return {k: _plain(v, f"{field}.{k}") for k, v in block._to_dict().items()}
     if isinstance(value, Mapping):
         return {str(k): _plain(v, f"{field}.{k}") for k, v in value.items()}
     shape = f"{what} or a dict" if what else "a dict"
