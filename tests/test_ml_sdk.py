@@ -41,6 +41,7 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A folder with src/, data/ and the spec of FULL_JOB, as the current folder."""
     (tmp_path / "src").mkdir()
     (tmp_path / "data").mkdir()
+    (tmp_path / "labels.csv").write_text("a\n")
     (tmp_path / "job.yml").write_text(FULL_JOB)
     monkeypatch.chdir(tmp_path)
     # An MLClient here reaches a workspace of this test only.
@@ -203,7 +204,6 @@ def test_dump_writes_yaml_the_cli_accepts(here: Path, cli: Cli) -> None:
     job = full_job_from_python()
     del job.inputs["remote"]  # its datastore does not exist here
     job.command = job.command.replace("--data", "--remote x --data")
-    (here / "labels.csv").write_text("a\n")
     elsewhere = here / "specs" / "dumped.yml"
     elsewhere.parent.mkdir()
     job.dump(elsewhere)

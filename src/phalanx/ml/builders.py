@@ -9,6 +9,7 @@ from typing import Any
 
 from phalanx.ml.distribution import Distribution
 from phalanx.ml.entities.assets import Environment
+from phalanx.ml.entities.identity import IDENTITIES, Identity
 from phalanx.ml.entities.job import (
     Command,
     CommandJobLimits,
@@ -17,7 +18,7 @@ from phalanx.ml.entities.job import (
     QueueSettings,
 )
 from phalanx.ml.errors import COMMAND, argument_error
-from phalanx.ml.specdict import _mapping, validate
+from phalanx.ml.specdict import _mapping, check_local_inputs, validate
 
 # Azure ML parameters that mean nothing for a command job run by phalanx: accepted
 # and left out of the spec (component reuse, Azure placement).
@@ -44,7 +45,7 @@ def command(
     job_tier: str | None = None,
     priority: str | int | None = None,
     services: Mapping[str, JobService | Mapping[str, Any]] | None = None,
-    identity: Mapping[str, Any] | None = None,
+    identity: Identity | Mapping[str, Any] | None = None,
     retry: Mapping[str, Any] | None = None,
     name: str | None = None,
     display_name: str | None = None,
@@ -99,7 +100,7 @@ def command(
         limits=merged_limits,
         queue_settings=merged_queue,
         services=_as_dict(services, "services"),
-        identity=_as_dict(identity, "identity"),
+        identity=identity if isinstance(identity, IDENTITIES) else _as_dict(identity, "identity"),
         retry=_as_dict(retry, "retry"),
         name=name,
         display_name=display_name,
@@ -109,7 +110,7 @@ def command(
         base_dir=Path.cwd(),
     )
     job._renames = renames
-    validate(job)
+    check_local_inputs(job, validate(job))
     return job
 
 

@@ -19,7 +19,10 @@ from typing import Any
 
 from phalanx.client import backends
 from phalanx.client.config import ServerConfig
-from phalanx.ml.errors import MLError
+from phalanx.ml.entities.assets import Data, Environment, Model
+from phalanx.ml.entities.job import Command
+from phalanx.ml.entities.resources import AzureBlobDatastore, Compute
+from phalanx.ml.errors import MLError, argument_error, unknown_keywords
 from phalanx.ml.notes import note_once
 from phalanx.ml.operations import (
     ComputeOperations,
@@ -29,8 +32,18 @@ from phalanx.ml.operations import (
     JobOperations,
     ModelOperations,
 )
+from phalanx.ml.operations.pollers import DonePoller
 
 CONFIG_FILE = "config.json"
+
+# Azure ML's MLClient keywords beyond the named ones (its transport, its cloud…): accepted
+# and not used. Any other keyword is a typo.
+_AZURE_KEYWORDS = (
+    "credential", "subscription_id", "resource_group_name", "workspace_name", "registry_name",
+    "cloud", "show_progress", "enable_telemetry", "user_agent", "connection_timeout",
+    "read_timeout", "logging_enable", "retry_total", "transport", "credential_scopes",
+    "api_version", "base_url",
+)  # fmt: skip
 
 
 class MLClient:
@@ -53,6 +66,7 @@ class MLClient:
         workspace_name: str | None = None,
         **kwargs: Any,
     ) -> None:
+        unknown_keywords("MLClient()", kwargs, _AZURE_KEYWORDS)
         self.subscription_id = subscription_id
         self.resource_group_name = resource_group_name
         self.workspace_name = workspace_name
@@ -120,7 +134,9 @@ class MLClient:
     @cached_property
     def jobs(self) -> JobOperations:
         return JobOperations(
-            backends.jobs_backend(), None if self._server is None else self._server.url
+            backends.jobs_backend(),
+            None if self._server is None else self._server.url,
+            backends.targets,
         )
 
     @cached_property
@@ -142,6 +158,39 @@ class MLClient:
     @cached_property
     def environments(self) -> EnvironmentOperations:
         return EnvironmentOperations()
+
+    def create_or_update(self, entity: Any, **kwargs: Any) -> Any:
+        """Create or update ``entity`` with the operations of its kind, as Azure ML's
+        ``MLClient.create_or_update`` does: a job (``command(...)``), ``Data``, ``Model``,
+        ``AzureBlobDatastore`` or ``AmlCompute``.
+
+        Raises:
+            MLError: an object of another kind (``Environment``: no registry yet).
+        """
+        return self.begin_create_or_update(entity, **kwargs).result()
+
+    def begin_create_or_update(self, entity: Any, **kwargs: Any) -> DonePoller[Any]:
+        """:meth:`create_or_update` as a poller (phalanx's is done when it returns)."""
+        kind = self._kind(entity, "MLClient.create_or_update()")
+        if kind == "jobs":  # the only kind with keywords of its own
+            return DonePoller(self.jobs.create_or_update(entity, **kwargs))
+        unknown_keywords("MLClient.create_or_update()", kwargs, ("entity",))
+        if kind == "compute":
+            return self.compute.begin_create_or_update(entity)
+        return DonePoller(getattr(self, kind).create_or_update(entity))
+
+    @staticmethod
+    def _kind(entity: Any, where: str) -> str:
+        kinds = ((Command, "jobs"), (Data, "data"), (Model, "models"),
+                 (AzureBlobDatastore, "datastores"), (Compute, "compute"),
+                 (Environment, "environments"))  # fmt: skip
+        for cls, kind in kinds:
+            if isinstance(entity, cls):
+                return kind
+        raise argument_error(
+            where, "entity", "must be a job (command(...)), Data, Model, AzureBlobDatastore or "
+            f"AmlCompute; got {type(entity).__name__}",
+        )  # fmt: skip
 
     def __repr__(self) -> str:
         return f"MLClient(workspace={self.where!r})"

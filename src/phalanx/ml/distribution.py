@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from phalanx.ml.errors import checked_keywords
 
+
+@checked_keywords
 @dataclass(kw_only=True)
 class PyTorchDistribution:
     """PyTorch DDP: ``process_count_per_instance`` workers per node (torchrun)."""
@@ -20,6 +23,7 @@ class PyTorchDistribution:
         )
 
 
+@checked_keywords
 @dataclass(kw_only=True)
 class MpiDistribution:
     """MPI (Horovod, mpi4py): one ``mpirun`` starts every node's ranks."""
@@ -32,6 +36,7 @@ class MpiDistribution:
         return _without_none(type="mpi", process_count_per_instance=self.process_count_per_instance)
 
 
+@checked_keywords
 @dataclass(kw_only=True)
 class TensorFlowDistribution:
     """TensorFlow: a process per worker and parameter server, each with its ``TF_CONFIG``."""

@@ -3,9 +3,17 @@ caller wrote it (``command(): inputs.data.mode: …``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import inspect
+import os
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, ParamSpec, TypeVar
 
 from phalanx.errors import PhalanxError, SpecError, SpecProblem
+
+T = TypeVar("T", bound=type)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 #: What errors about a ``command(...)`` argument name as their source.
 COMMAND = "command()"
@@ -41,6 +49,41 @@ def argument_error(source: str, field: str, message: str) -> MLError:
     return MLError(message, field=field, source=source)
 
 
+def unknown_keywords(
+    source: str, given: Collection[str], known: Collection[str], *, what: str = "keyword argument"
+) -> None:
+    """Refuse the first of ``given`` not in ``known``, with the closest known one.
+
+    Raises:
+        MLError: ``Data(): paht: is not a keyword argument of Data(); did you mean 'path'?``.
+    """
+    from phalanx.spec.values import suggest
+
+    for key in given:
+        if key not in known:
+            close = suggest(key, sorted(known))
+            hint = (
+                f"; did you mean {close!r}?" if close else f"; it takes {', '.join(sorted(known))}"
+            )
+            raise MLError(f"is not a {what}{hint}", field=key, source=source)
+
+
+def checked_keywords(cls: T) -> T:
+    """``cls`` whose constructor refuses an unknown keyword with :func:`unknown_keywords`
+    (a one-line :class:`MLError` with "did you mean"), not a bare ``TypeError``."""
+    init: Callable[..., None] = cls.__init__  # type: ignore[misc]
+    known = [p for p in inspect.signature(init).parameters if p != "self"]
+    source = f"{cls.__name__}()"
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        unknown_keywords(source, kwargs, known)
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__  # type: ignore[misc]
+    return cls
+
+
 def from_spec_error(error: SpecError, renames: Mapping[str, str]) -> MLError:
     """The spec's problems, each with the field as the SDK caller wrote it.
 
@@ -63,3 +106,31 @@ def from_spec_error(error: SpecError, renames: Mapping[str, str]) -> MLError:
     made = MLError.of(problems)
     assert isinstance(made, MLError)
     return made
+
+
+def surfaced(call: Callable[P, R]) -> Callable[P, R]:
+    """``call`` whose :class:`~phalanx.errors.PhalanxError` reaches the caller as the
+    CLI shows it: the exception alone, without the frames and the chain inside phalanx
+    (a notebook or a script then shows one line under the caller's). ``PHALANX_DEBUG=1``
+    keeps them, as it does for the CLI."""
+
+    @functools.wraps(call)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return call(*args, **kwargs)
+        except PhalanxError as exc:
+            if os.environ.get("PHALANX_DEBUG") == "1":
+                raise
+            exc.__cause__ = None
+            exc.__suppress_context__ = True
+            raise exc.with_traceback(None) from None
+
+    return wrapper
+
+
+def surfaced_methods(cls: T) -> T:
+    """``cls`` with :func:`surfaced` around each of its public methods."""
+    for key, value in list(vars(cls).items()):
+        if not key.startswith("_") and inspect.isfunction(value):
+            setattr(cls, key, surfaced(value))
+    return cls

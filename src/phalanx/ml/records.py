@@ -77,6 +77,7 @@ def job_from_record(record: JobRecord, server_url: str | None) -> Command:
     for key, output in job.outputs.items():
         if output.path is None:
             output.path = f"azureml://jobs/{record.name}/outputs/{key}"
+            output._kept_for = record.name
     job.studio_url = studio_url(record.name, server_url)
     job.services = {**job.services, "Studio": JobService(type="Studio", endpoint=job.studio_url)}
     job.error = None if record.error is None else record.error.message.strip().splitlines()[-1]

@@ -11,12 +11,14 @@ in Python and one read from YAML meet the same rules and the same messages.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from phalanx.errors import SpecError
 from phalanx.ml.distribution import MpiDistribution, PyTorchDistribution, TensorFlowDistribution
 from phalanx.ml.entities.assets import Environment
+from phalanx.ml.entities.identity import IDENTITIES
 from phalanx.ml.entities.io import Input, Output
 from phalanx.ml.entities.job import (
     Command,
@@ -26,6 +28,7 @@ from phalanx.ml.entities.job import (
     QueueSettings,
 )
 from phalanx.ml.errors import COMMAND, argument_error, from_spec_error
+from phalanx.ml.notes import note_once
 
 if TYPE_CHECKING:
     from phalanx.service.jobs import SpecText
@@ -75,6 +78,29 @@ def _mapping(value: Any, field: str, cls: type | None = None, what: str = "") ->
     raise argument_error(COMMAND, field, f"must be {shape}; got {_type_name(value)}")
 
 
+# Azure ML's default datastore, in the short and the long form of a datastore URI.
+_AZURE_DEFAULT_STORE = re.compile(r"^azureml://(?:[^?#]*/)?datastores/workspaceblobstore(?=/|$)")
+
+
+def default_store(path: Any) -> Any:
+    """``path`` with Azure ML's default datastore ``workspaceblobstore`` read as phalanx's
+    ``default`` (a note says so once); anything else as given."""
+    if not isinstance(path, str) or not _AZURE_DEFAULT_STORE.match(path):
+        return path
+    note_once(
+        "workspaceblobstore",
+        "azureml://datastores/workspaceblobstore/… (Azure ML's default datastore) is read as "
+        "phalanx's default datastore, azureml://datastores/default/…",
+    )
+    return _AZURE_DEFAULT_STORE.sub("azureml://datastores/default", path)
+
+
+def _with_store(data: dict[str, Any]) -> dict[str, Any]:
+    if "path" in data:
+        data["path"] = default_store(data["path"])
+    return data
+
+
 def _input(name: str, value: Any) -> Any:
     field = f"inputs.{name}"
     if isinstance(value, Input):
@@ -84,11 +110,11 @@ def _input(name: str, value: Any) -> Any:
                 COMMAND, field, f"Input({extra}=...) is for components; a command job's input "
                 "takes type, path and mode",
             )  # fmt: skip
-        return _plain(value._to_dict(), field)
+        return _with_store(_plain(value._to_dict(), field))
     if isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, Mapping):
-        return _plain(value, field)
+        return _with_store(_plain(value, field))
     raise argument_error(
         COMMAND, field, "must be Input(type=..., path=...) or a literal (str, int, float, bool); "
         f"got {_type_name(value)}",
@@ -105,9 +131,13 @@ def _output(name: str, value: Any) -> Any:
             raise argument_error(
                 COMMAND, field, f"Output({extra}=...) is not a field of a command job's output",
             )  # fmt: skip
-        return _plain(value._to_dict(), field)
+        data = value._to_dict()
+        if value._kept_for and value.path == f"azureml://jobs/{value._kept_for}/outputs/{name}":
+            # Read back from a submitted job: where phalanx kept it, not where to write.
+            del data["path"]
+        return _with_store(_plain(data, field))
     if isinstance(value, Mapping):
-        return _plain(value, field)
+        return _with_store(_plain(value, field))
     raise argument_error(COMMAND, field, f"must be Output(type=...); got {_type_name(value)}")
 
 
@@ -192,7 +222,10 @@ def spec_dict(job: Command) -> dict[str, Any]:
     if job.retry is not None:
         spec["retry"] = _mapping(job.retry, "retry")
     if job.identity is not None:
-        spec["identity"] = _mapping(job.identity, "identity")
+        identity = job.identity
+        if isinstance(identity, IDENTITIES):
+            identity = identity._to_dict()
+        spec["identity"] = _mapping(identity, "identity")
     if job.services:
         spec["services"] = {
             str(k): _mapping(v, f"services.{k}", JobService, "JobService(...)")
@@ -219,3 +252,34 @@ def validate(job: Command) -> JobSpec:
         return spec_text(job).load()
     except SpecError as exc:
         raise from_spec_error(exc, job._renames) from None
+
+
+def check_local_inputs(job: Command, spec: JobSpec) -> None:
+    """Each local input of ``spec`` exists and is what its type says, as ``command()``
+    checks ``code``; the path is named as the caller wrote it.
+
+    Raises:
+        MLError: ``command(): inputs.data.path: './nope' does not exist; …``.
+    """
+    from phalanx.spec.parts import InputSpec
+
+    for name, value in spec.inputs.items():
+        if not isinstance(value, InputSpec) or not value.is_local:
+            continue
+        given = job.inputs.get(name)
+        written = given.get("path") if isinstance(given, Mapping) else getattr(given, "path", None)
+        shown = repr(written if written is not None else value.path)
+        path, field = value.local_path, f"inputs.{name}.path"
+        if not path.exists():
+            raise argument_error(
+                COMMAND, field, f"{shown} does not exist; the path is relative to the current "
+                "folder (or give a URI: azureml://datastores/..., azureml:NAME:VERSION)",
+            )  # fmt: skip
+        if value.type == "uri_folder" and not path.is_dir():
+            raise argument_error(
+                COMMAND, field, f"{shown} is a file, not a folder; use Input(type='uri_file')"
+            )
+        if value.type == "uri_file" and path.is_dir():
+            raise argument_error(
+                COMMAND, field, f"{shown} is a folder, not a file; use Input(type='uri_folder')"
+            )

@@ -2,6 +2,11 @@
 
 from phalanx.ml.distribution import MpiDistribution, PyTorchDistribution, TensorFlowDistribution
 from phalanx.ml.entities.assets import BuildContext, Data, Environment, Model
+from phalanx.ml.entities.identity import (
+    AmlTokenConfiguration,
+    ManagedIdentityConfiguration,
+    UserIdentityConfiguration,
+)
 from phalanx.ml.entities.io import Input, Output
 from phalanx.ml.entities.job import (
     Command,
@@ -26,6 +31,7 @@ CommandJob = Command
 __all__ = [
     "AccountKeyConfiguration",
     "AmlCompute",
+    "AmlTokenConfiguration",
     "AzureBlobDatastore",
     "BuildContext",
     "Command",
@@ -39,6 +45,7 @@ __all__ = [
     "Job",
     "JobResourceConfiguration",
     "JobService",
+    "ManagedIdentityConfiguration",
     "Model",
     "MpiDistribution",
     "Output",
@@ -46,4 +53,5 @@ __all__ = [
     "QueueSettings",
     "SasTokenConfiguration",
     "TensorFlowDistribution",
+    "UserIdentityConfiguration",
 ]

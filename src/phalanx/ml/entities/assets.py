@@ -6,7 +6,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from phalanx.ml.errors import checked_keywords
 
+
+@checked_keywords
 @dataclass(kw_only=True)
 class Data:
     """A data asset: a named, versioned path (``ml_client.data.create_or_update(Data(...))``).
@@ -26,6 +29,7 @@ class Data:
     creation_context: dict[str, Any] = field(default_factory=dict)
 
 
+@checked_keywords
 @dataclass(kw_only=True)
 class Model:
     """A registered model (``ml_client.models.create_or_update(Model(...))``).
@@ -49,6 +53,7 @@ class Model:
     creation_context: dict[str, Any] = field(default_factory=dict)
 
 
+@checked_keywords
 @dataclass(kw_only=True)
 class BuildContext:
     """A Docker build context (``path`` with a ``Dockerfile``)."""
@@ -57,6 +62,7 @@ class BuildContext:
     dockerfile_path: str | None = None
 
 
+@checked_keywords
 @dataclass(kw_only=True)
 class Environment:
     """A job's environment, given inline: ``command(environment=Environment(...))``.

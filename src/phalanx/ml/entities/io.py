@@ -5,6 +5,18 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from phalanx.ml.errors import unknown_keywords
+
+# Azure ML's keywords for a component's inputs and outputs: accepted, and refused when
+# used in a command job (they have no place in its spec). Any other keyword is a typo.
+_INPUT_EXTRA = frozenset(
+    {"optional", "default", "min", "max", "enum", "datastore", "path_on_compute",
+     "intellectual_property"}
+)  # fmt: skip
+_OUTPUT_EXTRA = frozenset(
+    {"is_control", "early_available", "datastore", "path_on_compute", "intellectual_property"}
+)
+
 
 class Input:
     """A data input of a job (``inputs={"data": Input(type=..., path=...)}``).
@@ -29,6 +41,7 @@ class Input:
         description: str | None = None,
         **kwargs: Any,
     ) -> None:
+        unknown_keywords("Input()", kwargs, {"type", "path", "mode", "description", *_INPUT_EXTRA})
         self.type = type
         self.path = None if path is None else os.fspath(path)
         self.mode = mode
@@ -70,6 +83,8 @@ class Output:
         description: str | None = None,
         **kwargs: Any,
     ) -> None:
+        known = {"type", "path", "mode", "name", "version", "description", *_OUTPUT_EXTRA}
+        unknown_keywords("Output()", kwargs, known)
         self.type = type
         self.path = None if path is None else os.fspath(path)
         self.mode = mode
@@ -77,6 +92,8 @@ class Output:
         self.version = version
         self.description = description
         self._extra = kwargs
+        # The job whose record this output was read from (its path is where phalanx kept it).
+        self._kept_for: str | None = None
 
     def _to_dict(self) -> dict[str, Any]:
         items = (("type", self.type), ("path", self.path), ("mode", self.mode),

@@ -9,7 +9,10 @@ as YAML.
 
 from __future__ import annotations
 
+import copy
+import html
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -17,12 +20,43 @@ from typing import Any
 import yaml
 
 from phalanx.ml.distribution import Distribution
+from phalanx.ml.errors import checked_keywords
+
+
+class AttrDict(dict[str, Any]):
+    """A job's ``inputs`` or ``outputs``: a dict whose keys are attributes too, as in
+    Azure ML (``job.inputs.epochs = 5`` is ``job.inputs["epochs"] = 5``)."""
+
+    def __init__(self, values: Mapping[str, Any], kind: str) -> None:
+        super().__init__(values)
+        object.__setattr__(self, "_kind", kind)
+
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("__"):
+            raise AttributeError(key)
+        try:
+            return self[key]
+        except KeyError:
+            known = ", ".join(self) or "none"
+            raise AttributeError(
+                f"the job has no {self._kind[:-1]} {key!r}; its {self._kind}: {known}"
+            ) from None
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        self[key] = value
+
+    def __delattr__(self, key: str) -> None:
+        del self[key]
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> AttrDict:
+        return AttrDict({k: copy.deepcopy(v, memo) for k, v in self.items()}, self._kind)
 
 
 def _present(obj: Any) -> dict[str, Any]:
     return {f.name: getattr(obj, f.name) for f in fields(obj) if getattr(obj, f.name) is not None}
 
 
+@checked_keywords
 @dataclass(kw_only=True)
 class JobResourceConfiguration:
     """``resources``: nodes, and what each node needs.
@@ -42,6 +76,7 @@ class JobResourceConfiguration:
         return _present(self)
 
 
+@checked_keywords
 @dataclass(kw_only=True)
 class CommandJobLimits:
     """``limits``: ``timeout`` of the whole job (seconds, or ``"2h"``); ``stall_timeout``
@@ -54,6 +89,7 @@ class CommandJobLimits:
         return _present(self)
 
 
+@checked_keywords
 @dataclass(kw_only=True)
 class QueueSettings:
     """``queue_settings``: ``job_tier`` (``spot``, ``standard``…) and ``priority``."""
@@ -65,6 +101,7 @@ class QueueSettings:
         return _present(self)
 
 
+@checked_keywords
 @dataclass(kw_only=True)
 class JobService:
     """An endpoint of a job: ``services["Studio"].endpoint`` is its web page. Services
@@ -110,7 +147,7 @@ class Command:
         limits: CommandJobLimits | dict[str, Any] | None = None,
         queue_settings: QueueSettings | dict[str, Any] | None = None,
         services: dict[str, Any] | None = None,
-        identity: dict[str, Any] | None = None,
+        identity: Any = None,
         retry: dict[str, Any] | None = None,
         name: str | None = None,
         display_name: str | None = None,
@@ -121,8 +158,8 @@ class Command:
     ) -> None:
         self.command = command
         self.code = code
-        self.inputs: dict[str, Any] = dict(inputs or {})
-        self.outputs: dict[str, Any] = dict(outputs or {})
+        self.inputs = inputs or {}
+        self.outputs = outputs or {}
         self.environment = environment
         self.environment_variables: dict[str, Any] = dict(environment_variables or {})
         self.compute = compute
@@ -146,6 +183,114 @@ class Command:
         self.creation_context: dict[str, Any] = {}
         self._base_dir = base_dir if base_dir is not None else Path.cwd()
         self._renames: dict[str, str] = {}
+
+    @property
+    def inputs(self) -> AttrDict:
+        """The inputs by name: ``job.inputs["epochs"]`` or ``job.inputs.epochs``."""
+        return self._inputs
+
+    @inputs.setter
+    def inputs(self, value: Mapping[str, Any]) -> None:
+        # Anything else is kept as given, for the spec to name at submission.
+        self._inputs = AttrDict(value, "inputs") if isinstance(value, Mapping) else value
+
+    @property
+    def outputs(self) -> AttrDict:
+        """The outputs by name: ``job.outputs["model"]`` or ``job.outputs.model``."""
+        return self._outputs
+
+    @outputs.setter
+    def outputs(self, value: Mapping[str, Any]) -> None:
+        self._outputs = AttrDict(value, "outputs") if isinstance(value, Mapping) else value
+
+    def __call__(self, **inputs: Any) -> Command:
+        """A copy of this job with ``inputs`` bound, as calling Azure ML's command does
+        (``job = train(data=Input(path=...), epochs=3)``).
+
+        Raises:
+            MLError: a name that is not one of the job's inputs, or a value the spec
+                cannot take.
+        """
+        from phalanx.ml.errors import unknown_keywords
+        from phalanx.ml.specdict import validate
+
+        unknown_keywords("command() called", inputs, self.inputs, what="declared input")
+        job = copy.deepcopy(self)
+        job.inputs.update(inputs)
+        validate(job)
+        return job
+
+    def set_resources(
+        self,
+        *,
+        instance_type: str | None = None,
+        instance_count: int | None = None,
+        shm_size: str | None = None,
+        locations: list[str] | None = None,
+        properties: dict[str, Any] | None = None,
+        docker_args: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Set ``resources`` as Azure ML's ``Command.set_resources`` does; ``locations``,
+        ``properties`` and ``docker_args`` mean nothing to phalanx (a note says so once).
+
+        Raises:
+            MLError: an unknown keyword, or a value the spec cannot take.
+        """
+        from phalanx.ml.errors import unknown_keywords
+        from phalanx.ml.notes import note_once
+
+        known = (
+            *("instance_type", "instance_count", "shm_size", "locations", "properties"),
+            *("docker_args", "gpus_per_instance", "cpus_per_instance", "memory_per_instance"),
+        )
+        unknown_keywords("job.set_resources()", kwargs, known)
+        if (locations, properties, docker_args) != (None, None, None):
+            note_once(
+                "set_resources",
+                "locations, properties and docker_args of set_resources() are Azure's; "
+                "phalanx leaves them out",
+            )
+        given = {"instance_type": instance_type, "instance_count": instance_count,
+                 "shm_size": shm_size, **kwargs}  # fmt: skip
+        self._set("resources", JobResourceConfiguration, given)
+
+    def set_limits(self, *, timeout: int | str | None = None, **kwargs: Any) -> None:
+        """Set ``limits`` (``timeout``; phalanx's own ``stall_timeout``).
+
+        Raises:
+            MLError: an unknown keyword, or a value the spec cannot take.
+        """
+        from phalanx.ml.errors import unknown_keywords
+
+        unknown_keywords("job.set_limits()", kwargs, ("timeout", "stall_timeout"))
+        self._set("limits", CommandJobLimits, {"timeout": timeout, **kwargs})
+
+    def set_queue_settings(
+        self, *, job_tier: str | None = None, priority: str | int | None = None
+    ) -> None:
+        """Set ``queue_settings`` (``job_tier``, ``priority``).
+
+        Raises:
+            MLError: a value the spec cannot take.
+        """
+        self._set("queue_settings", QueueSettings, {"job_tier": job_tier, "priority": priority})
+
+    def _set(self, key: str, cls: type, given: dict[str, Any]) -> None:
+        from phalanx.ml.specdict import validate
+
+        block = getattr(self, key)
+        if block is None:
+            block = cls()
+            setattr(self, key, block)
+        for name, value in given.items():
+            if value is None:
+                continue
+            if isinstance(block, dict):
+                block[name] = value
+            else:
+                setattr(block, name, value)
+        validate(self)
 
     @property
     def spec_dict(self) -> dict[str, Any]:
@@ -173,8 +318,33 @@ class Command:
         spec = _relocated(self.spec_dict, self._base_dir, folder)
         target.write_text(self._yaml(spec), encoding="utf-8")
 
+    def _summary(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "display_name": self.display_name,
+            "experiment_name": self.experiment_name,
+            "compute": self.compute,
+            "studio_url": self.studio_url,
+        }
+
     def __repr__(self) -> str:
-        return f"Command(name={self.name!r}, status={self.status!r}, command={self.command!r})"
+        if self.status is None:  # not submitted: what it will run
+            return (
+                f"Command(name={self.name!r}, command={self.command!r}, compute={self.compute!r})"
+            )
+        shown = ", ".join(f"{k}={v!r}" for k, v in self._summary().items())
+        return f"Command({shown})"
+
+    def _repr_html_(self) -> str:
+        """A small table for notebooks: the job's name, status, and its page."""
+        rows = []
+        for key, value in self._summary().items():
+            text = html.escape("" if value is None else str(value))
+            if key == "studio_url" and value is not None:
+                text = f'<a href="{text}" target="_blank" rel="noopener">{text}</a>'
+            rows.append(f"<tr><th>{html.escape(key)}</th><td>{text}</td></tr>")
+        return f"<table>{''.join(rows)}</table>"
 
 
 def _relocated(spec: dict[str, Any], base: Path, folder: Path) -> dict[str, Any]:

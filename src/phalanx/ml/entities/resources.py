@@ -3,10 +3,13 @@ show`` and ``phalanx compute show`` print, as objects)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+from phalanx.ml.errors import checked_keywords, unknown_keywords
 
+
+@checked_keywords
 @dataclass(kw_only=True)
 class AccountKeyConfiguration:
     """An Azure Storage account key (``AzureBlobDatastore(credentials=...)``)."""
@@ -14,6 +17,7 @@ class AccountKeyConfiguration:
     account_key: str = field(repr=False)
 
 
+@checked_keywords
 @dataclass(kw_only=True)
 class SasTokenConfiguration:
     """An Azure Storage SAS token (``AzureBlobDatastore(credentials=...)``)."""
@@ -45,6 +49,7 @@ class Datastore:
         raise AttributeError(key)
 
 
+@checked_keywords
 @dataclass(kw_only=True)
 class AzureBlobDatastore:
     """An Azure Blob container (Azure ML's ``AzureBlobDatastore``).
@@ -73,25 +78,58 @@ class AzureBlobDatastore:
 
 @dataclass(kw_only=True)
 class Compute:
-    """A compute target: ``local`` (this machine) or a Ray cluster.
+    """A compute target: ``local`` (this machine), a local target over a part of it,
+    or a Ray cluster.
 
     ``hosts`` is what it has (``host``, ``gpus``, ``cpus``, ``memory`` each),
-    ``running`` what holds it, ``queued`` its queue in order.
+    ``running`` what holds it, ``queued`` its queue in order. ``size``,
+    ``min_instances``, ``tier`` and the other Azure ML attributes are ``None``:
+    phalanx sizes a target by its hosts.
     """
 
     name: str
-    type: str
+    type: str = "local"
     settings: dict[str, Any] = field(default_factory=dict)
     where: str | None = None
     hosts: list[dict[str, Any]] = field(default_factory=list)
     running: list[dict[str, Any]] = field(default_factory=list)
     queued: list[dict[str, Any]] = field(default_factory=list)
+    size: str | None = None
+    location: str | None = None
+    description: str | None = None
+    tags: dict[str, str] | None = None
+    min_instances: int | None = None
+    max_instances: int | None = None
+    """Nodes it has (Azure ML's ``AmlCompute.max_instances``): its hosts, once read."""
+    idle_time_before_scale_down: int | None = None
+    tier: str | None = None
 
-    @property
-    def max_instances(self) -> int:
-        """Nodes it has (Azure ML's ``AmlCompute.max_instances``); 0 when not read yet."""
-        return len(self.hosts)
+
+# Azure ML's AmlCompute keywords beyond Compute's: accepted, and left out (a note says so).
+AML_ONLY = (
+    "size", "location", "min_instances", "max_instances", "idle_time_before_scale_down",
+    "tier", "identity", "ssh_public_access_enabled", "ssh_settings", "network_settings",
+    "enable_node_public_ip", "tags", "description", "resource_id", "provisioning_state",
+    "provisioning_errors", "created_on",
+)  # fmt: skip
 
 
 class AmlCompute(Compute):
-    """Azure ML's name for a cluster; phalanx's targets are :class:`Compute`."""
+    """Azure ML's cluster, as ``ml_client.compute.begin_create_or_update`` takes it.
+
+    phalanx makes it a local target of that name: jobs run on this machine, in a
+    queue of their own, without GPUs of their own (``phalanx compute create --type
+    local --gpus ...`` gives a target GPUs). ``size``, ``min_instances``,
+    ``max_instances``, ``idle_time_before_scale_down``, ``tier``, ``ssh_*`` and the
+    rest of Azure ML's keywords are accepted and not kept (a note says so once).
+
+    Raises:
+        MLError: a keyword Azure ML's ``AmlCompute`` does not take (with "did you mean").
+    """
+
+    def __init__(self, *, name: str, type: str = "amlcompute", **kwargs: Any) -> None:
+        unknown_keywords("AmlCompute()", kwargs, ("name", "type", *AML_ONLY))
+        known = {f.name for f in fields(Compute)}
+        super().__init__(name=name, type=type, **{k: v for k, v in kwargs.items() if k in known})
+        self.azure = {k: v for k, v in kwargs.items() if v is not None}
+        """The Azure ML keywords given, as given."""

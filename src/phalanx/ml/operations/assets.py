@@ -8,13 +8,15 @@ They call :class:`phalanx.service.data.DataAssets` and
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from phalanx.errors import PhalanxError
 from phalanx.ml.entities.assets import Data, Model
-from phalanx.ml.errors import MLError, argument_error
+from phalanx.ml.errors import MLError, argument_error, surfaced_methods
 from phalanx.ml.notes import note_once
 from phalanx.ml.records import data_from_json, model_from_json
+from phalanx.ml.specdict import default_store
 from phalanx.service.data import DataAssets
 from phalanx.service.models import Models
 from phalanx.storage.uri import is_uri
@@ -26,7 +28,7 @@ def _local_or_uri(path: str | os.PathLike[str] | None, where: str) -> str:
         raise argument_error(where, "path", "is required; give a local path or a URI")
     text = os.fspath(path)
     if is_uri(text):
-        return text
+        return str(default_store(text))
     return str(Path(text.removeprefix("file://")).expanduser().absolute())
 
 
@@ -38,6 +40,17 @@ def _version(version: str | int | None, label: str | None, where: str) -> str:
     raise argument_error(where, "label", f"phalanx knows the label 'latest' only; got {label!r}")
 
 
+def _not_found(kind: str, name: str, names: Iterable[str], how: str, where: str) -> None:
+    """After a failed read: when no version of ``name`` exists, say so with the Python fix.
+
+    Raises:
+        MLError: ``name`` has no version at all.
+    """
+    if name not in set(names):
+        raise argument_error(where, "name", f"{kind} {name!r} not found; register it with {how}")
+
+
+@surfaced_methods
 class DataOperations:
     """The data asset verbs of :class:`~phalanx.ml.MLClient`."""
 
@@ -68,16 +81,27 @@ class DataOperations:
         return data_from_json(made)
 
     def get(self, name: str, version: str | None = None, label: str | None = None) -> Data:
-        """One version (``latest`` without ``version``)."""
-        return data_from_json(
-            self._data.show(name, _version(version, label, "ml_client.data.get()"))
-        )
+        """One version (``latest`` without ``version``).
+
+        Raises:
+            MLError: no asset ``name``.
+            PhalanxError: no such version.
+        """
+        wanted = _version(version, label, "ml_client.data.get()")
+        try:
+            return data_from_json(self._data.show(name, wanted))
+        except PhalanxError:
+            how = f"ml_client.data.create_or_update(Data(name={name!r}, path=...))"
+            names = (d["name"] for d in self._data.list_all(None))
+            _not_found("data asset", name, names, how, "ml_client.data.get()")
+            raise
 
     def list(self, name: str | None = None) -> Iterator[Data]:
         """Every version of every asset (or of ``name``)."""
         return iter([data_from_json(d) for d in self._data.list_all(name)])
 
 
+@surfaced_methods
 class ModelOperations:
     """The model registry verbs of :class:`~phalanx.ml.MLClient`."""
 
@@ -114,10 +138,20 @@ class ModelOperations:
         return model_from_json(made)
 
     def get(self, name: str, version: str | None = None, label: str | None = None) -> Model:
-        """One version (``latest`` without ``version``)."""
-        return model_from_json(
-            self._models.show(name, _version(version, label, "ml_client.models.get()"))
-        )
+        """One version (``latest`` without ``version``).
+
+        Raises:
+            MLError: no model ``name``.
+            PhalanxError: no such version.
+        """
+        wanted = _version(version, label, "ml_client.models.get()")
+        try:
+            return model_from_json(self._models.show(name, wanted))
+        except PhalanxError:
+            how = f"ml_client.models.create_or_update(Model(name={name!r}, path=...))"
+            names = (m["name"] for m in self._models.list_all(None))
+            _not_found("model", name, names, how, "ml_client.models.get()")
+            raise
 
     def list(self, name: str | None = None) -> Iterator[Model]:
         """Every version of every model (or of ``name``)."""

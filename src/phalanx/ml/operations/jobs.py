@@ -6,21 +6,35 @@ CLI's ``phalanx job`` commands use, on this machine's workspace or a server's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phalanx.errors import SpecError
 from phalanx.ml.entities.job import Command
-from phalanx.ml.errors import JobFailed, MLError, argument_error, from_spec_error
+from phalanx.ml.errors import (
+    COMMAND,
+    JobFailed,
+    MLError,
+    argument_error,
+    from_spec_error,
+    surfaced_methods,
+    unknown_keywords,
+)
 from phalanx.ml.notes import note
 from phalanx.ml.records import job_from_record
-from phalanx.ml.specdict import spec_text, validate
+from phalanx.ml.specdict import check_local_inputs, spec_text, validate
 from phalanx.service.jobs import Jobs
 from phalanx.workspace import JobRecord, JobStatus
 
+if TYPE_CHECKING:
+    from phalanx.service.targets import Targets
+
 # What `list()` reads at most, newest first, when no max_results is given.
 LIST_LIMIT = 10000
+
+_CREATE_KEYWORDS = ("description", "compute", "tags", "experiment_name", "skip_validation")
+_LIST_KEYWORDS = ("parent_job_name", "list_view_type", "max_results", "experiment_name", "status")
 
 
 class CancelPoller:
@@ -48,12 +62,16 @@ class CancelPoller:
         return self._job
 
 
+@surfaced_methods
 class JobOperations:
     """The job verbs of :class:`~phalanx.ml.MLClient`."""
 
-    def __init__(self, backend: Jobs, server_url: str | None) -> None:
+    def __init__(
+        self, backend: Jobs, server_url: str | None, targets: Callable[[], Targets]
+    ) -> None:
         self._jobs = backend
         self._server_url = server_url
+        self._targets = targets
 
     def _job(self, record: JobRecord) -> Command:
         return job_from_record(record, self._server_url)
@@ -66,29 +84,39 @@ class JobOperations:
         compute: str | None = None,
         tags: dict[str, str] | None = None,
         experiment_name: str | None = None,
+        skip_validation: bool = False,
         **kwargs: Any,
     ) -> Command:
         """Submit ``job``; returns it as created (``name``, ``status`` ``Queued``, ``studio_url``).
 
         ``description``, ``compute``, ``tags`` and ``experiment_name`` replace the
-        job's own, as in Azure ML.
+        job's own, as in Azure ML. ``skip_validation`` is accepted; phalanx always
+        validates. A job read back with ``get`` and given again with its ``name``
+        is the job itself: it is returned as it is (phalanx cannot change a
+        submitted job's tags, display name or description, and says so). With
+        ``job.name = None`` it is a copy, submitted as a new job.
 
         Raises:
-            MLError: the job does not validate, or this workspace cannot run it.
-            PhalanxError: e.g. a compute target that does not exist.
+            MLError: the job does not validate, a compute target that does not exist,
+                or an unknown keyword.
+            PhalanxError: this workspace cannot run it.
         """
+        where = "ml_client.jobs.create_or_update()"
+        unknown_keywords(where, kwargs, _CREATE_KEYWORDS)
         if not isinstance(job, Command):
             raise argument_error(
-                "ml_client.jobs.create_or_update()", "job",
-                f"must be a job made by command(...); got {type(job).__name__}",
-            )  # fmt: skip
+                where, "job", f"must be a job made by command(...); got {type(job).__name__}"
+            )
         for key, value in (("description", description), ("compute", compute),
                            ("experiment_name", experiment_name)):  # fmt: skip
             if value is not None:
                 setattr(job, key, value)
         if tags is not None:
             job.tags = {**job.tags, **tags}
-        validate(job)
+        if job.status is not None and job.name is not None:
+            return self._resubmitted(job, where)
+        check_local_inputs(job, validate(job))
+        self._check_compute(job)
         try:
             submission = self._jobs.create(spec_text(job))
         except SpecError as exc:
@@ -98,6 +126,36 @@ class JobOperations:
         for line in submission.notes:
             note(line)
         return self._job(submission.created())
+
+    def _resubmitted(self, job: Command, where: str) -> Command:
+        """A job read back and given again with its name: Azure ML updates its tags,
+        display name and description; phalanx keeps a submitted job as it was."""
+        stored = self.get(str(job.name))
+        changed = [
+            key
+            for key in ("tags", "display_name", "description")
+            if (getattr(job, key) or None) != (getattr(stored, key) or None)
+        ]
+        if changed:
+            raise argument_error(
+                where, changed[0], f"phalanx cannot change a submitted job's {', '.join(changed)} "
+                f"(job {job.name}); to run it again with them, set job.name = None and submit it",
+            )  # fmt: skip
+        return stored
+
+    def _check_compute(self, job: Command) -> None:
+        """A compute target named in the job exists, with the fix in Python if not."""
+        compute = (job.compute or "local").removeprefix("azureml:")
+        if compute == "local" or ":" in compute or "/" in compute:
+            return  # this machine, or a Ray address
+        known = [t["settings"]["name"] for t in self._targets().list_all()]
+        if compute in known:
+            return
+        raise argument_error(
+            COMMAND, "compute", f"compute target {compute!r} not found (known: "
+            f"{', '.join(sorted({'local', *known}))}); use compute=\"local\", or create it with "
+            f"ml_client.compute.begin_create_or_update(AmlCompute(name={compute!r}))",
+        )  # fmt: skip
 
     def get(self, name: str) -> Command:
         """The job ``name``, as it is now.
@@ -111,13 +169,20 @@ class JobOperations:
         self,
         parent_job_name: str | None = None,
         *,
+        list_view_type: Any = None,
         max_results: int | None = None,
         experiment_name: str | None = None,
         status: str | None = None,
         **kwargs: Any,
     ) -> Iterator[Command]:
         """The jobs, newest first. phalanx has no pipeline jobs, so a ``parent_job_name``
-        has no children: nothing is listed for it."""
+        has no children: nothing is listed for it. phalanx archives no jobs, so every
+        ``list_view_type`` lists them all.
+
+        Raises:
+            MLError: an unknown keyword or status.
+        """
+        unknown_keywords("ml_client.jobs.list()", kwargs, _LIST_KEYWORDS)
         if parent_job_name is not None:
             return iter(())
         wanted = None

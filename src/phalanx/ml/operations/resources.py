@@ -25,9 +25,11 @@ from phalanx.ml.entities.resources import (
     Datastore,
     SasTokenConfiguration,
 )
-from phalanx.ml.errors import MLError, argument_error
+from phalanx.ml.errors import MLError, argument_error, surfaced_methods
+from phalanx.ml.notes import note, note_once
+from phalanx.ml.operations.pollers import DonePoller
 from phalanx.service.datastores import DatastoreCreate, Datastores
-from phalanx.service.targets import Targets
+from phalanx.service.targets import TargetCreate, Targets
 
 _STORED = ("name", "type", "description", "credentials")
 
@@ -83,6 +85,7 @@ def _blob_request(store: AzureBlobDatastore, where: str) -> DatastoreCreate:
     )
 
 
+@surfaced_methods
 class DatastoreOperations:
     """The datastore verbs of :class:`~phalanx.ml.MLClient`."""
 
@@ -125,6 +128,7 @@ class DatastoreOperations:
         return self.get(datastore.name)
 
 
+@surfaced_methods
 class ComputeOperations:
     """The compute targets of :class:`~phalanx.ml.MLClient`, with what each has."""
 
@@ -132,32 +136,84 @@ class ComputeOperations:
         self._targets = backend
 
     def get(self, name: str) -> Compute:
-        """The target, its hosts (GPUs, CPU slots, memory), what runs on it and its queue."""
+        """The target, its hosts (GPUs, CPU slots, memory), what runs on it and its queue.
+
+        Raises:
+            MLError: no such target.
+        """
+        self._check_known(name, "ml_client.compute.get()")
         view = self._targets.show(name)
         settings = view.get("settings", {})
         capacity = view.get("capacity") or {}
+        hosts = list(capacity.get("hosts") or [])
         return Compute(
             name=view.get("target", name),
             type=str(settings.get("type", "local")),
             settings=settings,
             where=settings.get("address"),
-            hosts=list(capacity.get("hosts") or []),
+            hosts=hosts,
             running=list(view.get("running") or []),
             queued=list(view.get("queued") or []),
+            max_instances=len(hosts),
         )
 
     def list(self) -> Iterator[Compute]:
         """Every target (``local`` first), each as :meth:`get` reads it."""
-        names = [t["settings"]["name"] for t in self._targets.list_all()]
-        return iter([self.get(n) for n in names])
+        return iter([self.get(n) for n in self._names()])
 
-    def begin_create_or_update(self, compute: Any) -> NoReturn:
-        raise MLError(
-            "phalanx registers compute targets with `phalanx compute create` (a Ray cluster's "
-            "token is read from a variable or stdin)",
-            field="compute",
-            source="ml_client.compute.begin_create_or_update()",
-        )
+    def begin_create_or_update(self, compute: Compute) -> DonePoller[Compute]:
+        """Create ``AmlCompute(name=...)`` as a local target of that name (jobs run on this
+        machine, in a queue of their own, without GPUs of their own); a target that
+        exists is kept as it is. Azure ML's sizes and scaling are not kept (a note says
+        so once). Ray clusters are registered with ``phalanx compute create --type ray``.
+
+        Raises:
+            MLError: not an ``AmlCompute``, or a Ray cluster.
+            PhalanxError: an invalid name.
+        """
+        where = "ml_client.compute.begin_create_or_update()"
+        if not isinstance(compute, Compute):
+            raise argument_error(
+                where, "compute", f"must be AmlCompute(name=...); got {type(compute).__name__}"
+            )
+        if compute.type.lower() not in ("amlcompute", "local", "computeinstance"):
+            raise argument_error(
+                where, "type", f"phalanx.ml creates AmlCompute(...) as a local target; got type "
+                f"{compute.type!r}; register a Ray cluster with `phalanx compute create --type "
+                "ray` (its token is read from a variable or stdin)",
+            )  # fmt: skip
+        if compute.name in self._names():
+            note(f"compute {compute.name!r} exists; it is kept as it is")
+        else:
+            self._targets.create(TargetCreate(name=compute.name, type="local", gpus="none"))
+            note_once(
+                "amlcompute",
+                "phalanx makes AmlCompute(...) a local target: its jobs run on this machine, in "
+                "a queue of their own, without GPUs of their own (`phalanx compute create --type "
+                "local --gpus ...` gives a target GPUs); size, min/max_instances, "
+                "idle_time_before_scale_down and tier are Azure's and not kept",
+            )
+        made = self.get(compute.name)
+        azure = getattr(compute, "azure", {})
+        for key in ("size", "location", "description", "tags", "min_instances", "tier",
+                    "idle_time_before_scale_down"):  # fmt: skip
+            if azure.get(key) is not None:
+                setattr(made, key, azure[key])
+        return DonePoller(made)
+
+    def _names(self) -> tuple[str, ...]:
+        return tuple(t["settings"]["name"] for t in self._targets.list_all())
+
+    def _check_known(self, name: str, where: str) -> None:
+        if name == "local":
+            return
+        known = self._names()
+        if name not in known:
+            raise argument_error(
+                where, "name", f"compute target {name!r} not found (known: "
+                f"{', '.join(sorted({'local', *known}))}); create it with "
+                f"ml_client.compute.begin_create_or_update(AmlCompute(name={name!r}))",
+            )  # fmt: skip
 
 
 _NO_REGISTRY = (
