@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import traceback
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,16 +21,21 @@ from phalanx.ml import Input, MLClient, MLError, Output, command, load_job
 from phalanx.ml.constants import AssetTypes, InputOutputModes
 from phalanx.ml.entities import (
     AccountKeyConfiguration,
+    AmlCompute,
+    AmlTokenConfiguration,
     AzureBlobDatastore,
     CommandJobLimits,
+    Compute,
     Data,
     Environment,
     JobResourceConfiguration,
+    ManagedIdentityConfiguration,
     Model,
     MpiDistribution,
     PyTorchDistribution,
     QueueSettings,
     TensorFlowDistribution,
+    UserIdentityConfiguration,
 )
 from phalanx.ml.specdict import validate
 from phalanx.spec import load_spec, load_spec_text
@@ -270,6 +276,13 @@ BAD_INPUT = [
     pytest.param({"name": "_bad"}, "name", "is not a valid job name", id="bad-name"),
     pytest.param({"docker_args": "--ipc=host"}, "docker_args",
                  "is not a parameter phalanx supports", id="unknown-parameter"),
+    pytest.param({"enviroment": "x"}, "enviroment", "did you mean 'environment'?",
+                 id="misspelt-parameter"),
+    pytest.param({"inputs": {"d": Input(path="./nope")}}, "inputs.d.path",
+                 "'./nope' does not exist; the path is relative to the current folder",
+                 id="missing-local-input"),
+    pytest.param({"inputs": {"d": Input(type="uri_file", path="./data")}}, "inputs.d.path",
+                 "'./data' is a folder, not a file", id="uri-file-is-a-folder"),
     pytest.param({"queue_settings": {"job_tier": "gold"}}, "queue_settings.job_tier",
                  "must be one of spot, basic, standard, premium", id="bad-tier"),
 ]  # fmt: skip
@@ -394,3 +407,202 @@ def test_bad_input_to_the_operations_names_the_call_and_field(here: Path) -> Non
         assert str(caught.value).startswith(start) and "\n" not in str(caught.value)
     with pytest.raises(PhalanxError, match="job 'nope' not found"):
         ml_client.jobs.get("nope")
+
+
+def test_amlcompute_becomes_a_local_target_and_an_unknown_compute_is_one_line(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ml_client = MLClient()
+    # Azure ML's tutorial: get the cluster, and create it if it is missing.
+    with pytest.raises(MLError) as caught:
+        ml_client.compute.get("cpu-cluster")
+    assert str(caught.value) == (
+        "ml_client.compute.get(): name: compute target 'cpu-cluster' not found (known: local); "
+        "create it with ml_client.compute.begin_create_or_update(AmlCompute(name='cpu-cluster'))"
+    )
+    # An unknown compute at submission names `compute` and the fixes in Python.
+    job = command(command="python t.py", compute="cpu-cluster")
+    with pytest.raises(MLError) as caught:
+        ml_client.jobs.create_or_update(job)
+    line = str(caught.value)
+    assert line.startswith("command(): compute: compute target 'cpu-cluster' not found")
+    assert 'compute="local"' in line and "AmlCompute(name='cpu-cluster')" in line
+    assert "\n" not in line and caught.value.__cause__ is None
+    cluster = AmlCompute(
+        name="cpu-cluster",
+        type="amlcompute",
+        size="STANDARD_DS3_V2",
+        min_instances=0,
+        max_instances=4,
+        idle_time_before_scale_down=180,
+        tier="Dedicated",
+    )
+    made = ml_client.compute.begin_create_or_update(cluster).result()
+    assert (made.name, made.type, made.size, made.tier) == (
+        "cpu-cluster", "local", "STANDARD_DS3_V2", "Dedicated"
+    )  # fmt: skip
+    assert not made.settings["gpus"] and made.max_instances == 1
+    got = ml_client.compute.get("cpu-cluster")
+    assert got.size is None and got.min_instances is None and got.hosts
+    assert capsys.readouterr().err.count("AmlCompute(...) a local target") == 1
+    # Created again (and through MLClient.create_or_update): kept as it is.
+    again = ml_client.create_or_update(AmlCompute(name="cpu-cluster", size="STANDARD_NC6"))
+    assert again.name == "cpu-cluster" and "kept as it is" in capsys.readouterr().err
+    assert [c.name for c in ml_client.compute.list()] == ["local", "cpu-cluster"]
+    assert ml_client.jobs._check_compute(job) is None  # now it exists
+    with pytest.raises(MLError, match=r"^AmlCompute\(\): sizee: .*did you mean 'size'\?$"):
+        AmlCompute(name="x", sizee="STANDARD_DS3_V2")  # type: ignore[call-arg]
+    with pytest.raises(MLError, match=r"type: phalanx\.ml creates AmlCompute\(\.\.\.\) as a local"):
+        ml_client.compute.begin_create_or_update(Compute(name="r", type="kubernetes"))
+
+
+def test_client_create_or_update_dispatches_by_kind(here: Path) -> None:
+    ml_client = MLClient()
+    (here / "data" / "w.bin").write_bytes(b"1")
+    data = ml_client.create_or_update(Data(name="d", path="./data"))
+    assert (data.name, data.version) == ("d", "1")
+    model = ml_client.begin_create_or_update(Model(name="m", path="./data")).result()
+    assert (model.name, model.version) == ("m", "1")
+    assert "sha256" not in repr(model)  # each file's checksum is not a notebook's business
+    with pytest.raises(MLError, match="no registry of named environments yet"):
+        ml_client.create_or_update(Environment(image="x"))
+    with pytest.raises(MLError, match=r"^MLClient\.create_or_update\(\): entity: must be a job"):
+        ml_client.create_or_update("job.yml")
+    with pytest.raises(MLError, match=r"experiment_nam: .*did you mean 'experiment_name'"):
+        ml_client.create_or_update(command(command="python t.py"), experiment_nam="x")
+
+
+# (a call with a misspelt keyword, the start of its one line).
+TYPOS = [
+    (lambda: MLClient(credentail=None), "MLClient(): credentail: is not a keyword argument; "
+     "did you mean 'credential'?"),
+    (lambda: MLClient().jobs.list(max_result=1), "ml_client.jobs.list(): max_result: is not a "
+     "keyword argument; did you mean 'max_results'?"),
+    (lambda: MLClient().jobs.create_or_update(command(command="python t.py"), experiment_nam="x"),
+     "ml_client.jobs.create_or_update(): experiment_nam: is not a keyword argument; did you "
+     "mean 'experiment_name'?"),
+    (lambda: PyTorchDistribution(process_count=2), "PyTorchDistribution(): process_count: is "
+     "not a keyword argument; did you mean 'process_count_per_instance'?"),
+    (lambda: Data(paht="./data"), "Data(): paht: is not a keyword argument; did you mean 'path'?"),
+    (lambda: Input(paths="./data"), "Input(): paths: is not a keyword argument; did you mean "
+     "'path'?"),
+    (lambda: Input(typ="uri_folder"), "Input(): typ: is not a keyword argument; did you mean "
+     "'type'?"),
+    (lambda: Output(nmae="m"), "Output(): nmae: is not a keyword argument; did you mean 'name'?"),
+    (lambda: JobResourceConfiguration(instance_cont=2), "JobResourceConfiguration(): "
+     "instance_cont: is not a keyword argument; did you mean 'instance_count'?"),
+]  # fmt: skip
+
+
+def test_misspelt_keywords_outside_command_are_one_line_with_a_suggestion(here: Path) -> None:
+    for call, line in TYPOS:
+        with pytest.raises(MLError) as caught:
+            call()
+        assert str(caught.value) == line
+    # Azure ML's own keywords are taken.
+    ml_client = MLClient(None, "sub", "rg", "ws", registry_name=None, show_progress=False)
+    assert list(ml_client.jobs.list(parent_job_name=None, list_view_type="ActiveOnly")) == []
+    job = command(command="python t.py")
+    returned = ml_client.jobs.create_or_update(job, skip_validation=True, description="d")
+    assert returned.description == "d"
+    ml_client.jobs.begin_cancel(returned.name).result()
+
+
+def test_jobs_are_edited_as_in_azure_ml(here: Path) -> None:
+    (here / "other").mkdir()
+    train = command(
+        command="python t.py --data ${{inputs.data}} --epochs ${{inputs.epochs}} "
+        "--out ${{outputs.model}}",
+        inputs={"data": Input(path="./data"), "epochs": 3},
+        outputs={"model": Output()},
+        identity=UserIdentityConfiguration(),
+    )
+    # Inputs and outputs are attributes as well as keys.
+    train.inputs.epochs = 5
+    assert train.inputs["epochs"] == 5 and train.inputs.data.path == "./data"
+    train.outputs.model.mode = "upload"
+    with pytest.raises(AttributeError, match="the job has no input 'epoch'; its inputs: data"):
+        train.inputs.epoch  # noqa: B018
+    # Calling a command binds inputs into a new job, as Azure ML's builder does.
+    bound = train(data=Input(path="./other"), epochs=7)
+    assert bound is not train and train.inputs.epochs == 5
+    assert bound.spec_dict["inputs"] == {"data": {"type": "uri_folder", "path": "./other"},
+                                         "epochs": 7}  # fmt: skip
+    with pytest.raises(MLError, match=r"^command\(\) called: epoch: is not a declared input; "
+                       r"did you mean 'epochs'\?$"):  # fmt: skip
+        train(epoch=3)
+    train.set_resources(instance_count=2, shm_size="2g", instance_type="STANDARD_NC6")
+    train.set_limits(timeout=60)
+    train.set_queue_settings(job_tier="spot", priority="high")
+    spec = train.spec_dict
+    assert spec["resources"] == {"instance_count": 2, "instance_type": "STANDARD_NC6",
+                                 "shm_size": "2g"}  # fmt: skip
+    assert spec["limits"] == {"timeout": 60}
+    assert spec["queue_settings"] == {"job_tier": "spot", "priority": "high"}
+    assert spec["outputs"] == {"model": {"type": "uri_folder", "mode": "upload"}}
+    assert spec["identity"] == {"type": "user_identity"}
+    with pytest.raises(MLError, match=r"^command\(\): resources\.instance_count: must be at least"):
+        train.set_resources(instance_count=0)
+    with pytest.raises(MLError, match=r"set_limits\(\): timout: .*did you mean 'timeout'"):
+        train.set_limits(timout=3)
+    identities = [
+        (ManagedIdentityConfiguration(client_id="abc"), {"type": "managed_identity",
+                                                         "client_id": "abc"}),
+        (AmlTokenConfiguration(), {"type": "aml_token"}),
+    ]  # fmt: skip
+    for identity, block in identities:
+        assert command(command="python t.py", identity=identity).spec_dict["identity"] == block
+    # Azure ML's default datastore is phalanx's.
+    blob = Input(path="azureml://datastores/workspaceblobstore/paths/imagenet/train")
+    with_blob = command(command="python t.py ${{inputs.d}}", inputs={"d": blob})
+    assert (
+        with_blob.spec_dict["inputs"]["d"]["path"]
+        == "azureml://datastores/default/paths/imagenet/train"
+    )
+
+
+def test_a_submitted_job_reads_well_in_a_notebook(here: Path) -> None:
+    job = command(command="python t.py", display_name="<b>ddp</b> & co", compute="local")
+    assert repr(job) == "Command(name=None, command='python t.py', compute='local')"
+    job.name, job.status, job.studio_url = "n1", "Queued", "http://127.0.0.1:8766/jobs/n1?a=<x>"
+    assert repr(job) == (
+        "Command(name='n1', status='Queued', display_name='<b>ddp</b> & co', "
+        "experiment_name=None, compute='local', studio_url='http://127.0.0.1:8766/jobs/n1?a=<x>')"
+    )
+    page = job._repr_html_()
+    assert "<td>&lt;b&gt;ddp&lt;/b&gt; &amp; co</td>" in page and "<b>" not in page
+    assert '<a href="http://127.0.0.1:8766/jobs/n1?a=&lt;x&gt;"' in page
+
+
+def test_backend_errors_are_one_line_without_phalanx_frames(
+    here: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ml_client = MLClient()
+    with pytest.raises(PhalanxError) as caught:
+        ml_client.jobs.get("nope")
+    err = caught.value
+    assert str(err) == "job 'nope' not found; ml_client.jobs.list() shows the jobs"
+    assert err.__cause__ is None and err.__suppress_context__
+    frames = [f.name for f in traceback.extract_tb(err.__traceback__)]
+    assert frames[-1] == "wrapper" and len(frames) <= 3, frames
+    for call, line in [
+        (lambda: ml_client.data.get("nope", version="1"), "ml_client.data.get(): name: data "
+         "asset 'nope' not found; register it with ml_client.data.create_or_update("
+         "Data(name='nope', path=...))"),
+        (lambda: ml_client.models.get("nope"), "ml_client.models.get(): name: model 'nope' not "
+         "found; register it with ml_client.models.create_or_update(Model(name='nope', "
+         "path=...))"),
+        (lambda: ml_client.data.create_or_update(Data(name="d", path="./nope")),
+         "ml_client.data.create_or_update(): path: './nope' does not exist; the path is "
+         "relative to the current folder"),
+        (lambda: ml_client.data.create_or_update(Data(name="d", path="./data", type="uri_file")),
+         "ml_client.data.create_or_update(): path: './data' is a folder; use type='uri_folder'"),
+    ]:  # fmt: skip
+        with pytest.raises(MLError) as caught_ml:
+            call()
+        assert str(caught_ml.value) == line
+    # PHALANX_DEBUG=1 keeps phalanx's frames, as the CLI shows them.
+    monkeypatch.setenv("PHALANX_DEBUG", "1")
+    with pytest.raises(PhalanxError) as caught:
+        ml_client.jobs.get("nope")
+    assert len(traceback.extract_tb(caught.value.__traceback__)) > 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,6 +20,7 @@ from phalanx.ml.entities.job import (
 )
 from phalanx.ml.errors import COMMAND, argument_error
 from phalanx.ml.specdict import _mapping, check_local_inputs, validate
+from phalanx.spec.values import suggest
 
 # Azure ML parameters that mean nothing for a command job run by phalanx: accepted
 # and left out of the spec (component reuse, Azure placement).
@@ -71,8 +73,10 @@ def command(
     """
     for key in kwargs:
         if key not in _IGNORED:
+            close = suggest(key, _PARAMETERS)
+            hint = f"; did you mean {close!r}?" if close else ""
             raise argument_error(
-                COMMAND, key, "is not a parameter phalanx supports for a command job"
+                COMMAND, key, f"is not a parameter phalanx supports for a command job{hint}"
             )
     renames: dict[str, str] = {}
     merged_resources = _merge(
@@ -112,6 +116,9 @@ def command(
     job._renames = renames
     check_local_inputs(job, validate(job))
     return job
+
+
+_PARAMETERS = tuple(p for p in inspect.signature(command).parameters if p != "kwargs")
 
 
 def _as_dict(value: Any, field: str) -> dict[str, Any] | None:

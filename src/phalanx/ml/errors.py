@@ -24,6 +24,24 @@ _RELATIVE_TO = (
     ("the path is relative to the spec file", "the path is relative to the current folder"),
 )
 
+# Fixes the CLI words for a shell or a job.yml, and the same fixes in Python, for the
+# messages and notes the backends send (the service layer words them once, for the CLI).
+_IN_PYTHON = (
+    ("`phalanx job list` shows the jobs", "ml_client.jobs.list() shows the jobs"),
+    ("environment: {pip_file: requirements.txt}",
+     "environment=Environment(pip_file='requirements.txt')"),
+    ("create it with `phalanx datastore create`",
+     "create it with ml_client.datastores.create_or_update(AzureBlobDatastore(...)) or "
+     "`phalanx datastore create`"),
+)  # fmt: skip
+
+
+def in_python(text: str) -> str:
+    """A backend's message or note with the fixes it gives for the CLI given for Python."""
+    for cli_words, python_words in _IN_PYTHON:
+        text = text.replace(cli_words, python_words)
+    return text
+
 
 class MLError(SpecError):
     """An argument of the SDK that phalanx cannot take: one line, the field named.
@@ -123,6 +141,8 @@ def surfaced(call: Callable[P, R]) -> Callable[P, R]:
                 raise
             exc.__cause__ = None
             exc.__suppress_context__ = True
+            if len(exc.args) == 1 and isinstance(exc.args[0], str) and str(exc) == exc.args[0]:
+                exc.args = (in_python(exc.args[0]),)
             raise exc.with_traceback(None) from None
 
     return wrapper

@@ -48,8 +48,8 @@ class Model:
     """``azureml:<name>:<version>`` once registered."""
     job_name: str | None = None
     """The job whose output it was, if any."""
-    files: list[dict[str, Any]] = field(default_factory=list)
-    """Each file's relative path, size and sha256."""
+    files: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    """Each file's relative path, size and sha256 (left out of the repr)."""
     creation_context: dict[str, Any] = field(default_factory=dict)
 
 

@@ -22,14 +22,29 @@ from phalanx.service.models import Models
 from phalanx.storage.uri import is_uri
 
 
-def _local_or_uri(path: str | os.PathLike[str] | None, where: str) -> str:
-    """A URI as written; a local path made absolute against the current folder."""
+def _local_or_uri(path: str | os.PathLike[str] | None, where: str, kind: str | None = None) -> str:
+    """A URI as written; a local path made absolute against the current folder, checked
+    to exist (and to be a file for ``uri_file``, a folder for ``uri_folder``).
+
+    Raises:
+        MLError: no path, or a local path that is missing or of the other kind, named as
+            the caller wrote it.
+    """
     if path is None or not os.fspath(path).strip():
         raise argument_error(where, "path", "is required; give a local path or a URI")
     text = os.fspath(path)
     if is_uri(text):
         return str(default_store(text))
-    return str(Path(text.removeprefix("file://")).expanduser().absolute())
+    local = Path(text.removeprefix("file://")).expanduser().absolute()
+    if not local.exists():
+        raise argument_error(
+            where, "path", f"{text!r} does not exist; the path is relative to the current folder"
+        )
+    if kind == "uri_file" and local.is_dir():
+        raise argument_error(where, "path", f"{text!r} is a folder; use type='uri_folder'")
+    if kind == "uri_folder" and not local.is_dir():
+        raise argument_error(where, "path", f"{text!r} is a file; use type='uri_file'")
+    return str(local)
 
 
 def _version(version: str | int | None, label: str | None, where: str) -> str:
@@ -73,7 +88,7 @@ class DataOperations:
         made = self._data.create(
             name=data.name,
             version=None if data.version is None else str(data.version),
-            path=_local_or_uri(data.path, where),
+            path=_local_or_uri(data.path, where, data.type),
             type=data.type,
             description=data.description,
             no_check=False,

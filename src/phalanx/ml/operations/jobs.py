@@ -18,6 +18,7 @@ from phalanx.ml.errors import (
     MLError,
     argument_error,
     from_spec_error,
+    in_python,
     surfaced_methods,
     unknown_keywords,
 )
@@ -124,7 +125,7 @@ class JobOperations:
                 raise
             raise from_spec_error(exc, job._renames) from None
         for line in submission.notes:
-            note(line)
+            note(in_python(line))
         return self._job(submission.created())
 
     def _resubmitted(self, job: Command, where: str) -> Command:
