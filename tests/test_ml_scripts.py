@@ -36,7 +36,7 @@ print(f"rank {rank} of {world} on node {node} read {files} for {args.epochs} epo
 PYTORCH_AZURE_SCRIPT = """
 from azure.ai.ml import MLClient, command, Input, Output
 from azure.ai.ml.constants import AssetTypes, InputOutputModes
-from azure.ai.ml.entities import Data, Model, PyTorchDistribution
+from azure.ai.ml.entities import AmlCompute, Data, Model, PyTorchDistribution
 from azure.identity import DefaultAzureCredential
 
 ml_client = MLClient(
@@ -45,6 +45,25 @@ ml_client = MLClient(
     resource_group_name="my-resource-group",
     workspace_name="my-workspace",
 )
+
+# Azure ML's tutorial: the cluster, created when it is missing.
+cpu_compute_target = "cpu-cluster"
+try:
+    cpu_cluster = ml_client.compute.get(cpu_compute_target)
+    print(f"You already have a cluster named {cpu_compute_target}, we'll reuse it as is.")
+except Exception:
+    print("Creating a new cpu compute target...")
+    cpu_cluster = AmlCompute(
+        name=cpu_compute_target,
+        type="amlcompute",
+        size="STANDARD_DS3_V2",
+        min_instances=0,
+        max_instances=4,
+        idle_time_before_scale_down=180,
+        tier="Dedicated",
+    )
+    cpu_cluster = ml_client.compute.begin_create_or_update(cpu_cluster).result()
+print("CLUSTER", cpu_cluster.name, cpu_cluster.size)
 
 digits = ml_client.data.create_or_update(
     Data(name="digits", path="./data", type=AssetTypes.URI_FOLDER, description="tiny")
@@ -61,23 +80,25 @@ job = command(
             path=f"azureml:digits:{digits.version}",
             mode=InputOutputModes.RO_MOUNT,
         ),
-        "epochs": 2,
+        "epochs": 1,
     },
     outputs={"model": Output(type=AssetTypes.URI_FOLDER, mode=InputOutputModes.RW_MOUNT)},
     environment_variables={"GLOO_SOCKET_IFNAME": "lo"},
-    compute="local",
+    compute="cpu-cluster",
     instance_count=2,
     distribution=PyTorchDistribution(process_count_per_instance=1),
     experiment_name="sdk-scripts",
     display_name="tiny ddp",
     timeout=120,
 )
+job.inputs.epochs = 2
 returned_job = ml_client.jobs.create_or_update(job)
 print("SUBMITTED", returned_job.name, returned_job.status)
 print("STUDIO", returned_job.studio_url, returned_job.services["Studio"].endpoint)
 ml_client.jobs.stream(returned_job.name)
 finished = ml_client.jobs.get(returned_job.name)
 print("FINISHED", finished.status, finished.outputs["model"].path)
+print("SAME", ml_client.jobs.create_or_update(finished).name)
 
 model = ml_client.models.create_or_update(
     Model(
@@ -102,7 +123,14 @@ print("COMPUTE", [(c.name, c.max_instances) for c in ml_client.compute.list()])
 print("DEFAULT_STORE", ml_client.datastores.get_default().name)
 print("STORES", [d.name for d in ml_client.datastores.list()])
 
-sleeper = ml_client.jobs.create_or_update(command(command="sleep 60", display_name="to cancel"))
+clone = ml_client.jobs.get(returned_job.name)
+clone.name = None
+clone.code = "./src"
+clone.command = "sleep 60"
+clone.inputs = {}
+clone.display_name = "to cancel"
+sleeper = ml_client.create_or_update(clone)
+print("CLONE", sleeper.name, sleeper.outputs["model"].path)
 poller = ml_client.jobs.begin_cancel(sleeper.name)
 poller.result()
 print("CANCELED", poller.done(), ml_client.jobs.get(sleeper.name).status)
@@ -125,7 +153,7 @@ inputs:
   epochs: 2
 outputs:
   model: {type: uri_folder, mode: rw_mount}
-compute: local
+compute: cpu-cluster
 resources: {instance_count: 2}
 distribution: {type: pytorch, process_count_per_instance: 1}
 limits: {timeout: 120}
@@ -204,6 +232,8 @@ def test_pytorch_script_with_data_model_list_stream_and_cancel(cli: Cli) -> None
     proc = run_script(cli, "train_job.py", PYTORCH_AZURE_SCRIPT, timeout=300)
     out, err = proc.stdout, proc.stderr
 
+    assert printed(out, "CLUSTER") == ["cpu-cluster", "STANDARD_DS3_V2"]
+    assert "Creating a new cpu compute target..." in out
     assert printed(out, "DATA") == ["digits", "1", "azureml:digits:1"]
     name, status = printed(out, "SUBMITTED")
     assert status == "Queued"
@@ -212,6 +242,10 @@ def test_pytorch_script_with_data_model_list_stream_and_cancel(cli: Cli) -> None
     # stream() printed rank 0's log as the CLI does, and returned when the job ended.
     assert "rank 0 of 2 on node 0 read ['a.txt', 'b.txt'] for 2 epochs" in out
     assert printed(out, "FINISHED") == ["Completed", f"azureml://jobs/{name}/outputs/model"]
+    assert printed(out, "SAME") == [name]  # the job itself, given again
+    # A copy (name None) is a new job; the output kept with the first is not its path.
+    clone = printed(out, "CLONE")
+    assert clone[0] != name and clone[1] == f"azureml://jobs/{clone[0]}/outputs/model"
     assert printed(out, "MODEL") == ["tiny-net", "1"]
     for rank in range(2):
         for folder in ("downloaded/tiny-net", "job-files/named-outputs/model"):
@@ -227,7 +261,7 @@ def test_pytorch_script_with_data_model_list_stream_and_cancel(cli: Cli) -> None
     ) in out
     assert name in " ".join(printed(out, "JOBS"))
     assert "('tiny-net', '1')" in out and "('digits', '1')" in out
-    assert printed(out, "COMPUTE")[0].startswith("[('local',")
+    assert printed(out, "COMPUTE")[0].startswith("[('local',") and "('cpu-cluster', 1)" in out
     assert printed(out, "DEFAULT_STORE") == ["default"]
     assert printed(out, "STORES") == ["['default']"]
     assert printed(out, "CANCELED") == ["True", "Canceled"]

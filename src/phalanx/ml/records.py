@@ -67,7 +67,8 @@ def job_from_record(record: JobRecord, server_url: str | None) -> Command:
     ``azureml://jobs/<job>/outputs/<output>``, which ``Model(path=...)`` and
     ``Data(path=...)`` take.
     """
-    job = command_from_spec(record.spec, Path(record.job_dir))
+    # Paths set on it later (a copy submitted again) are relative to the current folder.
+    job = command_from_spec(record.spec, Path.cwd())
     job.name = record.name
     job.display_name = record.display_name
     job.experiment_name = record.experiment_name
