@@ -494,7 +494,9 @@ TYPOS = [
 ]  # fmt: skip
 
 
-def test_misspelt_keywords_outside_command_are_one_line_with_a_suggestion(here: Path) -> None:
+def test_misspelt_keywords_outside_command_are_one_line_with_a_suggestion(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     for call, line in TYPOS:
         with pytest.raises(MLError) as caught:
             call()
@@ -502,10 +504,23 @@ def test_misspelt_keywords_outside_command_are_one_line_with_a_suggestion(here: 
     # Azure ML's own keywords are taken.
     ml_client = MLClient(None, "sub", "rg", "ws", registry_name=None, show_progress=False)
     assert list(ml_client.jobs.list(parent_job_name=None, list_view_type="ActiveOnly")) == []
-    job = command(command="python t.py")
+    job = command(command="python t.py", environment="azureml:AzureML-pytorch@latest")
     returned = ml_client.jobs.create_or_update(job, skip_validation=True, description="d")
     assert returned.description == "d"
+    # The environment's note gives its fix in Python.
+    assert "environment=Environment(pip_file='requirements.txt')" in capsys.readouterr().err
     ml_client.jobs.begin_cancel(returned.name).result()
+    # Given back with its name, a job read back is the job; phalanx cannot change its tags.
+    again = ml_client.jobs.get(returned.name)
+    assert ml_client.jobs.create_or_update(again).name == returned.name
+    again.tags["reviewed"] = "yes"
+    with pytest.raises(MLError, match=r"^ml_client\.jobs\.create_or_update\(\): tags: phalanx "
+                       r"cannot change a submitted job's tags .*set job\.name = None"):  # fmt: skip
+        ml_client.jobs.create_or_update(again)
+    again.name = "renamed"  # a name of its own: a new job
+    renamed = ml_client.jobs.create_or_update(again)
+    assert (renamed.name, renamed.tags["reviewed"]) == ("renamed", "yes")
+    ml_client.jobs.begin_cancel(renamed.name).result()
 
 
 def test_jobs_are_edited_as_in_azure_ml(here: Path) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from phalanx.errors import SpecError
+from phalanx.errors import PhalanxError, SpecError
 from phalanx.ml.entities.job import Command
 from phalanx.ml.errors import (
     COMMAND,
@@ -115,7 +115,9 @@ class JobOperations:
         if tags is not None:
             job.tags = {**job.tags, **tags}
         if job.status is not None and job.name is not None:
-            return self._resubmitted(job, where)
+            stored = self._stored(job.name)
+            if stored is not None:
+                return self._resubmitted(job, stored, where)
         check_local_inputs(job, validate(job))
         self._check_compute(job)
         try:
@@ -128,10 +130,16 @@ class JobOperations:
             note(in_python(line))
         return self._job(submission.created())
 
-    def _resubmitted(self, job: Command, where: str) -> Command:
+    def _stored(self, name: str) -> Command | None:
+        """The job ``name`` if it exists (a job read back may be renamed to be a new one)."""
+        try:
+            return self._job(self._jobs.get(name))
+        except PhalanxError:
+            return None
+
+    def _resubmitted(self, job: Command, stored: Command, where: str) -> Command:
         """A job read back and given again with its name: Azure ML updates its tags,
         display name and description; phalanx keeps a submitted job as it was."""
-        stored = self.get(str(job.name))
         changed = [
             key
             for key in ("tags", "display_name", "description")
