@@ -142,6 +142,9 @@ class ComputeOperations:
             MLError: no such target.
         """
         self._check_known(name, "ml_client.compute.get()")
+        return self._read(name)
+
+    def _read(self, name: str) -> Compute:
         view = self._targets.show(name)
         settings = view.get("settings", {})
         capacity = view.get("capacity") or {}
@@ -159,7 +162,7 @@ class ComputeOperations:
 
     def list(self) -> Iterator[Compute]:
         """Every target (``local`` first), each as :meth:`get` reads it."""
-        return iter([self.get(n) for n in self._names()])
+        return iter([self._read(n) for n in self._names()])
 
     def begin_create_or_update(self, compute: Compute) -> DonePoller[Compute]:
         """Create ``AmlCompute(name=...)`` as a local target of that name (jobs run on this
@@ -193,7 +196,7 @@ class ComputeOperations:
                 "local --gpus ...` gives a target GPUs); size, min/max_instances, "
                 "idle_time_before_scale_down and tier are Azure's and not kept",
             )
-        made = self.get(compute.name)
+        made = self._read(compute.name)
         azure = getattr(compute, "azure", {})
         for key in ("size", "location", "description", "tags", "min_instances", "tier",
                     "idle_time_before_scale_down"):  # fmt: skip
