@@ -461,6 +461,8 @@ def test_client_create_or_update_dispatches_by_kind(here: Path) -> None:
     (here / "data" / "w.bin").write_bytes(b"1")
     data = ml_client.create_or_update(Data(name="d", path="./data"))
     assert (data.name, data.version) == ("d", "1")
+    with pytest.raises(PhalanxError, match=r"d:1 already exists .*give another version= or leave"):
+        ml_client.create_or_update(Data(name="d", version="1", path="./data"))
     model = ml_client.begin_create_or_update(Model(name="m", path="./data")).result()
     assert (model.name, model.version) == ("m", "1")
     assert "sha256" not in repr(model)  # each file's checksum is not a notebook's business

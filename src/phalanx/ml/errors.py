@@ -30,6 +30,7 @@ _IN_PYTHON = (
     ("`phalanx job list` shows the jobs", "ml_client.jobs.list() shows the jobs"),
     ("environment: {pip_file: requirements.txt}",
      "environment=Environment(pip_file='requirements.txt')"),
+    ("give another --version or leave it out", "give another version= or leave it out"),
     ("create it with `phalanx datastore create`",
      "create it with ml_client.datastores.create_or_update(AzureBlobDatastore(...)) or "
      "`phalanx datastore create`"),
