@@ -483,6 +483,10 @@ TYPOS = [
     (lambda: MLClient().jobs.create_or_update(command(command="python t.py"), experiment_nam="x"),
      "ml_client.jobs.create_or_update(): experiment_nam: is not a keyword argument; did you "
      "mean 'experiment_name'?"),
+    (lambda: MLClient().jobs.download("n", download_pth="."), "ml_client.jobs.download(): "
+     "download_pth: is not a keyword argument; did you mean 'download_path'?"),
+    (lambda: MLClient().models.get(), "ml_client.models.get(): missing a required argument: "
+     "'name'"),
     (lambda: PyTorchDistribution(process_count=2), "PyTorchDistribution(): process_count: is "
      "not a keyword argument; did you mean 'process_count_per_instance'?"),
     (lambda: Data(paht="./data"), "Data(): paht: is not a keyword argument; did you mean 'path'?"),

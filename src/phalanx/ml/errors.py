@@ -127,14 +127,26 @@ def from_spec_error(error: SpecError, renames: Mapping[str, str]) -> MLError:
     return made
 
 
-def surfaced(call: Callable[P, R]) -> Callable[P, R]:
-    """``call`` whose :class:`~phalanx.errors.PhalanxError` reaches the caller as the
-    CLI shows it: the exception alone, without the frames and the chain inside phalanx
-    (a notebook or a script then shows one line under the caller's). ``PHALANX_DEBUG=1``
-    keeps them, as it does for the CLI."""
+def surfaced(call: Callable[P, R], source: str) -> Callable[P, R]:
+    """``call`` made for a caller in Python: arguments it does not take are a one-line
+    :class:`MLError` (with "did you mean"), not a ``TypeError``; and its
+    :class:`~phalanx.errors.PhalanxError` reaches the caller as the CLI shows it, without
+    the frames and the chain inside phalanx (a notebook or a script then shows one line
+    under the caller's), its CLI fixes given in Python. ``PHALANX_DEBUG=1`` keeps the
+    frames, as it does for the CLI."""
+    signature = inspect.signature(call)
+    params = signature.parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    named = [k for k, p in params.items() if k != "self" and p.kind is not p.VAR_KEYWORD]
 
     @functools.wraps(call)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            if not takes_any:
+                unknown_keywords(source, [k for k in kwargs if k not in params], named)
+            raise MLError(str(exc), source=source) from None
         try:
             return call(*args, **kwargs)
         except PhalanxError as exc:
@@ -149,9 +161,13 @@ def surfaced(call: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
-def surfaced_methods(cls: T) -> T:
-    """``cls`` with :func:`surfaced` around each of its public methods."""
-    for key, value in list(vars(cls).items()):
-        if not key.startswith("_") and inspect.isfunction(value):
-            setattr(cls, key, surfaced(value))
-    return cls
+def surfaced_methods(group: str) -> Callable[[T], T]:
+    """A class decorator: :func:`surfaced` around each public method of ``ml_client.<group>``."""
+
+    def decorate(cls: T) -> T:
+        for key, value in list(vars(cls).items()):
+            if not key.startswith("_") and inspect.isfunction(value):
+                setattr(cls, key, surfaced(value, f"ml_client.{group}.{key}()"))
+        return cls
+
+    return decorate

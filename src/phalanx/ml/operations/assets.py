@@ -65,7 +65,7 @@ def _not_found(kind: str, name: str, names: Iterable[str], how: str, where: str)
         raise argument_error(where, "name", f"{kind} {name!r} not found; register it with {how}")
 
 
-@surfaced_methods
+@surfaced_methods("data")
 class DataOperations:
     """The data asset verbs of :class:`~phalanx.ml.MLClient`."""
 
@@ -116,7 +116,7 @@ class DataOperations:
         return iter([data_from_json(d) for d in self._data.list_all(name)])
 
 
-@surfaced_methods
+@surfaced_methods("models")
 class ModelOperations:
     """The model registry verbs of :class:`~phalanx.ml.MLClient`."""
 

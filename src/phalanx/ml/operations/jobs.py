@@ -63,7 +63,7 @@ class CancelPoller:
         return self._job
 
 
-@surfaced_methods
+@surfaced_methods("jobs")
 class JobOperations:
     """The job verbs of :class:`~phalanx.ml.MLClient`."""
 

@@ -85,7 +85,7 @@ def _blob_request(store: AzureBlobDatastore, where: str) -> DatastoreCreate:
     )
 
 
-@surfaced_methods
+@surfaced_methods("datastores")
 class DatastoreOperations:
     """The datastore verbs of :class:`~phalanx.ml.MLClient`."""
 
@@ -128,7 +128,7 @@ class DatastoreOperations:
         return self.get(datastore.name)
 
 
-@surfaced_methods
+@surfaced_methods("compute")
 class ComputeOperations:
     """The compute targets of :class:`~phalanx.ml.MLClient`, with what each has."""
 
@@ -225,6 +225,7 @@ _NO_REGISTRY = (
 )
 
 
+@surfaced_methods("environments")
 class EnvironmentOperations:
     """``ml_client.environments``: every call says named environments are not kept yet."""
 
