@@ -81,9 +81,8 @@ def unknown_keywords(
     for key in given:
         if key not in known:
             close = suggest(key, sorted(known))
-            hint = (
-                f"; did you mean {close!r}?" if close else f"; it takes {', '.join(sorted(known))}"
-            )
+            takes = ", ".join(sorted(known)) or "none"
+            hint = f"; did you mean {close!r}?" if close else f"; it takes {takes}"
             raise MLError(f"is not a {what}{hint}", field=key, source=source)
 
 
