@@ -183,15 +183,26 @@ def job_logs(
 
 
 @router.get("/{name}/metrics")
-def job_metrics(name: str, request: Request, _: User) -> dict[str, Any]:
-    """Every metric's history (``[step, value]`` pairs), the job's and the system's."""
-    from phalanx.workspace.metrics import SYSTEM_METRICS_FILE, read_metrics
+def job_metrics(
+    name: str,
+    request: Request,
+    _: User,
+    points: Annotated[int | None, Query(ge=10, le=1_000_000)] = None,
+) -> dict[str, Any]:
+    """Every metric's history (``[step, value]`` pairs), the job's and the system's;
+    with ``points``, each series downsampled on the server to about that many (a
+    chart of 100,000 steps draws from 2,000 that show its shape, spikes included)."""
+    from phalanx.workspace.metrics import SYSTEM_METRICS_FILE, downsample, read_metrics
+
+    def wire(history: dict[str, list[tuple[int | None, float | None]]]) -> dict[str, Any]:
+        return {
+            k: list(map(list, v if points is None else downsample(v, points)))
+            for k, v in history.items()
+        }
 
     ws = request_workspace(request)
     job_dir = Path(ws.get_job(name).job_dir)
     return {
-        "metrics": {k: list(map(list, v)) for k, v in read_metrics(job_dir).items()},
-        "system": {
-            k: list(map(list, v)) for k, v in read_metrics(job_dir, SYSTEM_METRICS_FILE).items()
-        },
+        "metrics": wire(read_metrics(job_dir)),
+        "system": wire(read_metrics(job_dir, SYSTEM_METRICS_FILE)),
     }

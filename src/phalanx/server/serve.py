@@ -96,8 +96,10 @@ def serve(
     max_upload: int,
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
+    studio_only: bool = False,
 ) -> None:
-    """Serve the workspace at ``home`` until interrupted.
+    """Serve the workspace at ``home`` until interrupted (``studio_only``: announced as
+    ``phalanx studio``, the page to open, rather than as a team server).
 
     Raises:
         PhalanxError: refused settings (see :func:`check_auth`), or half a TLS pair.
@@ -121,11 +123,20 @@ def serve(
     )
     keeper.start()
     scheme = "https" if tls_cert else "http"
-    print(
-        f"phalanx server: workspace {ws.home} on {scheme}://{host}:{port}/api/v1 "
-        f"({'tokens required' if settings.auth else 'no auth: loopback only'})",
-        flush=True,
-    )
+    shown = f"[{host}]" if ":" in host else host
+    if studio_only:
+        print(
+            f"phalanx studio: open {scheme}://{shown}:{port}/ "
+            f"(workspace {ws.home}; this machine only, Ctrl-C stops it)",
+            flush=True,
+        )
+    else:
+        print(
+            f"phalanx server: workspace {ws.home} on {scheme}://{shown}:{port}/api/v1, "
+            f"studio at {scheme}://{shown}:{port}/ "
+            f"({'tokens required' if settings.auth else 'no auth: loopback only'})",
+            flush=True,
+        )
     try:
         uvicorn.run(
             create_app(settings),
