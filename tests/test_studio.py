@@ -36,7 +36,11 @@ CHROMIUM_ARGS = [
 ]  # fmt: skip
 
 DONE = """
+import os, sys
 from phalanx.train import log_metric
+os.makedirs(sys.argv[1], exist_ok=True)
+open(os.path.join(sys.argv[1], "model.pt"), "wb").write(b"weights" * 100)
+open(os.path.join(os.environ["PHALANX_OUTPUTS_DIR"], "stats", "s.txt"), "w").write("1")
 for step in range(1, 51):
     print(f"done line {step}", flush=True)
     log_metric("loss", 1.0 / step, step)
@@ -77,6 +81,14 @@ while time.time() < deadline:
 """
 
 
+def _shot(page: Any, name: str) -> None:
+    """Save the page for the README when PHALANX_STUDIO_SCREENSHOTS names a folder."""
+    folder = os.environ.get("PHALANX_STUDIO_SCREENSHOTS")
+    if folder:
+        page.wait_for_timeout(300)  # charts and the log settle
+        page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
+
+
 @dataclass
 class Studio:
     cli: Cli
@@ -91,17 +103,15 @@ class Studio:
         return self.server.url
 
 
-def _job(cli: Cli, script: str, text: str, procs: int = 1, *args: str) -> str:
+def _job(cli: Cli, script: str, text: str, procs: int = 1, *args: str, more: str = "") -> str:
     cli.write(f"src/{script}", text)
     spec = cli.write(
         f"{script}.yml",
-        f"""
-        command: python {script} {" ".join(args)}
-        code: src
-        experiment_name: studio-{script.removesuffix(".py")}
-        distribution: {{type: pytorch, process_count_per_instance: {procs}}}
-        limits: {{timeout: 900}}
-        """,
+        f"command: python {script} {' '.join(args)}\n"
+        "code: src\n"
+        f"experiment_name: studio-{script.removesuffix('.py')}\n"
+        f"distribution: {{type: pytorch, process_count_per_instance: {procs}}}\n"
+        "limits: {timeout: 900}\n" + more,
     )
     return cli.create(spec)
 
@@ -121,7 +131,10 @@ def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Studio]:
         env.pop(name, None)
     cli = Cli(home, env, workdir)
     poke = root / "poke"
-    done = _job(cli, "done.py", DONE)
+    outputs = (
+        "outputs:\n  model: {type: custom_model, name: studio-net}\n  stats: {name: studio-stats}\n"
+    )
+    done = _job(cli, "done.py", DONE, 1, "${{outputs.model}}", more=outputs)
     failed = _job(cli, "fail.py", FAIL, 2)
     live = _job(cli, "live.py", LIVE, 1, str(poke))
     server = servers.start_phalanx_server(home, env)
@@ -192,6 +205,7 @@ def test_jobs_table_filters_and_follows_the_workspace_without_a_reload(
     page.fill("#f-text", "studio-done")
     page.wait_for_function("document.querySelectorAll('#jobs tr').length === 1")
     page.fill("#f-text", "")
+    _shot(page, "studio-jobs")
     # A job created now shows up in the open page.
     new = studio.cli.create(studio.cli.workdir / "done.py.yml")
     page.wait_for_selector(f'tr[data-job="{new}"]', timeout=10_000)
@@ -232,6 +246,7 @@ def test_a_failed_job_shows_its_root_cause_attempts_and_every_ranks_log(
     page.press("#search", "Enter")
     page.wait_for_function("document.querySelector('#hits').innerText.includes('bad shard 7')")
     assert "lines of rank 1" in page.inner_text("#hits")
+    _shot(page, "studio-failed-job")
 
 
 def test_a_live_line_shows_within_a_second_and_rank_text_is_only_text(
@@ -258,6 +273,7 @@ def test_a_live_line_shows_within_a_second_and_rank_text_is_only_text(
         )
         took = time.monotonic() - start
         assert took < 1.0, f"a live line took {took:.2f} s to show"
+    _shot(page, "studio-job")
 
 
 def test_metric_charts_show_their_points_downsampled_on_the_server(
@@ -285,6 +301,7 @@ def test_metric_charts_show_their_points_downsampled_on_the_server(
     page.goto(f"{studio.url}/jobs/{studio.live}#metrics")
     page.wait_for_selector('#system-charts .chart[data-metric="system/cpu_percent"] canvas')
     page.wait_for_selector('#metric-charts .chart[data-metric="loss"] canvas')
+    _shot(page, "studio-metrics")
 
 
 def test_a_log_of_a_million_lines_opens_tail_first_and_pages_back(
@@ -379,6 +396,7 @@ def test_phalanx_studio_serves_this_machines_workspace_on_loopback(studio: Studi
         assert proc.stdout is not None
         first = proc.stdout.readline()
         assert first.startswith(f"phalanx studio: open http://127.0.0.1:{port}/"), first
+        servers._wait_port(port, proc, "phalanx studio")  # type: ignore[arg-type]
         page = httpx.get(f"http://127.0.0.1:{port}/jobs/{studio.done}", timeout=10)
         assert page.status_code == 200 and 'data-view="job"' in page.text
         assert "script-src 'self'" in page.headers["content-security-policy"]
@@ -390,3 +408,34 @@ def test_phalanx_studio_serves_this_machines_workspace_on_loopback(studio: Studi
     finally:
         os.killpg(proc.pid, 9)
         proc.wait(timeout=10)
+    # job show points at the job's page: on this machine's studio, or on the server's.
+    shown = studio.cli.run("job", "show", studio.done, check=True).stdout
+    assert f"studio: http://127.0.0.1:8766/jobs/{studio.done}" in shown
+    remote = {**studio.cli.env, "PHALANX_SERVER": studio.url}
+    shown = subprocess.run(
+        [PHALANX, "job", "show", studio.done], env=remote, capture_output=True, text=True
+    ).stdout
+    assert f"studio: {studio.url}/jobs/{studio.done}" in shown
+
+
+def test_models_data_datastores_and_compute_have_their_pages(studio: Studio, page: Any) -> None:
+    page.goto(f"{studio.url}/models")
+    page.wait_for_selector('#items tr[data-name="studio-net"]')
+    row = page.inner_text('#items tr[data-name="studio-net"]')
+    assert studio.done in row  # the job that made it, linked
+    assert page.locator(f'#items a[href="/jobs/{studio.done}"]').count() == 1
+    page.click('#items tr[data-name="studio-net"] a >> nth=0')
+    page.wait_for_selector("#files")
+    link = page.locator("#files a").first
+    assert link.inner_text() == "model.pt"
+    got = httpx.get(studio.url + (link.get_attribute("href") or ""))
+    assert got.status_code == 200 and got.content == b"weights" * 100
+    page.goto(f"{studio.url}/data")
+    page.wait_for_selector('#items tr[data-name="studio-stats"]')
+    page.goto(f"{studio.url}/datastores")
+    page.wait_for_selector('#items tr[data-name="default"]')
+    page.goto(f"{studio.url}/datastores/default")
+    page.wait_for_selector("#ls")
+    page.goto(f"{studio.url}/compute")
+    page.wait_for_selector('#items tr[data-name="local"]')
+    page.wait_for_selector("#queue")

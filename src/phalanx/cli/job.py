@@ -140,7 +140,12 @@ def show_cmd(name: str, as_json: bool) -> int:
     if as_json:
         click.echo(json.dumps(job_json(job), indent=2))
     else:
+        from phalanx.client.config import server_config
+        from phalanx.studio.urls import job_page_url
+
         show_job(console, job)
+        server = server_config()
+        console.print(f"studio: {job_page_url(job.name, server.url if server else None)}")
     return 0
 
 

@@ -7,12 +7,11 @@ from pathlib import Path
 import click
 
 from phalanx.errors import PhalanxError
-
-DEFAULT_PORT = 8766
+from phalanx.studio.urls import STUDIO_PORT
 
 
 @click.command("studio")
-@click.option("--port", type=int, default=DEFAULT_PORT, show_default=True)
+@click.option("--port", type=int, default=STUDIO_PORT, show_default=True)
 @click.option(
     "--workspace",
     type=click.Path(file_okay=False, path_type=Path),

@@ -11,7 +11,9 @@ should an escape ever be missed.
 
 from __future__ import annotations
 
+from html import escape
 from pathlib import Path
+from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -43,7 +45,8 @@ SHELL = """<!doctype html>
 <link rel="stylesheet" href="/static/studio.css?v={version}">
 </head><body data-view="{view}">
 <header><a class="brand" href="/">phalanx studio</a>
-<nav><a href="/">Jobs</a><a href="/compare">Compare</a></nav>
+<nav><a href="/">Jobs</a><a href="/compare">Compare</a><a href="/models">Models</a>
+<a href="/data">Data</a><a href="/datastores">Datastores</a><a href="/compute">Compute</a></nav>
 <span id="who"></span></header>
 <main id="main"></main>
 <script src="/static/uPlot.iife.min.js"></script>
@@ -54,11 +57,6 @@ SHELL = """<!doctype html>
 router = APIRouter(include_in_schema=False)
 
 
-def job_page_url(base_url: str, name: str) -> str:
-    """The studio page of job ``name`` on the server (or ``phalanx studio``) at ``base_url``."""
-    return f"{base_url.rstrip('/')}/jobs/{name}"
-
-
 def _page(request: Request, view: str) -> Response:
     settings = settings_of(request)
     if not settings.auth and not loopback_host(request):
@@ -66,7 +64,7 @@ def _page(request: Request, view: str) -> Response:
     csrf = csrf_value(request)
     if csrf is None and view != "signin":
         return RedirectResponse("/signin", status_code=303, headers=HEADERS)
-    html = SHELL.format(csrf=csrf or "", view=view, version=__version__)
+    html = SHELL.format(csrf=escape(csrf or ""), view=escape(view), version=__version__)
     return HTMLResponse(html, headers=HEADERS)
 
 
@@ -83,6 +81,25 @@ def job_page(name: str, request: Request) -> Response:
 @router.get("/compare")
 def compare_page(request: Request) -> Response:
     return _page(request, "compare")
+
+
+# The other collections of the workspace: a table of them, and one of them.
+COLLECTIONS = ("models", "data", "datastores", "compute")
+
+
+def _collection_routes() -> None:
+    def view(kind: str) -> Any:
+        def page(request: Request) -> Response:
+            return _page(request, kind)
+
+        return page
+
+    for kind in COLLECTIONS:
+        router.add_api_route(f"/{kind}", view(kind), methods=["GET"])
+        router.add_api_route(f"/{kind}/{{name:path}}", view(kind), methods=["GET"])
+
+
+_collection_routes()
 
 
 @router.get("/signin")
