@@ -302,6 +302,11 @@ def test_metric_charts_show_their_points_downsampled_on_the_server(
     page.wait_for_selector('#system-charts .chart[data-metric="system/cpu_percent"] canvas')
     page.wait_for_selector('#metric-charts .chart[data-metric="loss"] canvas')
     _shot(page, "studio-metrics")
+    # Compare: one metric of several jobs on one chart.
+    page.goto(f"{studio.url}/compare?jobs={studio.done},{studio.live}&metric=loss")
+    page.wait_for_selector("#compare-chart canvas")
+    labels = page.locator("#compare-chart .u-legend .u-label").all_inner_texts()
+    assert studio.done in labels and studio.live in labels
 
 
 def test_a_log_of_a_million_lines_opens_tail_first_and_pages_back(
@@ -439,3 +444,20 @@ def test_models_data_datastores_and_compute_have_their_pages(studio: Studio, pag
     page.goto(f"{studio.url}/compute")
     page.wait_for_selector('#items tr[data-name="local"]')
     page.wait_for_selector("#queue")
+
+
+def test_a_jobs_outputs_are_a_file_tree_with_downloads_and_its_spec_both_ways(
+    studio: Studio, page: Any
+) -> None:
+    page.goto(f"{studio.url}/jobs/{studio.done}#files")
+    link = page.wait_for_selector('table[data-folder="outputs"] a:has-text("model.pt")')
+    assert link is not None
+    got = httpx.get(studio.url + (link.get_attribute("href") or ""))
+    assert got.status_code == 200 and got.content == b"weights" * 100
+    assert "s.txt" in page.inner_text('table[data-folder="outputs"]')
+    page.click('.tabs button[data-tab="Spec"]')
+    submitted = page.wait_for_selector("#spec-submitted")
+    assert submitted is not None and "command: python done.py" in submitted.inner_text()
+    assert "custom_model" in page.inner_text("#spec-resolved")
+    outside = httpx.get(f"{studio.url}/api/v1/jobs/{studio.done}/tree", params={"path": "../.."})
+    assert outside.status_code == 400

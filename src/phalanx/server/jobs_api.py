@@ -145,6 +145,18 @@ def show_job(name: str, request: Request, _: User) -> dict[str, Any]:
     return _wire(refresh(ws, ws.get_job(name)))
 
 
+@router.get("/{name}/spec")
+def job_spec(name: str, request: Request, _: User) -> dict[str, Any]:
+    """The spec as submitted (the YAML text, ``--set`` items noted) and as resolved."""
+    ws = request_workspace(request)
+    job = ws.get_job(name)
+    try:
+        text = ws.paths(name).spec_yaml.read_text()
+    except FileNotFoundError:
+        text = None
+    return {"submitted": text, "resolved": job.spec}
+
+
 @router.post("/{name}/cancel")
 def cancel_job(name: str, request: Request, _: User) -> dict[str, Any]:
     """Stop every process of the job; answers once it has ended (or 30 s passed)."""

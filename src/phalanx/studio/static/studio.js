@@ -125,17 +125,20 @@ function jobView() {
   const overview = el("div", {id: "overview"});
   const attempts = el("div", {id: "attempts"});
   const tabs = el("div", {class: "tabs"});
-  const panes = {Logs: logsPane(name), Metrics: metricsPane(name), Spec: el("div", {id: "spec"})};
+  const panes = {Logs: logsPane(name), Metrics: metricsPane(name), Files: filesPane(name),
+    Spec: specPane(name)};
   for (const label of Object.keys(panes)) {
-    tabs.append(el("button", {"data-tab": label, onclick: () => show(label)}, label));
+    tabs.append(el("button", {"data-tab": label, onclick: () => { history.replaceState(null, "", "#" + label.toLowerCase()); show(label); }}, label));
   }
   function show(label) {
     for (const [key, pane] of Object.entries(panes)) pane.hidden = key !== label;
     for (const b of tabs.children) b.classList.toggle("on", b.dataset.tab === label);
-    if (label === "Metrics") panes.Metrics.load();
+    if (panes[label].load) panes[label].load();
   }
   main.append(title, cause, overview, attempts, tabs, ...Object.values(panes));
-  show(location.hash === "#metrics" ? "Metrics" : "Logs");
+  const fromHash = () => Object.keys(panes).find((k) => "#" + k.toLowerCase() === location.hash);
+  show(fromHash() || "Logs");
+  window.addEventListener("hashchange", () => show(fromHash() || "Logs"));
   let last = null;
   async function load() {
     let job;
@@ -146,7 +149,6 @@ function jobView() {
     renderHead(title, job);
     if (changed) {
       renderCause(cause, job); renderOverview(overview, job); renderAttempts(attempts, job);
-      panes.Spec.replaceChildren(section("Spec (resolved)", el("pre", {}, JSON.stringify(job.spec, null, 2))));
       panes.Logs.ranks(job);
     }
     if (!TERMINAL.has(job.status)) setTimeout(load, 2000);
@@ -303,6 +305,49 @@ function logsPane(name) {
       el("option", {value: "all"}, "all ranks interleaved"));
     picker.value = ranks.includes(chosen) || chosen === "all" ? chosen : "0";
     if (!source || picker.value !== chosen) open();
+  };
+  return pane;
+}
+
+// ---------------------------------------------------------------- files and spec
+function size(bytes) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let k = 0;
+  while (bytes >= 1024 && k < units.length - 1) { bytes /= 1024; k += 1; }
+  return `${k ? bytes.toFixed(1) : bytes} ${units[k]}`;
+}
+
+function filesPane(name) {
+  const pane = el("div", {id: "files-pane"});
+  const job = encodeURIComponent(name);
+  pane.load = async () => {
+    const parts = [];
+    for (const folder of ["outputs", "checkpoints"]) {
+      let listed;
+      try { listed = await api(`/jobs/${job}/tree?path=${folder}`); }
+      catch (e) { parts.push(section(folder, el("div", {class: "muted"}, e.message))); continue; }
+      const rows = listed.files.map((f) => el("tr", {},
+        el("td", {}, el("a", {href: `/api/v1/jobs/${job}/files/${f.path.split("/").map(encodeURIComponent).join("/")}?raw=true`,
+          download: f.path.split("/").pop()}, f.path)),
+        el("td", {}, size(f.size))));
+      parts.push(section(folder + (listed.complete ? "" : " (first files only)"), rows.length
+        ? el("table", {class: "tree", "data-folder": folder}, el("tbody", {}, ...rows))
+        : el("div", {class: "muted"}, "no files"),
+      el("div", {}, el("a", {href: `/api/v1/jobs/${job}/files/${folder}`, download: `${name}-${folder}.tar`}, `download all of ${folder} (tar)`))));
+    }
+    pane.replaceChildren(...parts);
+  };
+  return pane;
+}
+
+function specPane(name) {
+  const pane = el("div", {id: "spec"});
+  pane.load = async () => {
+    try {
+      const spec = await api(`/jobs/${encodeURIComponent(name)}/spec`);
+      pane.replaceChildren(section("Spec as submitted", el("pre", {id: "spec-submitted"}, spec.submitted || "-")),
+        section("Spec as resolved", el("pre", {id: "spec-resolved"}, JSON.stringify(spec.resolved, null, 2))));
+    } catch (e) { pane.replaceChildren(el("div", {class: "error"}, e.message)); }
   };
   return pane;
 }
