@@ -225,6 +225,7 @@ def test_a_failed_job_shows_its_root_cause_attempts_and_every_ranks_log(
     assert "Traceback" in traceback and "in load" in traceback
     attempts = page.inner_text("#attempts-table")
     assert "Failed" in attempts and "user_error" in attempts
+    assert page.locator("#timeline .bar.Failed").all_inner_texts() == ["#1 user_error"]
     overview = page.inner_text("#overview")
     assert "1 × 2" in overview and "python fail.py" in overview and "studio-fail" in overview
     # The rank picker lists every rank; rank 1's log holds its traceback.
@@ -344,6 +345,13 @@ def test_cancel_needs_the_pages_csrf_value_and_the_button_cancels(
     )
     assert forged == 403
     assert studio.cli.show(studio.live)["status"] == "Running"
+    # Preempt: the attempt ends as a spot reclaim would end it, and a new one follows.
+    page.click("#preempt")
+    page.wait_for_selector("#timeline .bar:nth-child(2)", timeout=60_000)
+    bars = page.locator("#timeline .bar").all_inner_texts()
+    assert bars[0] == "#1 preemption" and bars[1].startswith("#2"), bars
+    assert "attempt 2" in page.inner_text("#attempts-table")
+    page.wait_for_selector("h1 .status.Running", timeout=60_000)
     page.click("#cancel")
     page.wait_for_selector("h1 .status.Canceled", timeout=60_000)
     assert studio.cli.show(studio.live)["status"] == "Canceled"
@@ -410,6 +418,13 @@ def test_phalanx_studio_serves_this_machines_workspace_on_loopback(studio: Studi
         # A page of a DNS-rebinding site names another host: refused.
         rebound = httpx.get(f"http://127.0.0.1:{port}/", headers={"Host": "evil.example"})
         assert rebound.status_code == 403
+        # A second one on the same port: one line, no URL printed that is not its own.
+        taken = studio.cli.run("studio", "--port", str(port), timeout=60)
+        assert taken.returncode == 2 and taken.stdout == ""
+        assert (
+            taken.stderr.startswith("error: cannot listen on 127.0.0.1:")
+            and "--port" in taken.stderr
+        )
     finally:
         os.killpg(proc.pid, 9)
         proc.wait(timeout=10)

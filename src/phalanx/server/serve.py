@@ -87,6 +87,25 @@ def _reap_children() -> None:
             return
 
 
+def check_port(host: str, port: int) -> None:
+    """Fail with one line, before anything is printed, if ``host:port`` is taken.
+
+    Raises:
+        PhalanxError: the address is in use or not this machine's.
+    """
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise PhalanxError(
+                f"cannot listen on {host}:{port} ({exc.strerror}); choose another --port"
+            ) from None
+
+
 def serve(
     *,
     home: Path,
@@ -115,6 +134,7 @@ def serve(
             raise PhalanxError(f"TLS file {path} not found; check --tls-cert/--tls-key")
     # Supervisors and the scheduler started from here find the same workspace.
     os.environ[HOME_ENV] = str(home)
+    check_port(host, port)
     ws = Workspace(home)
     settings = ServerSettings(home=ws.home, auth=check_auth(host, auth, ws), max_upload=max_upload)
     stop = threading.Event()

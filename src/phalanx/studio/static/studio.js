@@ -213,7 +213,17 @@ function renderAttempts(box, job) {
       el("td", {}, a.cause || "-"), el("td", {}, a.exit_code === null ? "-" : String(a.exit_code)),
       el("td", {}, a.note || (a.error ? a.error.message : "") || "-"), el("td", {}, followed));
   });
-  box.replaceChildren(section("Attempts", el("table", {id: "attempts-table"},
+  // A timeline: each attempt a bar placed and sized by when it ran, coloured by its status.
+  const t0 = job.attempts[0].started_at;
+  const t1 = Math.max(...job.attempts.map((a) => a.ended_at || Date.now() / 1000), t0 + 1);
+  const line = el("div", {class: "timeline", id: "timeline"}, ...job.attempts.map((a) => {
+    const left = (100 * (a.started_at - t0)) / (t1 - t0);
+    const width = Math.max(1.5, (100 * ((a.ended_at || Date.now() / 1000) - a.started_at)) / (t1 - t0));
+    return el("div", {class: "bar status " + a.status, style: `left:${left}%;width:${width}%`,
+      title: `attempt ${a.number}: ${a.status}${a.cause ? " (" + a.cause + ")" : ""}`},
+    `#${a.number}${a.cause ? " " + a.cause : ""}`);
+  }));
+  box.replaceChildren(section("Attempts", line, el("table", {id: "attempts-table"},
     el("thead", {}, el("tr", {}, ...["#", "status", "started", "took", "cause", "exit", "note", "then"].map((c) => el("th", {}, c)))),
     el("tbody", {}, ...rows))));
 }
