@@ -71,8 +71,14 @@ step = 0
 deadline = time.time() + 600
 while time.time() < deadline:
     if poke.exists():
-        print("poked " + poke.read_text(), flush=True)
+        text = poke.read_text()
         poke.unlink()
+        if text.startswith("slow:"):  # a line whose end comes after the page showed it
+            print("half of " + text, end="", flush=True)
+            time.sleep(1.5)
+            print(" and its end", flush=True)
+        else:
+            print("poked " + text, flush=True)
     if step % 10 == 0:
         print(f"tick {step // 10}", flush=True)
         log_metric("loss", 1.0 / (1 + step), step)
@@ -274,6 +280,9 @@ def test_a_live_line_shows_within_a_second_and_rank_text_is_only_text(
         )
         took = time.monotonic() - start
         assert took < 1.0, f"a live line took {took:.2f} s to show"
+    # A line shown before its end arrived is completed in place, not split in two.
+    studio.poke.write_text("slow:xyz")
+    page.wait_for_selector("#log .ln:text-is('half of slow:xyz and its end')", timeout=10_000)
     _shot(page, "studio-job")
 
 
@@ -436,6 +445,8 @@ def test_phalanx_studio_serves_this_machines_workspace_on_loopback(studio: Studi
         [PHALANX, "job", "show", studio.done], env=remote, capture_output=True, text=True
     ).stdout
     assert f"studio: {studio.url}/jobs/{studio.done}" in shown
+    as_json = studio.cli.show(studio.done)
+    assert as_json["studio_url"] == f"http://127.0.0.1:8766/jobs/{studio.done}"
 
 
 def test_models_data_datastores_and_compute_have_their_pages(studio: Studio, page: Any) -> None:

@@ -136,16 +136,17 @@ def validate_cmd(spec_file: Path, overrides: tuple[str, ...]) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def show_cmd(name: str, as_json: bool) -> int:
     """Status, attempts, root cause and paths of a job."""
-    job = jobs_backend().get(name)
-    if as_json:
-        click.echo(json.dumps(job_json(job), indent=2))
-    else:
-        from phalanx.client.config import server_config
-        from phalanx.studio.urls import job_page_url
+    from phalanx.client.config import server_config
+    from phalanx.studio.urls import job_page_url
 
+    job = jobs_backend().get(name)
+    server = server_config()
+    page = job_page_url(job.name, server.url if server else None)
+    if as_json:
+        click.echo(json.dumps({**job_json(job), "studio_url": page}, indent=2))
+    else:
         show_job(console, job)
-        server = server_config()
-        console.print(f"studio: {job_page_url(job.name, server.url if server else None)}")
+        console.print(f"studio: {page}", highlight=False, soft_wrap=True)
     return 0
 
 

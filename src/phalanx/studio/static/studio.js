@@ -244,7 +244,7 @@ function logsPane(name) {
   const path = "/jobs/" + encodeURIComponent(name) + "/logs";
 
   function line(rank, text, all) {
-    const div = el("div", {class: "ln"});
+    const div = el("div", {class: "ln", "data-rank": String(rank)});
     if (all) div.append(el("span", {class: "rk"}, `[${rank}] `));
     div.append(clean(text));
     return div;
@@ -270,7 +270,12 @@ function logsPane(name) {
     source.onmessage = (event) => {
       const data = JSON.parse(event.data);
       const stick = log.scrollTop + log.clientHeight >= log.scrollHeight - 30;
-      log.append(...data.lines.map(([r, t]) => line(r, t, all)));
+      for (const [r, t, cont] of data.lines) {
+        // The rest of a line shown before (a long line, or one that waited for its end).
+        const last = log.lastElementChild;
+        if (cont && last && last.dataset.rank === String(r)) last.append(clean(t));
+        else log.append(line(r, t, all));
+      }
       while (log.childElementCount > LOG_CAP) { log.firstElementChild.remove(); starts = {}; }
       if (stick) log.scrollTop = log.scrollHeight;
     };
