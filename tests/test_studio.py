@@ -312,8 +312,15 @@ def test_metric_charts_show_their_points_downsampled_on_the_server(
     page.wait_for_selector('#system-charts .chart[data-metric="system/cpu_percent"] canvas')
     page.wait_for_selector('#metric-charts .chart[data-metric="loss"] canvas')
     _shot(page, "studio-metrics")
-    # Compare: one metric of several jobs on one chart.
-    page.goto(f"{studio.url}/compare?jobs={studio.done},{studio.live}&metric=loss")
+    # Compare: jobs picked in the table, one metric of theirs on one chart.
+    page.goto(f"{studio.url}/")
+    for name in (studio.done, studio.live):
+        page.check(f'tr[data-job="{name}"] input.pick')
+    page.click("#compare")
+    page.wait_for_selector("#compare-chart canvas")
+    assert page.input_value("#compare-metric") == "big"  # the first name common to them
+    page.select_option("#compare-metric", "loss")
+    page.wait_for_url("**/compare?jobs=*&metric=loss")
     page.wait_for_selector("#compare-chart canvas")
     labels = page.locator("#compare-chart .u-legend .u-label").all_inner_texts()
     assert studio.done in labels and studio.live in labels

@@ -82,10 +82,14 @@ function jobsView() {
   const experiment = el("input", {id: "f-experiment", placeholder: "experiment"});
   const text = el("input", {id: "f-text", placeholder: "filter by text"});
   const count = el("span", {class: "muted", id: "count"});
+  const picked = new Set();
+  const compare = el("button", {id: "compare", disabled: true, onclick: () => {
+    location.href = "/compare?jobs=" + encodeURIComponent([...picked].join(","));
+  }}, "Compare selected");
   const body = el("tbody", {id: "jobs"});
-  const columns = ["name", "status", "experiment", "compute", "nodes × procs", "GPUs",
+  const columns = ["", "name", "status", "experiment", "compute", "nodes × procs", "GPUs",
     "created", "duration", "queue"];
-  main.append(el("h1", {}, "Jobs"), el("div", {class: "filters"}, status, experiment, text, count),
+  main.append(el("h1", {}, "Jobs"), el("div", {class: "filters"}, status, experiment, text, compare, count),
     el("table", {}, el("thead", {}, el("tr", {}, ...columns.map((c) => el("th", {}, c)))), body));
   let jobs = [];
   function render() {
@@ -94,7 +98,12 @@ function jobsView() {
       [j.name, j.display_name, j.experiment_name, j.status, j.created_by].join(" ").toLowerCase().includes(needle));
     body.replaceChildren(...shown.map((j) => {
       const [nodes, procs] = shape(j);
-      return el("tr", {"data-job": j.name},
+      const box = el("input", {type: "checkbox", class: "pick", checked: picked.has(j.name)});
+      box.addEventListener("change", () => {
+        if (box.checked) picked.add(j.name); else picked.delete(j.name);
+        compare.disabled = picked.size < 2;
+      });
+      return el("tr", {"data-job": j.name}, el("td", {}, box),
         el("td", {}, el("a", {href: "/jobs/" + encodeURIComponent(j.name)}, j.name)),
         el("td", {}, badge(j.status)), el("td", {}, j.experiment_name),
         el("td", {}, (j.spec || {}).compute || j.target || "local"),
@@ -428,32 +437,45 @@ function metricsPane(name) {
 // ---------------------------------------------------------------- compare
 function compareView() {
   const names = el("input", {id: "compare-jobs", placeholder: "job names, comma-separated", size: "60"});
-  const metric = el("input", {id: "compare-metric", placeholder: "metric, e.g. loss"});
+  const metric = el("select", {id: "compare-metric"});
   const box = el("div", {class: "card", id: "compare-chart"});
   const params = new URLSearchParams(location.search);
-  names.value = params.get("jobs") || ""; metric.value = params.get("metric") || "";
-  async function draw() {
+  names.value = params.get("jobs") || "";
+  let wanted = params.get("metric") || "";
+  let histories = {};
+  async function load() {
     const jobs = names.value.split(",").map((s) => s.trim()).filter(Boolean);
+    histories = {};
+    await Promise.all(jobs.map((j) => api(`/jobs/${encodeURIComponent(j)}/metrics?points=2000`)
+      .then((d) => { histories[j] = d.metrics; }).catch(() => { histories[j] = {}; })));
+    const metrics = [...new Set(Object.values(histories).flatMap((m) => Object.keys(m)))].sort();
+    wanted = metrics.includes(metric.value) ? metric.value : metrics.includes(wanted) ? wanted : metrics[0] || "";
+    metric.replaceChildren(...metrics.map((m) => el("option", {value: m}, m)));
+    metric.value = wanted;
+    draw();
+  }
+  function draw() {
+    const jobs = Object.keys(histories);
     box.replaceChildren();
-    if (!jobs.length || !metric.value.trim()) return;
-    const histories = await Promise.all(jobs.map((j) =>
-      api(`/jobs/${encodeURIComponent(j)}/metrics?points=2000`).then((d) => d.metrics[metric.value.trim()] || [])
-        .catch(() => [])));
-    const steps = [...new Set(histories.flatMap((h) => h.filter((p) => p[0] !== null).map((p) => p[0])))].sort((a, b) => a - b);
-    const data = [steps, ...histories.map((h) => {
+    if (!jobs.length || !metric.value) { box.append(el("div", {class: "muted"}, "name jobs with a metric in common")); return; }
+    history.replaceState(null, "", `?jobs=${encodeURIComponent(jobs.join(","))}&metric=${encodeURIComponent(metric.value)}`);
+    const series = jobs.map((j) => (histories[j][metric.value] || []).filter((p) => p[0] !== null));
+    const steps = [...new Set(series.flatMap((h) => h.map((p) => p[0])))].sort((a, b) => a - b);
+    const data = [steps, ...series.map((h) => {
       const at = new Map(h.map((p) => [p[0], p[1]]));
       return steps.map((s) => (at.has(s) ? at.get(s) : null));
     })];
     const colors = ["#2457c5", "#c5247a", "#1e7f45", "#9a6700", "#6a3fc5", "#0f7f8a"];
-    box.append(el("h2", {}, metric.value.trim()));
+    box.append(el("h2", {}, metric.value));
     // eslint-disable-next-line no-undef
-    new uPlot({width: 900, height: 360, scales: {x: {time: false}},
+    new uPlot({width: Math.max(400, box.clientWidth - 28), height: 360, scales: {x: {time: false}},
       series: [{label: "step"}, ...jobs.map((j, i) => ({label: j, stroke: colors[i % colors.length], spanGaps: true}))]},
     data, box);
   }
-  main.append(el("h1", {}, "Compare"), el("div", {class: "filters"}, names, metric,
-    el("button", {onclick: draw}, "Overlay")), box);
-  draw();
+  metric.addEventListener("change", draw);
+  main.append(el("h1", {}, "Compare"), el("div", {class: "filters"}, names,
+    el("button", {onclick: load}, "Load"), metric), box);
+  load();
 }
 
 // ---------------------------------------------------------------- models, data, datastores, compute
