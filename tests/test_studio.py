@@ -403,6 +403,12 @@ def test_behind_auth_a_token_signs_in_to_an_http_only_session(studio: Studio, br
         )
         assert status == 403
         assert httpx.get(server.url + "/api/v1/jobs").status_code == 401
+        # Signing in from another site's page (login CSRF) is refused.
+        for headers in ({"Sec-Fetch-Site": "cross-site"}, {"Origin": "http://evil.example"}):
+            forged = httpx.post(
+                server.url + "/api/v1/session", json={"token": token}, headers=headers
+            )
+            assert forged.status_code == 403 and "set-cookie" not in forged.headers
         # Revoked: the session ends with its token.
         studio.cli.run("server", "token", "revoke", "carol-browser", check=True)
         page.reload()
