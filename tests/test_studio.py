@@ -167,6 +167,13 @@ def _rank_log(cli: Cli, name: str, rank: int) -> str:
     return path.read_text() if path.exists() else ""
 
 
+def _poke(studio: Studio, text: str) -> None:
+    """Hand the live job a text to print, whole (a rename: never a half-written file)."""
+    tmp = studio.poke.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.rename(studio.poke)
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
@@ -271,7 +278,7 @@ def test_a_live_line_shows_within_a_second_and_rank_text_is_only_text(
     assert page.title() == "phalanx studio"
     for k in range(3):
         marker = f"marker-{k}-{time.time_ns()}"
-        studio.poke.write_text(marker)
+        _poke(studio, marker)
         start = time.monotonic()
         page.wait_for_function(
             f"document.querySelector('#log').innerText.includes('poked {marker}')",
@@ -281,7 +288,7 @@ def test_a_live_line_shows_within_a_second_and_rank_text_is_only_text(
         took = time.monotonic() - start
         assert took < 1.0, f"a live line took {took:.2f} s to show"
     # A line shown before its end arrived is completed in place, not split in two.
-    studio.poke.write_text("slow:xyz")
+    _poke(studio, "slow:xyz")
     page.wait_for_selector("#log .ln:text-is('half of slow:xyz and its end')", timeout=10_000)
     _shot(page, "studio-job")
 

@@ -275,7 +275,7 @@ function logsPane(name) {
     }
     log.scrollTop = log.scrollHeight;
     source = new EventSource(`/api/v1${path}/events?rank=${rank}&at=${at.join(",")}`);
-    state.textContent = "live";
+    state.textContent = pane.ended ? "" : "live";
     source.onmessage = (event) => {
       const data = JSON.parse(event.data);
       const stick = log.scrollTop + log.clientHeight >= log.scrollHeight - 30;
@@ -319,6 +319,7 @@ function logsPane(name) {
   }
   picker.addEventListener("change", open);
   pane.ranks = (job) => {
+    pane.ended = TERMINAL.has(job.status);
     const ranks = (job.logs && job.logs.user_logs || []).map((p) => p.match(/_(\d+)\.txt$/)[1]);
     if (!ranks.length) ranks.push("0");
     const key = ranks.join(",");
