@@ -15,14 +15,19 @@ Three parts, each against a real ``phalanx server`` process on this machine:
   token, for ``--seconds`` (60): create a job (it queues behind one that holds
   the only CPU slot of the target), list the newest 50 jobs, cancel the job it
   made. Counted: requests, 5xx answers, and jobs lost (created, then not found
-  or not Canceled). Then the workspace is filled to ``--jobs`` (1,000) jobs and
-  ``GET /api/v1/jobs`` is timed: alone (200 requests), and with ``--clients``
-  threads listing at once. Goal: p99 ≤ 200 ms.
+  or not Canceled); the server runs the largest of ``--workers``. Then the
+  workspace is filled to ``--jobs`` (1,000) jobs and ``GET /api/v1/jobs`` is
+  timed on a server of each ``--workers`` count (1 and 2), one after the other:
+  alone (200 requests), and with ``--clients`` listing at once with no pause,
+  first as that many Python threads of this process, then (where Debian's
+  ``wrk`` is installed) as that many ``wrk`` connections. The threads' times
+  include their own wait for this process's GIL; ``wrk``'s are the server's.
+  Goal: p99 ≤ 200 ms.
 
 Usage::
 
     .venv/bin/python benchmarks/server.py [--rounds 5] [--clients 50] [--seconds 60] \\
-        [--jobs 1000]
+        [--jobs 1000] [--workers 1 2] [--skip start stream load]
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import signal
 import socket
 import statistics
@@ -183,12 +189,14 @@ def _token(home: Path) -> str:
     return _run(_env(home), "server", "token", "create", "--user", "bench")
 
 
-def many_clients(root: Path, clients: int, seconds: float, fill: int) -> dict[str, object]:
+def many_clients(
+    root: Path, clients: int, seconds: float, fill: int, workers: list[int]
+) -> dict[str, object]:
     home = root / "load"
     _run(_env(home), "compute", "create", "--type", "local", "--name", "bench", "--cpus", "1",
          "--gpus", "none")  # fmt: skip
     token = _token(home)
-    server = Server(home, "--auth")
+    server = Server(home, "--auth", "--workers", str(max(workers)))
     headers = {"authorization": f"Bearer {token}"}
     api = server.url + "/api/v1"
     try:
@@ -251,15 +259,17 @@ def many_clients(root: Path, clients: int, seconds: float, fill: int) -> dict[st
             **{f"{k}_p50_s": round(_pct(v, 50), 3) for k, v in latency.items() if v},
             **{f"{k}_p99_s": round(_pct(v, 99), 3) for k, v in latency.items() if v},
         }
-        listing = _list_latency(home, api, headers, clients, fill)
     finally:
         server.stop()
+    listing = _list_latency(home, headers, clients, fill, workers)
     return {"load": load, "list_with_many_jobs": listing}
 
 
 def _list_latency(
-    home: Path, api: str, headers: dict[str, str], clients: int, fill: int
+    home: Path, headers: dict[str, str], clients: int, fill: int, workers: list[int]
 ) -> dict[str, object]:
+    """``GET /api/v1/jobs`` (newest 50) on a workspace of ``fill`` jobs, for each
+    worker count, alone and with ``clients`` listing at once with no pause."""
     from phalanx.workspace import JobStatus, Workspace
 
     ws = Workspace(home)
@@ -268,47 +278,91 @@ def _list_latency(
         job = ws.create_job({"command": "true"}, spec_text="command: 'true'\n")
         ws.set_status(job.name, JobStatus.COMPLETED)
     total = len(ws.list_jobs(limit=10**6))
-    alone: list[float] = []
-    with httpx.Client(base_url=api, headers=headers, timeout=120) as c:
-        for _ in range(200):
-            t0 = time.perf_counter()
-            c.get("/jobs", params={"limit": 50}).raise_for_status()
-            alone.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        c.get("/jobs", params={"limit": total}).raise_for_status()
-        whole = time.perf_counter() - t0
-    lock = threading.Lock()
-
-    def concurrent() -> list[float]:
-        times: list[float] = []
-
-        def lister() -> None:
-            with httpx.Client(base_url=api, headers=headers, timeout=120) as c:
-                for _ in range(20):
+    ws.close()
+    results: dict[str, object] = {"jobs": total}
+    for count in workers:
+        server = Server(home, "--auth", "--workers", str(count))
+        url = server.url + "/api/v1/jobs?limit=50"
+        try:
+            alone: list[float] = []
+            with httpx.Client(headers=headers, timeout=120) as c:
+                for _ in range(200):
                     t0 = time.perf_counter()
-                    c.get("/jobs", params={"limit": 50}).raise_for_status()
-                    with lock:
-                        times.append(time.perf_counter() - t0)
+                    c.get(url).raise_for_status()
+                    alone.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                c.get(url.replace("limit=50", f"limit={total}")).raise_for_status()
+                whole = time.perf_counter() - t0
+            row: dict[str, object] = {
+                "alone_p50_s": round(_pct(alone, 50), 4),
+                "alone_p99_s": round(_pct(alone, 99), 4),
+                f"all_{total}_in_one_request_s": round(whole, 3),
+            }
+            _threads(url, headers, clients)  # warm: every request thread opens its connection
+            row[f"{clients}_python_threads"] = _threads(url, headers, clients)
+            if shutil.which("wrk"):
+                row[f"{clients}_wrk_connections"] = _wrk(url, headers, clients)
+            results[f"workers_{count}"] = row
+        finally:
+            server.stop()
+    return results
 
-        threads = [threading.Thread(target=lister) for _ in range(clients)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return times
 
-    # The first round meets request threads that open their database connection.
-    first = concurrent()
-    together = concurrent()
+def _threads(url: str, headers: dict[str, str], clients: int) -> dict[str, float]:
+    """``clients`` threads of this process, each its own HTTP client, 20 requests each.
+
+    Their times include waiting for this process's GIL while 49 other threads
+    parse their answers, so they are an upper bound of what the server gives.
+    """
+    lock = threading.Lock()
+    times: list[float] = []
+
+    def lister() -> None:
+        with httpx.Client(headers=headers, timeout=120) as c:
+            for _ in range(20):
+                t0 = time.perf_counter()
+                c.get(url).raise_for_status()
+                with lock:
+                    times.append(time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=lister) for _ in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
     return {
-        "jobs": total,
-        "alone_p50_s": round(_pct(alone, 50), 4),
-        "alone_p99_s": round(_pct(alone, 99), 4),
-        f"{clients}_clients_first_round_p99_s": round(_pct(first, 99), 4),
-        f"{clients}_clients_p50_s": round(_pct(together, 50), 4),
-        f"{clients}_clients_p99_s": round(_pct(together, 99), 4),
-        f"all_{total}_in_one_request_s": round(whole, 3),
+        "p50_s": round(_pct(times, 50), 4),
+        "p99_s": round(_pct(times, 99), 4),
+        "requests_per_s": round(len(times) / wall, 1),
     }
+
+
+def _wrk(url: str, headers: dict[str, str], clients: int, seconds: int = 15) -> dict[str, float]:
+    """``clients`` connections of ``wrk`` (a C load generator, Debian's ``wrk``) for
+    ``seconds``: each sends its next request as soon as an answer arrives."""
+    args = ["wrk", "-t2", f"-c{clients}", f"-d{seconds}s", "--latency", "--timeout", "30s"]
+    for key, value in headers.items():
+        args += ["-H", f"{key}: {value}"]
+    out = subprocess.run([*args, url], capture_output=True, text=True, check=True).stdout
+    found: dict[str, float] = {}
+    for line in out.splitlines():
+        words = line.split()
+        if len(words) == 2 and words[0] in ("50%", "99%"):
+            found[f"p{words[0][:-1]}_s"] = round(_seconds(words[1]), 4)
+        elif line.startswith("Requests/sec:"):
+            found["requests_per_s"] = float(words[1])
+        elif "Non-2xx" in line or "Socket errors" in line:
+            raise RuntimeError(f"wrk: {line.strip()}")
+    return found
+
+
+def _seconds(text: str) -> float:
+    for unit, scale in (("us", 1e-6), ("ms", 1e-3), ("s", 1.0)):
+        if text.endswith(unit):
+            return float(text[: -len(unit)]) * scale
+    raise ValueError(f"wrk printed an unknown time: {text}")
 
 
 def _end_workspace_processes(root: Path) -> None:
@@ -330,6 +384,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument(
+        "--workers", type=int, nargs="+", default=[1, 2], help="server worker counts to compare"
+    )
     parser.add_argument("--skip", nargs="*", default=[], choices=["start", "stream", "load"])
     args = parser.parse_args()
     python = platform.python_version()
@@ -345,7 +402,9 @@ def main() -> None:
             results["stream"] = stream_latency(root, args.lines)
             print(json.dumps(results["stream"]), flush=True)
         if "load" not in args.skip:
-            results["clients"] = many_clients(root, args.clients, args.seconds, args.jobs)
+            results["clients"] = many_clients(
+                root, args.clients, args.seconds, args.jobs, args.workers
+            )
             print(json.dumps(results["clients"]), flush=True)
         _end_workspace_processes(root)
     print(json.dumps(results, indent=2))

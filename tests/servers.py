@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from phalanx.launch.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -196,8 +198,31 @@ def start_phalanx_server(
     return PhalanxServer(proc, port, home, log)
 
 
+def serving_processes(server: PhalanxServer) -> list[psutil.Process]:
+    """The worker processes uvicorn started for the server (none when it runs one)."""
+    try:
+        children = psutil.Process(server.proc.pid).children()
+    except psutil.NoSuchProcess:
+        return []
+    found = []
+    for child in children:
+        try:
+            if "multiprocessing.spawn" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.Error:
+            continue
+    return found
+
+
 def kill_phalanx_server(server: PhalanxServer) -> None:
-    """SIGKILL, as a crash or an OOM kill would: jobs it started run on."""
+    """SIGKILL, as a crash or an OOM kill would: jobs it started run on.
+
+    Returns once its serving processes, which end with it, are gone too, so the
+    port is free for a server started next.
+    """
+    workers = serving_processes(server)
     if server.proc.poll() is None:
         os.kill(server.proc.pid, signal.SIGKILL)
     server.proc.wait(timeout=10)
+    _, alive = psutil.wait_procs(workers, timeout=15)
+    assert not alive, f"serving processes outlived the killed server: {alive}"

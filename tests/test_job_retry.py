@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 
-from conftest import Cli, job_processes_under
+from conftest import LOCAL_AND_SERVER, Cli, job_processes_under
 
 # One step = one all-reduce across ranks; rank 0 records progress, and on a
 # preemption notice rank 0 saves the step reached and every rank exits 143.
@@ -64,6 +64,7 @@ def _wait_for_step(cli: Cli, name: str, step: int) -> None:
         time.sleep(0.2)
 
 
+@LOCAL_AND_SERVER
 def test_preempted_job_resumes_and_loses_no_step(cli: Cli) -> None:
     cli.write("src/steps.py", STEPS)
     spec = cli.write("job.yml", TWO_NODES.format(steps=160, max_preemptions=2))

@@ -12,12 +12,15 @@ import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
+import psutil
 import pytest
 
 import servers
 from conftest import PHALANX, Cli
+from phalanx.workspace import Workspace
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +45,7 @@ def token(cli: Cli) -> str:
 @pytest.fixture
 def authed(cli: Cli, token: str) -> Iterator[servers.PhalanxServer]:
     """A server on the test's workspace that asks for tokens; the CLI uses alice's."""
-    server = servers.start_phalanx_server(cli.home, cli.env, "--auth")
+    server = servers.start_phalanx_server(cli.home, cli.env, "--auth", "--workers", "2")
     cli.env.update(
         PHALANX_SERVER=server.url, PHALANX_TOKEN=token, PHALANX_HOME=str(cli.home.parent / "lap")
     )
@@ -101,6 +104,9 @@ def test_a_non_loopback_server_refuses_to_start_without_auth(cli: Cli) -> None:
     proc = cli.run("server", "start", "--host", "0.0.0.0", timeout=30)
     assert proc.returncode == 2
     assert "phalanx server token create" in proc.stderr and "Traceback" not in proc.stderr
+    proc = cli.run("server", "start", "--workers", "0", timeout=30)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "--workers must be between 1 and 64" in proc.stderr
 
 
 def _tar(*members: tuple[tarfile.TarInfo, bytes | None]) -> bytes:
@@ -254,9 +260,13 @@ def test_a_server_killed_mid_stream_loses_no_job_and_no_line(
     stream = cli.popen("job", "stream", name)
     cli.wait(name, ("Running",))
     time.sleep(2)
+    workers = servers.serving_processes(authed)
+    assert len(workers) == 2
     os.kill(authed.proc.pid, signal.SIGKILL)  # the server dies; the job's processes do not
     authed.proc.wait()
-    time.sleep(3)
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive  # its serving processes end with it: nothing holds the port
+    time.sleep(2)
     restarted = servers.start_phalanx_server(cli.home, cli.env, "--auth", port=authed.port)
     try:
         out, err = stream.communicate(timeout=120)
@@ -293,6 +303,15 @@ def test_login_saves_the_server_and_token_for_the_user_only(
     )
     assert listed.returncode == 0 and json.loads(listed.stdout) == []
     assert not Path(env["PHALANX_HOME"]).exists()  # the laptop's own workspace is never made
+    out = subprocess.run(
+        [PHALANX, "logout"], env=env, capture_output=True, text=True, timeout=60, check=True
+    )
+    assert not saved.exists() and str(saved) in out.stdout + out.stderr
+    local = subprocess.run(
+        [PHALANX, "job", "list", "--json"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert local.returncode == 0 and json.loads(local.stdout) == []
+    assert Path(env["PHALANX_HOME"]).exists()  # back on the laptop's own workspace
 
 
 def test_tls_with_the_servers_own_certificate(cli: Cli, token: str, tmp_path: Path) -> None:
@@ -329,3 +348,22 @@ def test_tls_with_the_servers_own_certificate(cli: Cli, token: str, tmp_path: Pa
         assert json.loads(trusted.stdout) == []
     finally:
         servers.kill_phalanx_server(server)
+
+
+def test_server_start_db_keeps_every_record_in_postgresql(cli: Cli, pg_url: str) -> None:
+    server = servers.start_phalanx_server(cli.home, cli.env, "--db", pg_url, "--workers", "2")
+    cli.env.update(PHALANX_SERVER=server.url, PHALANX_HOME=str(cli.home.parent / "lap"))
+    try:
+        spec = cli.write("job.yml", "command: echo from-postgres\n")
+        name = cli.create(spec)
+        job = cli.wait(name, ("Completed", "Failed", "Canceled"))
+        assert job["status"] == "Completed", job
+    finally:
+        servers.kill_phalanx_server(server)
+    assert not (cli.home / "phalanx.db").exists()  # nothing went to SQLite
+    records = Workspace(cli.home, db=pg_url)
+    assert [j.name for j in records.list_jobs()] == [name]
+    log = cli.home / "jobs" / name / "user_logs" / "std_log_process_0.txt"
+    assert "from-postgres" in log.read_text()
+    password = urlsplit(pg_url).password
+    assert password and password not in server.log.read_text()

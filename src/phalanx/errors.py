@@ -22,6 +22,27 @@ class PhalanxError(Exception):
         return [str(self)]
 
 
+class UnsetVariableError(PhalanxError):
+    """A credential reference names an environment variable that is not set.
+
+    Where it is read matters: through a server, the variable belongs to the
+    server's environment, and the server words the message for that
+    (:meth:`on_server`).
+    """
+
+    def __init__(self, what: str, variable: str, fix: str) -> None:
+        self.what, self.variable, self.fix = what, variable, fix
+        super().__init__(f"{what}: environment variable {variable} is not set; {fix}")
+
+    def on_server(self) -> str:
+        """The message as a client of a server should read it."""
+        return (
+            f"{self.what}: environment variable {self.variable} is not set on the server; "
+            "set it in the server's environment and restart the server, or store the "
+            "credential with `phalanx datastore create ... --store`"
+        )
+
+
 class PreparationCanceled(PhalanxError):
     """The job was canceled while it was being prepared (inputs, its environment)."""
 

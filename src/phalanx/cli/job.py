@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 
-from phalanx.cli.backend import Jobs, jobs_backend
+from phalanx.cli.backend import Jobs, SpecText, jobs_backend
 from phalanx.cli.metrics import metrics_cmd
 from phalanx.cli.render import job_json, list_jobs, show_job
 from phalanx.cli.stream import stream_job
 from phalanx.errors import SpecError
-from phalanx.workspace import JobRecord, JobStatus, Workspace
-
-if TYPE_CHECKING:
-    from phalanx.spec import JobSpec
+from phalanx.workspace import JobStatus
 
 console = Console()
 err_console = Console(stderr=True)
@@ -43,37 +39,19 @@ set_option = click.option(
 )
 
 
-def load_for_run(spec_file: Path, overrides: tuple[str, ...]) -> tuple[JobSpec, str]:
-    """Load, validate and check that this phalanx can run the spec.
-
-    Returns:
-        The spec and the YAML text to keep in the job folder.
-    """
-    from phalanx.jobs.prepare import check
-    from phalanx.launch.environment import environment_notes
-    from phalanx.spec import load_spec
-
-    spec = load_spec(spec_file, overrides)
-    spec.check_supported()
-    ws = Workspace()
-    try:
-        check(spec, ws)
-    finally:
-        ws.close()
-    for note in environment_notes(spec.environment):
+def print_notes(notes: list[str]) -> None:
+    """What the job will not get here, as ``note:`` lines on stderr."""
+    for note in notes:
         err_console.print(f"note: {note}", highlight=False)
-    text = spec.text or ""
-    if overrides:
-        text += "".join(f"\n# --set {item}" for item in overrides) + "\n"
-    return spec, text
 
 
 def create_and_maybe_stream(
     spec_file: Path, overrides: tuple[str, ...], *, stream: bool, all_ranks: bool
 ) -> int:
     jobs = jobs_backend()
-    job = jobs.create(spec_file, overrides)
-    assert isinstance(job, JobRecord)
+    submission = jobs.create(SpecText.read(spec_file), overrides)
+    print_notes(submission.notes)
+    job = submission.created()
     if not stream:
         click.echo(job.name)
         return 0
@@ -118,11 +96,13 @@ def validate_cmd(spec_file: Path, overrides: tuple[str, ...]) -> int:
     from phalanx.client.http import ServerSpecError
 
     try:
-        result = jobs_backend().create(spec_file, overrides, validate_only=True)
+        submission = jobs_backend().create(SpecText.read(spec_file), overrides, validate_only=True)
     except (SpecError, ServerSpecError) as exc:
         exc.every_problem = True  # main's error policy prints them (exit 2)
         raise
-    assert isinstance(result, dict)
+    print_notes(submission.notes)
+    result = submission.validation
+    assert result is not None
     console.print(
         f"[green]valid[/]: {spec_file} · {result['nodes']} node(s) × "
         f"{result['processes_per_node']} process(es) on {result['compute']}",

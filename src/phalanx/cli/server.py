@@ -42,6 +42,12 @@ def server_group() -> None:
 @click.option("--max-upload", default="1G", show_default=True, help="Largest upload (code, data).")
 @click.option("--tls-cert", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--tls-key", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--workers",
+    type=int,
+    default=None,
+    help="Serving processes on the one port (default: one per core, at most 4).",
+)
 def start_cmd(
     host: str,
     port: int,
@@ -51,11 +57,12 @@ def start_cmd(
     max_upload: str,
     tls_cert: Path | None,
     tls_key: Path | None,
+    workers: int | None,
 ) -> int:
     """Serve the workspace; runs in the foreground (systemd: see docs/deploy.md)."""
     import os
 
-    from phalanx.server.serve import serve
+    from phalanx.server.serve import default_workers, serve
     from phalanx.workspace.layout import phalanx_home
 
     if db:
@@ -72,6 +79,7 @@ def start_cmd(
         max_upload=upload_limit,
         tls_cert=tls_cert,
         tls_key=tls_key,
+        workers=default_workers() if workers is None else workers,
     )
     return 0
 

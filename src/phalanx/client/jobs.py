@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ from phalanx.client.bundle import bundle_spec
 from phalanx.client.config import ServerConfig
 from phalanx.client.http import ServerClient
 from phalanx.client.logs import RemoteLogFollower
+from phalanx.service.jobs import SpecText, Submission
 from phalanx.workspace import JobRecord, JobStatus
 from phalanx.workspace.metrics import History
 from phalanx.workspace.wire import job_from_wire
@@ -26,16 +28,12 @@ class RemoteJobs:
         self.where = config.url
 
     def create(
-        self, spec_file: Path, overrides: tuple[str, ...], *, validate_only: bool = False
-    ) -> JobRecord | dict[str, Any]:
+        self, spec: SpecText, overrides: Sequence[str] = (), *, validate_only: bool = False
+    ) -> Submission:
         """Validate here (errors name the file's lines), then send the spec and its files."""
-        from phalanx.spec import load_spec
-
-        spec = load_spec(spec_file, overrides)
-        spec.check_supported()
-        text = spec_file.read_text(encoding="utf-8")
+        loaded = spec.load(overrides)
         with tempfile.TemporaryDirectory(prefix="phalanx-upload-") as tmp:
-            bundle = bundle_spec(spec, Path(tmp))
+            bundle = bundle_spec(loaded, Path(tmp))
             upload = None
             if bundle.archive is not None:
                 with open(bundle.archive, "rb") as f:
@@ -48,15 +46,17 @@ class RemoteJobs:
                         timeout=3600.0,
                     )["upload"]
         body = {
-            "spec": text,
-            "source": str(spec_file),
+            "spec": spec.text,
+            "source": spec.source,
             "overrides": list(overrides),
             "upload": upload,
             "places": bundle.places,
             "validate_only": validate_only,
         }
         answer = self.client.request("POST", "/jobs", json=body, idempotent=False)
-        return answer if validate_only else job_from_wire(answer)
+        if validate_only:
+            return Submission(validation=answer)
+        return Submission(job=job_from_wire(answer))
 
     def get(self, name: str) -> JobRecord:
         return job_from_wire(self.client.request("GET", f"/jobs/{name}"))
@@ -91,3 +91,10 @@ class RemoteJobs:
 
     def follower(self, name: str, *, all_ranks: bool) -> RemoteLogFollower:
         return RemoteLogFollower.of(self.client, name, all_ranks=all_ranks)
+
+    def download(self, name: str, rel: str, dest: Path) -> Path | None:
+        """Download ``rel`` of job ``name``'s folder into ``dest`` (see :func:`fetch`)."""
+        from phalanx.client.jobfiles import fetch
+
+        self.get(name)  # an unknown job is an error, not "nothing there"
+        return fetch(self.client, name, rel, dest)

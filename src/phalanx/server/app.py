@@ -39,7 +39,6 @@ def create_app(settings: ServerSettings) -> FastAPI:
         redoc_url=None,
     )
     app.state.settings = settings
-    app.state.sessions = sessions.Sessions()
     errors.install(app)
     app.include_router(joblogs_api.router)
     app.include_router(jobs_api.router)

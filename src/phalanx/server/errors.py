@@ -14,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from phalanx.errors import JobNotFoundError, PhalanxError, SpecError
+from phalanx.errors import JobNotFoundError, PhalanxError, SpecError, UnsetVariableError
 from phalanx.server.uploads import UploadError
 from phalanx.storage.redact import redact
 
@@ -38,6 +38,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(UploadError)
     async def _upload(_: Request, exc: UploadError) -> JSONResponse:
         return JSONResponse(error_body(str(exc)), status_code=413 if exc.too_large else 400)
+
+    @app.exception_handler(UnsetVariableError)
+    async def _unset(_: Request, exc: UnsetVariableError) -> JSONResponse:
+        return JSONResponse(error_body(exc.on_server()), status_code=400)
 
     @app.exception_handler(PhalanxError)
     async def _user(_: Request, exc: PhalanxError) -> JSONResponse:

@@ -1,21 +1,52 @@
-"""Run the server: check the settings, keep the scheduler alive, serve under uvicorn."""
+"""Run the server: check the settings, keep the scheduler alive, serve under uvicorn.
+
+The server is one or more serving processes (uvicorn's ``--workers``) on one
+listening socket. With more than one, uvicorn's parent process only watches
+them; each serving process builds its application in :func:`serving_app`,
+keeps the workspace's scheduler running and collects the supervisors it
+started. A serving process ends with its parent (``PR_SET_PDEATHSIG``), so a
+server killed with SIGKILL leaves nothing behind that holds its port; the
+jobs' supervisors and the scheduler are not its children in that sense (own
+sessions, no death signal) and keep running.
+"""
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import logging
+import multiprocessing
 import os
+import signal
+import subprocess
 import threading
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from phalanx.errors import PhalanxError
 from phalanx.server.settings import ServerSettings
 from phalanx.workspace import JobStatus, Workspace
 from phalanx.workspace.layout import HOME_ENV
 
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
 log = logging.getLogger("phalanx.server")
 # How often the server makes sure the scheduler runs while jobs are not over.
 KEEP_EVERY_S = 5.0
+# How the parent hands its settings to the serving processes it spawns.
+SETTINGS_ENV = "PHALANX_SERVER_SETTINGS"
+MAX_WORKERS = 64
+
+
+def default_workers() -> int:
+    """Serving processes when ``--workers`` is not given: one per core, at most four.
+
+    A request's Python runs under one process's GIL, so one process uses one core;
+    more than four rarely pays on a server whose real work is in its jobs.
+    """
+    return max(1, min(4, os.cpu_count() or 1))
 
 
 def is_loopback(host: str) -> bool:
@@ -50,7 +81,7 @@ def check_auth(host: str, auth: bool | None, ws: Workspace) -> bool:
     return auth
 
 
-def _keep_scheduler(home: Path, stop: threading.Event) -> None:
+def _keep_scheduler(home: Path) -> None:
     """While any job is not over, make sure the workspace's scheduler runs.
 
     This is also how a restarted server finds its jobs again: the scheduler
@@ -68,23 +99,21 @@ def _keep_scheduler(home: Path, stop: threading.Event) -> None:
                 ensure_running(ws.home, ws.child_env())
         except Exception:  # the next round tries again; the server keeps serving
             log.exception("could not check on the scheduler")
-        if stop.wait(KEEP_EVERY_S):
-            return
+        time.sleep(KEEP_EVERY_S)
 
 
 def _reap_children() -> None:
-    """Collect the exit status of supervisors (and schedulers) this server started.
+    """Collect the exit status of supervisors (and schedulers) this process started.
 
-    Nothing here waits for them (they are meant to outlive the server), so
-    without this each finished one would stay a zombie process.
+    Nothing waits for them (they are meant to outlive the server), so without
+    this each finished one would stay a zombie process. They were started with
+    ``subprocess.Popen`` and the object dropped while they ran, which puts them
+    on the list ``subprocess._cleanup`` reaps by pid. ``os.waitpid(-1)`` would
+    also take the exit status of a command a request thread is waiting for.
     """
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    cleanup = getattr(subprocess, "_cleanup", None)
+    if cleanup is not None:
+        cleanup()
 
 
 def check_port(host: str, port: int) -> None:
@@ -115,18 +144,20 @@ def serve(
     max_upload: int,
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
+    workers: int = 1,
     studio_only: bool = False,
 ) -> None:
-    """Serve the workspace at ``home`` until interrupted (``studio_only``: announced as
-    ``phalanx studio``, the page to open, rather than as a team server).
+    """Serve the workspace at ``home`` until interrupted, in ``workers`` processes
+    (``studio_only``: announced as ``phalanx studio``, the page to open).
 
     Raises:
-        PhalanxError: refused settings (see :func:`check_auth`), or half a TLS pair.
+        PhalanxError: refused settings (see :func:`check_auth`), half a TLS pair, or a
+            worker count out of range.
     """
     import uvicorn
 
-    from phalanx.server.app import create_app
-
+    if not 1 <= workers <= MAX_WORKERS:
+        raise PhalanxError(f"--workers must be between 1 and {MAX_WORKERS}, not {workers}")
     if (tls_cert is None) != (tls_key is None):
         raise PhalanxError("give both --tls-cert and --tls-key, or neither")
     for path in (tls_cert, tls_key):
@@ -137,35 +168,69 @@ def serve(
     check_port(host, port)
     ws = Workspace(home)
     settings = ServerSettings(home=ws.home, auth=check_auth(host, auth, ws), max_upload=max_upload)
-    stop = threading.Event()
-    keeper = threading.Thread(
-        target=_keep_scheduler, args=(ws.home, stop), name="keep-scheduler", daemon=True
+    ws.close()
+    os.environ[SETTINGS_ENV] = json.dumps(
+        {"home": str(settings.home), "auth": settings.auth, "max_upload": settings.max_upload}
     )
-    keeper.start()
     scheme = "https" if tls_cert else "http"
     shown = f"[{host}]" if ":" in host else host
     if studio_only:
         print(
             f"phalanx studio: open {scheme}://{shown}:{port}/ "
-            f"(workspace {ws.home}; this machine only, Ctrl-C stops it)",
+            f"(workspace {settings.home}; this machine only, Ctrl-C stops it)",
             flush=True,
         )
     else:
         print(
-            f"phalanx server: workspace {ws.home} on {scheme}://{shown}:{port}/api/v1, "
+            f"phalanx server: workspace {settings.home} on {scheme}://{shown}:{port}/api/v1, "
             f"studio at {scheme}://{shown}:{port}/ "
-            f"({'tokens required' if settings.auth else 'no auth: loopback only'})",
+            f"({'tokens required' if settings.auth else 'no auth: loopback only'}; "
+            f"{workers} serving process{'es' if workers > 1 else ''})",
             flush=True,
         )
-    try:
-        uvicorn.run(
-            create_app(settings),
-            host=host,
-            port=port,
-            log_level="warning",
-            ssl_certfile=str(tls_cert) if tls_cert else None,
-            ssl_keyfile=str(tls_key) if tls_key else None,
-            timeout_graceful_shutdown=5,
-        )
-    finally:
-        stop.set()
+    uvicorn.run(
+        f"{__name__}:serving_app",
+        factory=True,
+        workers=workers,
+        host=host,
+        port=port,
+        log_level="warning",
+        ssl_certfile=str(tls_cert) if tls_cert else None,
+        ssl_keyfile=str(tls_key) if tls_key else None,
+        timeout_graceful_shutdown=5,
+    )
+
+
+def serving_app() -> FastAPI:
+    """The application of one serving process; uvicorn calls this once in each.
+
+    It reads the settings :func:`serve` left in the environment (and removes them,
+    so supervisors started from here do not carry them), ties the process's life
+    to uvicorn's parent when there is one, and starts the scheduler keeper.
+    """
+    from phalanx.server.app import create_app
+
+    raw = os.environ.pop(SETTINGS_ENV, None)
+    if raw is None:
+        raise RuntimeError(f"{SETTINGS_ENV} is not set: start the server with serve()")
+    values = json.loads(raw)
+    settings = ServerSettings(
+        home=Path(values["home"]), auth=bool(values["auth"]), max_upload=int(values["max_upload"])
+    )
+    _end_with_parent()
+    threading.Thread(
+        target=_keep_scheduler, args=(settings.home,), name="keep-scheduler", daemon=True
+    ).start()
+    return create_app(settings)
+
+
+def _end_with_parent() -> None:
+    """In a worker uvicorn spawned: end when the parent does, however it ended."""
+    from phalanx.launch.procs import end_with_parent
+
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return  # the only serving process: uvicorn runs it in the parent itself
+    end_with_parent(signal.SIGTERM)
+    if os.getppid() != parent.pid:  # the parent died before the line above
+        os._exit(1)

@@ -1,29 +1,36 @@
 """Browser sessions and CSRF: how the studio's pages call the API.
 
 A browser cannot send a bearer header on its own, so the sign-in page trades
-the user's API token for a session: a random id in an HttpOnly,
-``SameSite=Strict`` cookie (``Secure`` under TLS). The server keeps, in its
-memory only, the id → the token's SHA-256 hash (never the token) and a CSRF
-value; the token's revocation ends the session on its next request, and a
-restarted server forgets every session (users sign in again).
+the user's API token for a session: an HttpOnly, ``SameSite=Strict`` cookie
+(``Secure`` under TLS) holding the token's SHA-256 hash (never the token) and
+when it was issued, signed with a key kept in the workspace
+(``server/session.key``, 0600). Every serving process of the server (and a
+restarted server) reads the same key, so any of them knows the session; the
+token's hash is checked against the tokens on every request, so revoking the
+token ends the session, and a session ends :data:`LIFETIME_S` after sign-in.
+Signing out removes the cookie from the browser.
 
 CSRF: a cookie is sent by the browser whatever page asks, so every request
 that changes something (not GET/HEAD/OPTIONS) and comes from a browser (a
 session cookie, or an ``Origin`` / ``Sec-Fetch-Site`` header) must carry the
 page's CSRF value in the ``X-Phalanx-CSRF`` header: a page of another site
 can neither read that value nor set a custom header without a CORS
-permission this server never grants. A bearer-token request (the CLI, the
-SDK) needs none. On a server without auth (loopback only) the CSRF value is
-one per server process, and a browser's request must name a loopback host
-(``Host``), which a DNS-rebinding page cannot.
+permission this server never grants. The value is derived from the session
+(with auth) or from the key alone (without). A bearer-token request (the
+CLI, the SDK) needs none. On a server without auth (loopback only) a
+browser's request must also name a loopback host (``Host``), which a
+DNS-rebinding page cannot.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import os
 import secrets
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -35,70 +42,76 @@ from phalanx.server.settings import settings_of, workspace
 COOKIE = "phalanx_session"
 CSRF_HEADER = "x-phalanx-csrf"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-# A session unused this long ends; a used one is renewed.
-IDLE_S = 12 * 3600.0
+# A session ends this long after sign-in.
+LIFETIME_S = 12 * 3600
 FORBIDDEN = "refused: a request from a browser needs the studio page's CSRF header"
+KEY_BYTES = 32
 
 router = APIRouter(prefix="/api/v1/session", tags=["server"])
 
 
-@dataclass
+@dataclass(frozen=True)
 class Session:
-    user: str
     token_hash: str
+    issued: int
     csrf: str
-    last_used: float
 
 
-@dataclass
-class Sessions:
-    """The sessions of one server process (in memory)."""
-
-    loopback_csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
-    """The CSRF value of a server without auth, where there are no sessions."""
-    _by_id: dict[str, Session] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def open(self, user: str, token_hash: str) -> tuple[str, Session]:
-        sid = secrets.token_urlsafe(32)
-        session = Session(user, token_hash, secrets.token_urlsafe(32), time.time())
-        with self._lock:
-            now = time.time()
-            for old in [k for k, s in self._by_id.items() if now - s.last_used > IDLE_S]:
-                del self._by_id[old]
-            self._by_id[sid] = session
-        return sid, session
-
-    def get(self, sid: str | None) -> Session | None:
-        if not sid:
-            return None
-        with self._lock:
-            session = self._by_id.get(sid)
-            if session is None or time.time() - session.last_used > IDLE_S:
-                self._by_id.pop(sid, None)
-                return None
-            session.last_used = time.time()
-            return session
-
-    def close(self, sid: str | None) -> None:
-        with self._lock:
-            self._by_id.pop(sid or "", None)
+_keys: dict[Path, bytes] = {}
 
 
-def sessions_of(request: Request) -> Sessions:
-    sessions: Sessions = request.app.state.sessions
-    return sessions
+def session_key(home: Path) -> bytes:
+    """The workspace's signing key, made (0600) by the first process that asks."""
+    path = home / "server" / "session.key"
+    if path in _keys:
+        return _keys[path]
+    key = b""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        deadline = time.monotonic() + 5
+        while len(key := path.read_bytes()) < KEY_BYTES and time.monotonic() < deadline:
+            time.sleep(0.01)  # another process is writing it
+    else:
+        key = secrets.token_bytes(KEY_BYTES)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key)
+    if len(key) < KEY_BYTES:
+        raise RuntimeError(f"{path} holds no key; remove it and restart the server")
+    _keys[path] = key
+    return key
+
+
+def _sign(request: Request, what: str) -> str:
+    key = session_key(settings_of(request).home)
+    return hmac.new(key, what.encode(), hashlib.sha256).hexdigest()
+
+
+def _session_cookie(request: Request, token_hash: str) -> str:
+    payload = f"{token_hash}.{int(time.time())}"
+    return f"{payload}.{_sign(request, 'session|' + payload)}"
 
 
 def session_of(request: Request) -> Session | None:
-    """The request's browser session, if its cookie names a live one."""
-    return sessions_of(request).get(request.cookies.get(COOKIE))
+    """The request's browser session, if its cookie is one this server signed, still
+    within its lifetime."""
+    value = request.cookies.get(COOKIE, "")
+    payload, _, signature = value.rpartition(".")
+    token_hash, _, issued = payload.partition(".")
+    if not (signature and token_hash and issued.isdigit()):
+        return None
+    if not hmac.compare_digest(signature, _sign(request, "session|" + payload)):
+        return None
+    if not 0 <= time.time() - int(issued) <= LIFETIME_S:
+        return None
+    return Session(token_hash, int(issued), _sign(request, "csrf|" + payload)[:43])
 
 
 def csrf_value(request: Request) -> str | None:
     """The CSRF value a page served to this request embeds (``None``: not signed in)."""
     if not settings_of(request).auth:
-        return sessions_of(request).loopback_csrf
+        return _sign(request, "loopback")[:43]
     session = session_of(request)
     return None if session is None else session.csrf
 
@@ -165,23 +178,21 @@ def sign_in(body: SignIn, request: Request, response: Response) -> dict[str, Any
     user = user_of_hash(workspace(settings), digest)
     if user is None:
         raise HTTPException(401, UNAUTHORIZED)
-    sid, _ = sessions_of(request).open(user, digest)
     response.set_cookie(
         COOKIE,
-        sid,
+        _session_cookie(request, digest),
         httponly=True,
         samesite="strict",
         secure=request.url.scheme == "https",
         path="/",
-        max_age=int(IDLE_S),
+        max_age=LIFETIME_S,
     )
     return {"user": user, "auth": True}
 
 
 @router.delete("")
 def sign_out(request: Request, response: Response) -> dict[str, Any]:
-    """End this browser's session."""
+    """End this browser's session (the cookie is removed from the browser)."""
     check_browser(request)
-    sessions_of(request).close(request.cookies.get(COOKIE))
     response.delete_cookie(COOKIE, path="/")
     return {"signed_out": True}

@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
-from phalanx.errors import PhalanxError
+from phalanx.errors import PhalanxError, UnsetVariableError
 from phalanx.storage.datastores import AzureBlobDatastore, Datastore, LocalDatastore, S3Datastore
 from phalanx.storage.errors import check_reachable, storage_errors
 from phalanx.storage.registry import (
@@ -271,7 +271,7 @@ def _stored_value(req: DatastoreCreate, credential: str, env: str | None) -> str
     if env is not None:
         value = os.environ.get(env)
         if not value:
-            raise PhalanxError(f"--credential-env: environment variable {env} is not set")
+            raise UnsetVariableError("--credential-env", env, "export it, or pipe the value in")
         return value
     piped = req.piped.get(credential)
     if piped is None or not piped.get_secret_value():

@@ -34,22 +34,32 @@ def load_spec(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> Jo
         PhalanxError: The file does not exist or cannot be read.
         SpecError: The spec is invalid.
     """
+    text = read_spec_file(path)
+    return load_spec_text(
+        text, source=str(path), base_dir=Path(path).absolute().parent, overrides=overrides
+    )
+
+
+def read_spec_file(path: str | os.PathLike[str]) -> str:
+    """The text of the job spec file at ``path``.
+
+    Raises:
+        PhalanxError: The file does not exist or cannot be read.
+        SpecError: The file is not UTF-8 text.
+    """
     file = Path(path)
     if not file.exists():
         raise PhalanxError(f"job spec file '{path}' not found; check the path given to -f")
     if not file.is_file():
         raise PhalanxError(f"job spec '{path}' is not a file; give the path of a job.yml")
     try:
-        text = file.read_text(encoding="utf-8")
+        return file.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise SpecError(
             f"not UTF-8 text ({exc.reason}); save the file as UTF-8", source=str(path)
         ) from None
     except OSError as exc:
         raise PhalanxError(f"cannot read job spec file '{path}': {exc.strerror}") from exc
-    return load_spec_text(
-        text, source=str(path), base_dir=file.absolute().parent, overrides=overrides
-    )
 
 
 def load_spec_text(

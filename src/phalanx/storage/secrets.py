@@ -17,7 +17,7 @@ from pathlib import Path
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from phalanx.errors import PhalanxError
+from phalanx.errors import PhalanxError, UnsetVariableError
 from phalanx.storage.redact import remember
 
 SECRETS_FILE = "secrets.json"
@@ -119,10 +119,10 @@ def resolve(ref: SecretRef, store: SecretStore, what: str) -> str:
         if value:
             remember(value)
         if not value:
-            raise PhalanxError(
-                f"{what}: environment variable {ref.env} is not set; export it, or store the "
-                "credential with `phalanx datastore create ... --store`"
-            )
+            raise UnsetVariableError(
+                what, ref.env, "export it, or store the credential with "
+                "`phalanx datastore create ... --store`",
+            )  # fmt: skip
         return value
     assert ref.secret is not None  # the validator guarantees one of the two
     value = store.get(ref.secret)

@@ -1,0 +1,215 @@
+"""``ml_client.jobs``: submit, read, list, stream, cancel and download jobs.
+
+Every call goes through :class:`phalanx.service.jobs.Jobs`, the interface the
+CLI's ``phalanx job`` commands use, on this machine's workspace or a server's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from phalanx.errors import SpecError
+from phalanx.ml.entities.job import Command
+from phalanx.ml.errors import JobFailed, MLError, argument_error, from_spec_error
+from phalanx.ml.notes import note
+from phalanx.ml.records import job_from_record
+from phalanx.ml.specdict import spec_text, validate
+from phalanx.service.jobs import Jobs
+from phalanx.workspace import JobRecord, JobStatus
+
+# What `list()` reads at most, newest first, when no max_results is given.
+LIST_LIMIT = 10000
+
+
+class CancelPoller:
+    """What ``begin_cancel`` returns. phalanx's cancel waits for the job's processes
+    to end, so the poller is already done."""
+
+    def __init__(self, job: Command) -> None:
+        self._job = job
+
+    def result(self, timeout: float | None = None) -> None:
+        """Nothing: the job is canceled (or had already ended)."""
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Returns at once; the cancel is done."""
+
+    def done(self) -> bool:
+        return True
+
+    def status(self) -> str:
+        return "Succeeded"
+
+    @property
+    def job(self) -> Command:
+        """The job after the cancel (phalanx's own)."""
+        return self._job
+
+
+class JobOperations:
+    """The job verbs of :class:`~phalanx.ml.MLClient`."""
+
+    def __init__(self, backend: Jobs, server_url: str | None) -> None:
+        self._jobs = backend
+        self._server_url = server_url
+
+    def _job(self, record: JobRecord) -> Command:
+        return job_from_record(record, self._server_url)
+
+    def create_or_update(
+        self,
+        job: Command,
+        *,
+        description: str | None = None,
+        compute: str | None = None,
+        tags: dict[str, str] | None = None,
+        experiment_name: str | None = None,
+        **kwargs: Any,
+    ) -> Command:
+        """Submit ``job``; returns it as created (``name``, ``status`` ``Queued``, ``studio_url``).
+
+        ``description``, ``compute``, ``tags`` and ``experiment_name`` replace the
+        job's own, as in Azure ML.
+
+        Raises:
+            MLError: the job does not validate, or this workspace cannot run it.
+            PhalanxError: e.g. a compute target that does not exist.
+        """
+        if not isinstance(job, Command):
+            raise argument_error(
+                "ml_client.jobs.create_or_update()", "job",
+                f"must be a job made by command(...); got {type(job).__name__}",
+            )  # fmt: skip
+        for key, value in (("description", description), ("compute", compute),
+                           ("experiment_name", experiment_name)):  # fmt: skip
+            if value is not None:
+                setattr(job, key, value)
+        if tags is not None:
+            job.tags = {**job.tags, **tags}
+        validate(job)
+        try:
+            submission = self._jobs.create(spec_text(job))
+        except SpecError as exc:
+            if isinstance(exc, MLError):
+                raise
+            raise from_spec_error(exc, job._renames) from None
+        for line in submission.notes:
+            note(line)
+        return self._job(submission.created())
+
+    def get(self, name: str) -> Command:
+        """The job ``name``, as it is now.
+
+        Raises:
+            PhalanxError: no such job.
+        """
+        return self._job(self._jobs.get(name))
+
+    def list(
+        self,
+        parent_job_name: str | None = None,
+        *,
+        max_results: int | None = None,
+        experiment_name: str | None = None,
+        status: str | None = None,
+        **kwargs: Any,
+    ) -> Iterator[Command]:
+        """The jobs, newest first. phalanx has no pipeline jobs, so a ``parent_job_name``
+        has no children: nothing is listed for it."""
+        if parent_job_name is not None:
+            return iter(())
+        wanted = None
+        if status is not None:
+            wanted = next((s for s in JobStatus if s.value.lower() == status.lower()), None)
+            if wanted is None:
+                known = ", ".join(s.value for s in JobStatus)
+                raise argument_error(
+                    "ml_client.jobs.list()", "status", f"must be one of {known}; got {status!r}"
+                )
+        records = self._jobs.list_jobs(
+            limit=max_results or LIST_LIMIT, status=wanted, experiment=experiment_name
+        )
+        return iter([self._job(r) for r in records])
+
+    def stream(self, name: str) -> None:
+        """Print rank 0's log as ``phalanx job stream`` does, until the job ends.
+
+        Raises:
+            JobFailed: the job ended Failed or Canceled (as Azure ML's ``stream`` raises).
+        """
+        from rich.console import Console
+
+        from phalanx.cli.stream import stream_job
+
+        self._jobs.get(name)
+        record = stream_job(self._jobs, name, Console(), all_ranks=False)
+        if record.status in (JobStatus.FAILED, JobStatus.CANCELED):
+            cause = None if record.error is None else record.error.message.strip().splitlines()[-1]
+            raise JobFailed(name, record.status.value, cause)
+
+    def begin_cancel(self, name: str) -> CancelPoller:
+        """Cancel the job: every process of it is stopped before this returns."""
+        _, record = self._jobs.cancel(name)
+        return CancelPoller(self._job(record))
+
+    def cancel(self, name: str) -> Command:
+        """Cancel the job (phalanx's own shortcut for ``begin_cancel(name).job``)."""
+        return self.begin_cancel(name).job
+
+    def show_services(self, name: str, node_index: int = 0) -> dict[str, Any]:
+        """The job's services; ``Studio`` is its web page."""
+        return self.get(name).services
+
+    def download(
+        self,
+        name: str,
+        *,
+        download_path: str | Path = ".",
+        output_name: str | None = None,
+        all: bool = False,
+    ) -> None:
+        """Download the job's files, laid out as Azure ML lays them out.
+
+        ``artifacts/`` gets its logs (``user_logs/``) and its ``outputs/``
+        folder; ``output_name`` downloads only that output into
+        ``named-outputs/<output_name>``; ``all`` downloads both, every named
+        output included. An output kept on a datastore (``path`` given) is read
+        from there, not downloaded here.
+
+        Raises:
+            MLError: an output the job does not declare, or one kept on a datastore.
+        """
+        job = self.get(name)
+        dest = Path(download_path)
+        if output_name is not None:
+            self._output(job, output_name, dest / "named-outputs")
+            return
+        artifacts = dest / "artifacts"
+        for rel in ("user_logs", "outputs"):
+            self._jobs.download(name, rel, artifacts)
+        if all:
+            for key, output in job.outputs.items():
+                if output.path == f"azureml://jobs/{name}/outputs/{key}":
+                    self._output(job, key, dest / "named-outputs")
+
+    def _output(self, job: Command, output_name: str, dest: Path) -> None:
+        where = "ml_client.jobs.download()"
+        name = str(job.name)
+        declared = {**job.outputs}
+        if output_name not in declared and output_name != "checkpoints":
+            known = ", ".join(sorted(declared)) or "none"
+            raise argument_error(
+                where, "output_name", f"job {name} has no output {output_name!r}; its outputs: "
+                f"{known} (and checkpoints)",
+            )  # fmt: skip
+        kept = f"azureml://jobs/{name}/outputs/{output_name}"
+        output = declared.get(output_name)
+        if output is not None and output.path != kept:
+            raise argument_error(
+                where, "output_name", f"output {output_name!r} of job {name} is kept at "
+                f"{output.path}; read it from there",
+            )  # fmt: skip
+        self._jobs.download(name, f"outputs/{output_name}" if output is not None else output_name,
+                            dest)  # fmt: skip
