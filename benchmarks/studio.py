@@ -9,10 +9,11 @@ Against a ``phalanx server`` process on a workspace made for the benchmark:
 * **A chart of ``--points`` (100,000) steps:** the metrics route's answer with
   and without server-side downsampling (bytes, seconds), and from opening the
   metrics tab to the chart drawn.
-* **Server memory while ``--followers`` (20) pages follow live logs:** the
-  server process's RSS before, and after every page has shown a new line of a
-  job printing 20 lines a second (each page a browser context of its own: its
-  own cookies, connections and event stream).
+* **Server memory while ``--followers`` (20) pages follow live logs:** the RSS
+  of the server's processes (uvicorn's parent and its serving processes)
+  before, and after every page has shown a new line of a job printing 20 lines
+  a second (each page a browser context of its own: its own cookies,
+  connections and event stream).
 
 Usage::
 
@@ -187,7 +188,19 @@ def _followers(browser: Any, url: str, home: Path, pid: int, count: int) -> dict
     ):
         time.sleep(0.2)
     server = psutil.Process(pid)
-    before = server.memory_info().rss
+
+    def rss() -> int:  # uvicorn's parent and its serving processes (not the jobs: own sessions)
+        procs = [
+            server,
+            *(
+                p
+                for p in server.children(recursive=True)
+                if "uvicorn" in " ".join(p.cmdline()) or "multiprocessing" in " ".join(p.cmdline())
+            ),
+        ]
+        return sum(p.memory_info().rss for p in procs)
+
+    before = rss()
     contexts = [browser.new_context() for _ in range(count)]
     pages = [c.new_page() for c in contexts]
     for page in pages:
@@ -198,7 +211,7 @@ def _followers(browser: Any, url: str, home: Path, pid: int, count: int) -> dict
     mark = httpx.get(f"{url}/api/v1/jobs/{name}/logs/page?kib=1").json()["pages"][0]["lines"][-1]
     for page in pages:
         page.wait_for_selector(f"#log .ln:has-text('{mark}')", timeout=30_000)
-    during = server.memory_info().rss
+    during = rss()
     for c in contexts:
         c.close()
     subprocess.run([PHALANX, "job", "cancel", name], env=_env(home), capture_output=True)

@@ -416,6 +416,13 @@ def test_behind_auth_a_token_signs_in_to_an_http_only_session(studio: Studio, br
                 server.url + "/api/v1/session", json={"token": token}, headers=headers
             )
             assert forged.status_code == 403 and "set-cookie" not in forged.headers
+        # Signing out removes the cookie; signing in again makes a new one.
+        page.click("#who a")
+        page.wait_for_url("**/signin")
+        assert context.cookies() == []
+        page.fill("#token", token)
+        page.click("#signin")
+        page.wait_for_selector(f'tr[data-job="{studio.done}"]')
         # Revoked: the session ends with its token.
         studio.cli.run("server", "token", "revoke", "carol-browser", check=True)
         page.reload()
