@@ -91,7 +91,7 @@ function jobsView() {
     "created", "duration", "queue"];
   main.append(el("h1", {}, "Jobs"), el("div", {class: "filters"}, status, experiment, text, compare, count),
     el("table", {}, el("thead", {}, el("tr", {}, ...columns.map((c) => el("th", {}, c)))), body));
-  let jobs = [];
+  let jobs = [], shownKey = "";
   function render() {
     const needle = text.value.trim().toLowerCase();
     const shown = jobs.filter((j) => !needle ||
@@ -116,7 +116,14 @@ function jobsView() {
     const q = new URLSearchParams({limit: "1000"});
     if (status.value) q.set("status", status.value);
     if (experiment.value.trim()) q.set("experiment", experiment.value.trim());
-    try { jobs = (await api("/jobs?" + q)).jobs; render(); }
+    try {
+      const fresh = (await api("/jobs?" + q)).jobs;
+      const key = JSON.stringify(fresh);
+      // Redrawn when something changed, or while a job runs (its duration grows).
+      if (key !== shownKey || fresh.some((j) => !TERMINAL.has(j.status))) {
+        jobs = fresh; shownKey = key; render();
+      }
+    }
     catch (e) { count.textContent = e.message; }
   }
   status.addEventListener("change", load);
