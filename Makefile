@@ -10,7 +10,7 @@ AZURITE_VERSION := 3.37.0
 TOOLS := .tools
 AZURITE := $(TOOLS)/node_modules/.bin/azurite-blob
 
-.PHONY: demo test lint format typecheck pytest bench clean fuse mpi postgresql
+.PHONY: demo test lint format typecheck pytest bench clean fuse mpi postgresql chromium
 
 $(STAMP): pyproject.toml constraints.txt | mpi
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,14 @@ postgresql:
 	   (apt-get update -qq && apt-get install -y -qq postgresql >/dev/null)) ; } || \
 	  echo "make: PostgreSQL not installed (not root); the PostgreSQL tests will report it"
 
+# Chromium for the studio's browser tests (Playwright drives it; its own browser download
+# cannot be relied on). From apt where we are root.
+chromium:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && \
+	  (apt-get install -y -qq chromium >/dev/null 2>&1 || \
+	   (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)) ; } || \
+	  echo "make: chromium not installed (not root); the studio's browser tests will report it"
+
 ## demo: the reference ResNet-50 workload on a small sharded dataset, 2 nodes x 1 process, here
 demo: $(STAMP)
 	$(BIN)/python examples/imagenet/prepare_demo_data.py
@@ -63,7 +71,7 @@ format: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP) $(AZURITE) fuse mpi postgresql
+pytest: $(STAMP) $(AZURITE) fuse mpi postgresql chromium
 	PHALANX_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## bench: phalanx's launch overhead against bare torchrun

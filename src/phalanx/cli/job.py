@@ -116,11 +116,17 @@ def validate_cmd(spec_file: Path, overrides: tuple[str, ...]) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def show_cmd(name: str, as_json: bool) -> int:
     """Status, attempts, root cause and paths of a job."""
+    from phalanx.client.config import server_config
+    from phalanx.studio.urls import job_page_url
+
     job = jobs_backend().get(name)
+    server = server_config()
+    page = job_page_url(job.name, server.url if server else None)
     if as_json:
-        click.echo(json.dumps(job_json(job), indent=2))
+        click.echo(json.dumps({**job_json(job), "studio_url": page}, indent=2))
     else:
         show_job(console, job)
+        console.print(f"studio: {page}", highlight=False, soft_wrap=True)
     return 0
 
 

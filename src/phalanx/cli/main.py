@@ -33,6 +33,7 @@ _COMMANDS = {
     "bench": "phalanx.cli.bench:bench_group",
     "queue": "phalanx.cli.queue:queue_cmd",
     "server": "phalanx.cli.server:server_group",
+    "studio": "phalanx.cli.studio:studio_cmd",
     "login": "phalanx.cli.login:login_cmd",
     "logout": "phalanx.cli.login:logout_cmd",
 }

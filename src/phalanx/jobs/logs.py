@@ -77,15 +77,27 @@ class LogFollower:
 
     paths: JobPaths
     all_ranks: bool = False
+    rank: int = 0
+    """The one rank followed when not ``all_ranks``."""
     behind: bool = False
     """The last poll left bytes unread: poll again without waiting."""
     _files: dict[Path, _File] = field(default_factory=dict)
 
     def _logs(self) -> list[tuple[int, Path]]:
         if not self.all_ranks:
-            path = self.paths.rank_log(0)
-            return [(0, path)] if path.exists() else []
+            path = self.paths.rank_log(self.rank)
+            return [(self.rank, path)] if path.exists() else []
         return [(int(p.stem.rsplit("_", 1)[1]), p) for p in self.paths.rank_logs()]
+
+    def start_at(self, offsets: dict[int, int]) -> None:
+        """Begin each rank's file at a byte offset (the start of a line) rather than at 0."""
+        for rank, offset in offsets.items():
+            self._files[self.paths.rank_log(rank)] = _File(rank, offset)
+
+    def offsets(self) -> dict[int, int]:
+        """Where a reader that reconnects resumes: each file's offset less the unfinished
+        line held back (so that line is not lost; a piece of it shown already repeats)."""
+        return {s.rank: s.offset - len(s.partial.encode()) for s in self._files.values()}
 
     def poll(self) -> list[LogLine]:
         """The lines written since the last call, at most :data:`READ_BYTES` of each file.
@@ -189,3 +201,18 @@ class LogFollower:
     @staticmethod
     def _drop(state: _File) -> None:
         state.partial, state.since, state.shown = "", None, False
+
+
+def decode_block(rank: int, data: bytes) -> list[LogLine]:
+    """The lines of a block of a log read whole (a page of it), by the follower's rules.
+
+    The block should begin at the start of a line; its last line is returned even
+    if unterminated.
+    """
+    state = _File(rank)
+    out: list[LogLine] = []
+    follower = LogFollower(JobPaths(Path()))
+    follower._take(state, state.decoder.decode(data, final=True), time.monotonic(), out)
+    if state.partial:
+        follower._emit(state, state.partial, out, ended=True)
+    return out

@@ -1,14 +1,13 @@
-"""Where a job's web page is (the studio): the one place that knows its URL."""
+"""Where a job's web page is: the SDK's name for :func:`phalanx.studio.urls.job_page_url`."""
 
 from __future__ import annotations
 
-from phalanx.client.urls import segment
+from phalanx.studio.urls import STUDIO_PORT, job_page_url
 
 #: Where ``phalanx studio`` serves this machine's workspace by default.
-LOCAL_STUDIO = "http://127.0.0.1:8766"
+LOCAL_STUDIO = f"http://127.0.0.1:{STUDIO_PORT}"
 
 
 def studio_url(job_name: str, server_url: str | None) -> str:
     """The page of ``job_name``: on the server the client talks to, else on ``phalanx studio``."""
-    base = (server_url or LOCAL_STUDIO).rstrip("/")
-    return f"{base}/jobs/{segment(job_name)}"
+    return job_page_url(job_name, server_url)

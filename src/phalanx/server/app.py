@@ -1,4 +1,4 @@
-"""The FastAPI application: ``/api/v1`` and its OpenAPI document."""
+"""The FastAPI application: ``/api/v1``, its OpenAPI document, and the studio under ``/``."""
 
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ from phalanx.server import (
     datastores_api,
     errors,
     jobfiles_api,
+    joblogs_api,
     jobs_api,
     models_api,
+    sessions,
 )
 from phalanx.server.auth import caller
 from phalanx.server.settings import ServerSettings
@@ -38,8 +40,9 @@ def create_app(settings: ServerSettings) -> FastAPI:
     )
     app.state.settings = settings
     errors.install(app)
+    app.include_router(joblogs_api.router)
     app.include_router(jobs_api.router)
-    for verbs in (jobfiles_api, datastores_api, data_api, models_api, compute_api):
+    for verbs in (jobfiles_api, datastores_api, data_api, models_api, compute_api, sessions):
         app.include_router(verbs.router)
 
     @app.get("/api/v1/health", tags=["server"])
@@ -76,6 +79,9 @@ def create_app(settings: ServerSettings) -> FastAPI:
             raise
         return {"upload": upload_id, "bytes": size}
 
+    from phalanx.studio.pages import install as install_studio
+
+    install_studio(app)  # last: its "/" routes come after the API's
     return app
 
 

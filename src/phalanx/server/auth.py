@@ -1,7 +1,9 @@
-"""Who is asking: a bearer token checked against the hashes in the workspace.
+"""Who is asking: a bearer token checked against the hashes in the workspace,
+or a studio browser session (:mod:`phalanx.server.sessions`) made from one.
 
 A missing, malformed, unknown or revoked token all get the same 401: nothing
-tells a caller which part was wrong.
+tells a caller which part was wrong. A browser's request must also pass the
+session module's CSRF check (403), with or without auth.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from typing import Annotated
 from fastapi import Depends, Request
 from starlette.exceptions import HTTPException
 
+from phalanx.server.sessions import check_browser, session_of
 from phalanx.server.settings import settings_of, workspace
 from phalanx.workspace import Workspace
-from phalanx.workspace.tokens import PREFIX, touch, user_of
+from phalanx.workspace.tokens import PREFIX, touch, user_of, user_of_hash
 
 UNAUTHORIZED = "a valid API token is required (Authorization: Bearer <token>; PHALANX_TOKEN)"
 
@@ -36,9 +39,10 @@ def caller(request: Request) -> str | None:
     """The user behind the request; ``None`` on a server without auth.
 
     Raises:
-        HTTPException: 401.
+        HTTPException: 401; 403 for a browser's request without the studio's CSRF value.
     """
     settings = settings_of(request)
+    check_browser(request)
     if not settings.auth:
         return None
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
@@ -48,6 +52,9 @@ def caller(request: Request) -> str | None:
         user = user_of(ws, token.strip())
         if user is not None:
             _touch_now_and_then(ws, token.strip())
+    elif (session := session_of(request)) is not None:
+        # The token's hash, checked again each time: revoking it ends the session.
+        user = user_of_hash(workspace(settings), session.token_hash)
     if user is None:
         raise HTTPException(401, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
     return user

@@ -145,6 +145,18 @@ def show_job(name: str, request: Request, _: User) -> dict[str, Any]:
     return _wire(refresh(ws, ws.get_job(name)))
 
 
+@router.get("/{name}/spec")
+def job_spec(name: str, request: Request, _: User) -> dict[str, Any]:
+    """The spec as submitted (the YAML text, ``--set`` items noted) and as resolved."""
+    ws = request_workspace(request)
+    job = ws.get_job(name)
+    try:
+        text = ws.paths(name).spec_yaml.read_text()
+    except FileNotFoundError:
+        text = None
+    return {"submitted": text, "resolved": job.spec}
+
+
 @router.post("/{name}/cancel")
 def cancel_job(name: str, request: Request, _: User) -> dict[str, Any]:
     """Stop every process of the job; answers once it has ended (or 30 s passed)."""
@@ -183,15 +195,26 @@ def job_logs(
 
 
 @router.get("/{name}/metrics")
-def job_metrics(name: str, request: Request, _: User) -> dict[str, Any]:
-    """Every metric's history (``[step, value]`` pairs), the job's and the system's."""
-    from phalanx.workspace.metrics import SYSTEM_METRICS_FILE, read_metrics
+def job_metrics(
+    name: str,
+    request: Request,
+    _: User,
+    points: Annotated[int | None, Query(ge=10, le=1_000_000)] = None,
+) -> dict[str, Any]:
+    """Every metric's history (``[step, value]`` pairs), the job's and the system's;
+    with ``points``, each series downsampled on the server to about that many (a
+    chart of 100,000 steps draws from 2,000 that show its shape, spikes included)."""
+    from phalanx.workspace.metrics import SYSTEM_METRICS_FILE, downsample, read_metrics
+
+    def wire(history: dict[str, list[tuple[int | None, float | None]]]) -> dict[str, Any]:
+        return {
+            k: list(map(list, v if points is None else downsample(v, points)))
+            for k, v in history.items()
+        }
 
     ws = request_workspace(request)
     job_dir = Path(ws.get_job(name).job_dir)
     return {
-        "metrics": {k: list(map(list, v)) for k, v in read_metrics(job_dir).items()},
-        "system": {
-            k: list(map(list, v)) for k, v in read_metrics(job_dir, SYSTEM_METRICS_FILE).items()
-        },
+        "metrics": wire(read_metrics(job_dir)),
+        "system": wire(read_metrics(job_dir, SYSTEM_METRICS_FILE)),
     }

@@ -8,9 +8,10 @@ resumes exactly where it stopped: no line lost, none repeated.
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 from typing import Any
 
-from phalanx.jobs.logs import MIN_READ_BYTES, POLL_BYTES, READ_BYTES
+from phalanx.jobs.logs import MIN_READ_BYTES, POLL_BYTES, READ_BYTES, decode_block
 from phalanx.workspace.layout import JobPaths
 
 
@@ -55,3 +56,66 @@ def read_logs(paths: JobPaths, *, all_ranks: bool, offsets: dict[int, int]) -> l
             }
         )
     return out
+
+
+def rank_of(path: Path) -> int:
+    return int(path.stem.rsplit("_", 1)[1])
+
+
+def read_back(path: Path, rank: int, *, before: int | None, nbytes: int) -> dict[str, Any]:
+    """The whole lines of a rank's log that end before byte ``before`` (its end when
+    ``None``), at most about ``nbytes`` of them: how a page shows a log tail-first and
+    pages backward, so a log of a million lines opens as fast as a short one.
+
+    Returns ``{"rank", "start", "end", "size", "lines"}``: ``start`` is where the
+    first line returned begins (0: the log's beginning was reached).
+    """
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            end = size if before is None else max(0, min(before, size))
+            start = max(0, end - nbytes)
+            f.seek(start)
+            data = f.read(end - start)
+    except FileNotFoundError:
+        return {"rank": rank, "start": 0, "end": 0, "size": 0, "lines": []}
+    if start > 0:  # begin at the first whole line (a line longer than nbytes: its tail)
+        cut = data.find(b"\n")
+        if 0 <= cut < len(data) - 1:
+            data, start = data[cut + 1 :], start + cut + 1
+    lines = [line.text for line in decode_block(rank, data)]
+    return {"rank": rank, "start": start, "end": end, "size": size, "lines": lines}
+
+
+def search(path: Path, rank: int, text: str, *, limit: int) -> dict[str, Any]:
+    """The first ``limit`` lines of a rank's log that hold ``text`` (case-insensitive),
+    each with its line number, read a block at a time (bounded memory for any log)."""
+    needle = text.casefold()
+    found: list[dict[str, Any]] = []
+    number = 0
+    carry = b""
+    try:
+        with open(path, "rb") as f:
+            while len(found) < limit:
+                block = f.read(READ_BYTES)
+                data = carry + block
+                if not block:
+                    cut = len(data)
+                else:
+                    cut = data.rfind(b"\n") + 1
+                    if cut == 0 and len(data) < 4 * READ_BYTES:
+                        carry = data  # no line end yet: read on (a very long line is cut)
+                        continue
+                    cut = cut or len(data)
+                for line in decode_block(rank, data[:cut]):
+                    number += 1
+                    if needle in line.text.casefold():
+                        found.append({"line": number, "text": line.text})
+                        if len(found) >= limit:
+                            break
+                carry = data[cut:]
+                if not block:
+                    break
+    except FileNotFoundError:
+        pass
+    return {"rank": rank, "matches": found, "complete": len(found) < limit}

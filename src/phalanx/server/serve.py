@@ -116,6 +116,25 @@ def _reap_children() -> None:
         cleanup()
 
 
+def check_port(host: str, port: int) -> None:
+    """Fail with one line, before anything is printed, if ``host:port`` is taken.
+
+    Raises:
+        PhalanxError: the address is in use or not this machine's.
+    """
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise PhalanxError(
+                f"cannot listen on {host}:{port} ({exc.strerror}); choose another --port"
+            ) from None
+
+
 def serve(
     *,
     home: Path,
@@ -126,8 +145,10 @@ def serve(
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
     workers: int = 1,
+    studio_only: bool = False,
 ) -> None:
-    """Serve the workspace at ``home`` until interrupted, in ``workers`` processes.
+    """Serve the workspace at ``home`` until interrupted, in ``workers`` processes
+    (``studio_only``: announced as ``phalanx studio``, the page to open).
 
     Raises:
         PhalanxError: refused settings (see :func:`check_auth`), half a TLS pair, or a
@@ -144,6 +165,7 @@ def serve(
             raise PhalanxError(f"TLS file {path} not found; check --tls-cert/--tls-key")
     # Supervisors and the scheduler started from here find the same workspace.
     os.environ[HOME_ENV] = str(home)
+    check_port(host, port)
     ws = Workspace(home)
     settings = ServerSettings(home=ws.home, auth=check_auth(host, auth, ws), max_upload=max_upload)
     ws.close()
@@ -151,12 +173,21 @@ def serve(
         {"home": str(settings.home), "auth": settings.auth, "max_upload": settings.max_upload}
     )
     scheme = "https" if tls_cert else "http"
-    print(
-        f"phalanx server: workspace {settings.home} on {scheme}://{host}:{port}/api/v1 "
-        f"({'tokens required' if settings.auth else 'no auth: loopback only'}; "
-        f"{workers} serving process{'es' if workers > 1 else ''})",
-        flush=True,
-    )
+    shown = f"[{host}]" if ":" in host else host
+    if studio_only:
+        print(
+            f"phalanx studio: open {scheme}://{shown}:{port}/ "
+            f"(workspace {settings.home}; this machine only, Ctrl-C stops it)",
+            flush=True,
+        )
+    else:
+        print(
+            f"phalanx server: workspace {settings.home} on {scheme}://{shown}:{port}/api/v1, "
+            f"studio at {scheme}://{shown}:{port}/ "
+            f"({'tokens required' if settings.auth else 'no auth: loopback only'}; "
+            f"{workers} serving process{'es' if workers > 1 else ''})",
+            flush=True,
+        )
     uvicorn.run(
         f"{__name__}:serving_app",
         factory=True,

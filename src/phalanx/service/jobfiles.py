@@ -62,3 +62,27 @@ def pack(path: Path, archive: Path) -> int:
                     tar.add(base / name, arcname=f"{rel}/{name}", recursive=False)
                     count += 1
     return count
+
+
+def tree(ws: Workspace, name: str, rel: str, *, most: int = 2000) -> dict[str, object]:
+    """The plain files under ``rel`` of job ``name``'s folder (e.g. ``outputs``,
+    ``checkpoints``), each ``{"path", "size"}`` relative to the job's folder, sorted;
+    links left out; at most ``most`` (``complete`` says whether all are listed).
+
+    Raises:
+        PhalanxError, NoSuchPath: as :func:`job_path`.
+    """
+    top = job_path(ws, name, rel)
+    root = Path(ws.get_job(name).job_dir)
+    files: list[dict[str, object]] = []
+    for dirpath, dirs, names in os.walk(top, followlinks=False):
+        base = Path(dirpath)
+        dirs[:] = sorted(d for d in dirs if not (base / d).is_symlink())
+        for entry in sorted(names):
+            info = (base / entry).lstat()
+            if stat.S_ISREG(info.st_mode):
+                if len(files) >= most:
+                    return {"files": files, "complete": False}
+                path = (base / entry).relative_to(root).as_posix()
+                files.append({"path": path, "size": info.st_size})
+    return {"files": files, "complete": True}

@@ -55,3 +55,28 @@ def _records(path: Path) -> Iterator[tuple[int, str, int | None, float | None]]:
         step = record.get("step")
         if step is None or (isinstance(step, int) and not isinstance(step, bool)):
             yield order, name, step, record.get("value")
+
+
+def downsample(
+    points: list[tuple[int | None, float | None]], most: int
+) -> list[tuple[int | None, float | None]]:
+    """At most about ``most`` points that draw the same curve: the series cut into
+    ``most // 2`` buckets, each kept as its lowest and highest point in step order
+    (a spike survives, unlike with every n-th point). First and last points are kept."""
+    if len(points) <= most:
+        return points
+    buckets = max(1, most // 2)
+    size = len(points) / buckets
+    out: list[tuple[int | None, float | None]] = [points[0]]
+    for b in range(buckets):
+        chunk = points[int(b * size) : int((b + 1) * size)]
+        valued = [p for p in chunk if p[1] is not None]
+        if not valued:
+            continue
+        low = min(valued, key=lambda p: p[1])  # type: ignore[arg-type,return-value]
+        high = max(valued, key=lambda p: p[1])  # type: ignore[arg-type,return-value]
+        pair = (low, high) if chunk.index(low) <= chunk.index(high) else (high, low)
+        out.extend(p for p in pair if p is not out[-1])
+    if out[-1] is not points[-1]:
+        out.append(points[-1])
+    return out

@@ -65,9 +65,12 @@ def create_token(ws: Workspace, user: str, name: str | None = None) -> tuple[Tok
 
 def user_of(ws: Workspace, token: str) -> str | None:
     """The user a token belongs to, or ``None`` for an unknown or revoked one."""
-    rows = ws.query(
-        "SELECT name, user_name FROM tokens WHERE hash = :hash", {"hash": token_hash(token)}
-    )
+    return user_of_hash(ws, token_hash(token))
+
+
+def user_of_hash(ws: Workspace, digest: str) -> str | None:
+    """The user of the token with this hash (a browser session keeps only the hash)."""
+    rows = ws.query("SELECT name, user_name FROM tokens WHERE hash = :hash", {"hash": digest})
     if not rows:
         return None
     return str(rows[0]["user_name"])

@@ -1,0 +1,87 @@
+"""The studio's reads, without a browser: log pages tail-first, search, live offsets,
+and metric downsampling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from phalanx.jobs.logs import LINE_CAP, LogFollower, decode_block
+from phalanx.server.logread import read_back, search
+from phalanx.workspace.layout import JobPaths
+from phalanx.workspace.metrics import downsample
+
+
+def _log(tmp_path: Path, data: bytes, rank: int = 0) -> Path:
+    paths = JobPaths(tmp_path / "job")
+    paths.user_logs.mkdir(parents=True, exist_ok=True)
+    paths.rank_log(rank).write_bytes(data)
+    return paths.rank_log(rank)
+
+
+def test_pages_backward_from_the_end_give_every_line_once_in_order(tmp_path: Path) -> None:
+    lines = [f"line {i} " + "é" * (i % 50) for i in range(5000)]
+    log = _log(tmp_path, ("\n".join(lines) + "\n").encode())
+    page = read_back(log, 0, before=None, nbytes=4096)
+    assert page["end"] == page["size"] == log.stat().st_size
+    got = page["lines"]
+    while page["start"] > 0:
+        page = read_back(log, 0, before=page["start"], nbytes=4096)
+        assert page["lines"], "a page before the start made no progress"
+        got = page["lines"] + got
+    assert got == lines
+
+
+def test_a_page_of_an_unterminated_last_line_and_of_a_line_longer_than_a_page(
+    tmp_path: Path,
+) -> None:
+    log = _log(tmp_path, b"first\n" + b"x" * 10_000 + b"\nlast without end")
+    page = read_back(log, 0, before=None, nbytes=100)
+    assert page["lines"] == ["last without end"]
+    page = read_back(log, 0, before=page["start"], nbytes=100)
+    assert page["lines"] == ["x" * 99]  # the tail of a line longer than a page
+    assert read_back(tmp_path / "none.txt", 3, before=None, nbytes=10)["lines"] == []
+
+
+def test_search_numbers_lines_and_stops_at_its_limit(tmp_path: Path) -> None:
+    text = "".join(f"step {i} {'NaN loss' if i % 1000 == 7 else 'ok'}\r\n" for i in range(10_000))
+    log = _log(tmp_path, text.encode())
+    found = search(log, 0, "nan", limit=3)
+    assert [m["line"] for m in found["matches"]] == [8, 1008, 2008]
+    assert found["matches"][0]["text"] == "step 7 NaN loss" and not found["complete"]
+    assert len(search(log, 0, "NaN", limit=100)["matches"]) == 10
+    assert search(log, 0, "NaN", limit=100)["complete"]
+
+
+def test_a_follower_of_one_rank_starts_at_an_offset_and_says_where_it_is(
+    tmp_path: Path,
+) -> None:
+    _log(tmp_path, b"old 1\nold 2\n", rank=0)
+    log = _log(tmp_path, b"rank 3 old\nrank 3 new\npart", rank=3)
+    follower = LogFollower(JobPaths(tmp_path / "job"), rank=3)
+    follower.start_at({3: len(b"rank 3 old\n")})
+    assert [ln.text for ln in follower.poll()] == ["rank 3 new"]
+    assert follower.offsets() == {3: log.stat().st_size - len(b"part")}
+    with open(log, "ab") as f:
+        f.write(b"ial\n")
+    assert [(ln.rank, ln.text) for ln in follower.poll()] == [(3, "partial")]
+
+
+def test_decode_block_splits_as_the_follower_does() -> None:
+    lines = decode_block(2, b"a\r\nbar 10%\rbar 100%\nlong " + b"y" * LINE_CAP)
+    assert [ln.text for ln in lines][:2] == ["a", "bar 100%"]
+    assert "".join(ln.text for ln in lines[2:]) == "long " + "y" * LINE_CAP
+    assert {ln.rank for ln in lines} == {2}
+
+
+def test_downsampling_keeps_the_ends_the_spikes_and_the_order() -> None:
+    points: list[tuple[int | None, float | None]] = [(s, float(s % 10)) for s in range(100_000)]
+    points[54_321] = (54_321, 1e6)
+    points[77_777] = (77_777, -1e6)
+    points[88_888] = (88_888, None)
+    small = downsample(points, 2000)
+    assert len(small) <= 2002
+    assert small[0] == points[0] and small[-1] == points[-1]
+    assert (54_321, 1e6) in small and (77_777, -1e6) in small
+    steps = [s for s, _ in small]
+    assert steps == sorted(steps)
+    assert downsample(points[:50], 2000) == points[:50]

@@ -1,0 +1,535 @@
+"""phalanx studio in a real headless browser (Debian's chromium driven by Playwright).
+
+One workspace, one server and one browser serve the whole module: a job that
+completed (lines and metrics), one that failed on rank 1 (its root cause), and
+one that runs while the tests look at it (it prints lines and metrics, some of
+them hostile: ``<script>``, ``<img onerror>``, terminal escapes) until the last
+browser test cancels it with the page's button.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+import servers
+from conftest import BIN, PHALANX, Cli, job_processes_under, workspace_processes
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]  # fmt: skip
+
+DONE = """
+import os, sys
+from phalanx.train import log_metric
+os.makedirs(sys.argv[1], exist_ok=True)
+open(os.path.join(sys.argv[1], "model.pt"), "wb").write(b"weights" * 100)
+open(os.path.join(os.environ["PHALANX_OUTPUTS_DIR"], "stats", "s.txt"), "w").write("1")
+for step in range(1, 51):
+    print(f"done line {step}", flush=True)
+    log_metric("loss", 1.0 / step, step)
+"""
+
+FAIL = """
+import os, time
+rank = int(os.environ["RANK"])
+print(f"rank {rank} starting", flush=True)
+if rank == 1:
+    def load(shard):
+        raise ValueError(f"bad shard {shard}")
+    load(7)
+time.sleep(30)
+"""
+
+# Prints hostile text first, then a tick and a metric a step, and answers a poke
+# (a file the test writes) at once, so the test can time a line's way to the page.
+LIVE = r"""
+import os, sys, time
+from pathlib import Path
+from phalanx.train import log_metric
+poke = Path(sys.argv[1])
+print("<script>window.pwned = 1</script>", flush=True)
+print('<img src=x onerror="window.pwned = 2">', flush=True)
+print("\x1b[31mred alert\x1b[0m plain \x1b]0;stolen title\x07after", flush=True)
+step = 0
+deadline = time.time() + 600
+while time.time() < deadline:
+    if poke.exists():
+        text = poke.read_text()
+        poke.unlink()
+        if text.startswith("slow:"):  # a line whose end comes after the page showed it
+            print("half of " + text, end="", flush=True)
+            time.sleep(1.5)
+            print(" and its end", flush=True)
+        else:
+            print("poked " + text, flush=True)
+    if step % 10 == 0:
+        print(f"tick {step // 10}", flush=True)
+        log_metric("loss", 1.0 / (1 + step), step)
+        log_metric('<img src=x onerror="window.pwned = 3">', 1.0, step)
+    step += 1
+    time.sleep(0.02)
+"""
+
+
+def _shot(page: Any, name: str) -> None:
+    """Save the page for the README when PHALANX_STUDIO_SCREENSHOTS names a folder."""
+    folder = os.environ.get("PHALANX_STUDIO_SCREENSHOTS")
+    if folder:
+        page.wait_for_timeout(300)  # charts and the log settle
+        page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
+
+
+@dataclass
+class Studio:
+    cli: Cli
+    server: servers.PhalanxServer
+    done: str
+    failed: str
+    live: str
+    poke: Path
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+
+def _job(cli: Cli, script: str, text: str, procs: int = 1, *args: str, more: str = "") -> str:
+    cli.write(f"src/{script}", text)
+    spec = cli.write(
+        f"{script}.yml",
+        f"command: python {script} {' '.join(args)}\n"
+        "code: src\n"
+        f"experiment_name: studio-{script.removesuffix('.py')}\n"
+        f"distribution: {{type: pytorch, process_count_per_instance: {procs}}}\n"
+        "limits: {timeout: 900}\n" + more,
+    )
+    return cli.create(spec)
+
+
+@pytest.fixture(scope="module")
+def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Studio]:
+    root = tmp_path_factory.mktemp("studio")
+    home, workdir = root / "home", root / "work"
+    workdir.mkdir()
+    env = dict(os.environ)
+    env.update(
+        PHALANX_HOME=str(home), PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+        GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", PHALANX_CACHE_DIR=str(root / "cache"),
+        XDG_CONFIG_HOME=str(root / "config"), PHALANX_SYSTEM_METRICS_INTERVAL="0.5",
+    )  # fmt: skip
+    for name in ("PHALANX_DEBUG", "PHALANX_SERVER", "PHALANX_TOKEN", "PHALANX_DB"):
+        env.pop(name, None)
+    cli = Cli(home, env, workdir)
+    poke = root / "poke"
+    outputs = (
+        "outputs:\n  model: {type: custom_model, name: studio-net}\n  stats: {name: studio-stats}\n"
+    )
+    done = _job(cli, "done.py", DONE, 1, "${{outputs.model}}", more=outputs)
+    failed = _job(cli, "fail.py", FAIL, 2)
+    live = _job(cli, "live.py", LIVE, 1, str(poke))
+    server = servers.start_phalanx_server(home, env)
+    try:
+        assert cli.wait(done, ("Completed", "Failed"))["status"] == "Completed"
+        assert cli.wait(failed, ("Failed", "Completed"))["status"] == "Failed"
+        cli.wait(live, ("Running",))
+        deadline = time.monotonic() + 60
+        while "tick 1" not in _rank_log(cli, live, 0):
+            assert time.monotonic() < deadline, "the live job printed nothing"
+            time.sleep(0.2)
+        yield Studio(cli, server, done, failed, live, poke)
+    finally:
+        with contextlib.suppress(Exception):
+            cli.run("job", "cancel", live, timeout=60)
+        servers.kill_phalanx_server(server)
+        for proc in [*job_processes_under(home), *workspace_processes(home)]:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+
+
+def _rank_log(cli: Cli, name: str, rank: int) -> str:
+    path = Path(cli.show(name)["job_dir"]) / "user_logs" / f"std_log_process_{rank}.txt"
+    return path.read_text() if path.exists() else ""
+
+
+def _poke(studio: Studio, text: str) -> None:
+    """Hand the live job a text to print, whole (a rename: never a half-written file)."""
+    tmp = studio.poke.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.rename(studio.poke)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail("chromium is not installed: `make chromium` (apt-get install chromium)")
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    # The page's CSP would also stop an injected script; bypassed here (and Playwright's
+    # string predicates need it), so the XSS test proves the escaping on its own.
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, bypass_csp=True)
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda exc: errors.append(str(exc)))
+    opened.on("dialog", lambda dialog: dialog.accept())
+    yield opened
+    context.close()
+    assert not errors, f"the page's script failed: {errors}"
+
+
+def test_jobs_table_filters_and_follows_the_workspace_without_a_reload(
+    studio: Studio, page: Any
+) -> None:
+    page.goto(studio.url + "/")
+    for name in (studio.done, studio.failed, studio.live):
+        page.wait_for_selector(f'tr[data-job="{name}"]')
+    row = page.locator(f'tr[data-job="{studio.failed}"]')
+    assert "Failed" in row.inner_text() and "1 × 2" in row.inner_text()
+    assert "studio-fail" in row.inner_text()
+    assert "Running" in page.locator(f'tr[data-job="{studio.live}"]').inner_text()
+    page.select_option("#f-status", "Failed")
+    page.wait_for_function("document.querySelectorAll('#jobs tr').length === 1")
+    assert page.locator(f'tr[data-job="{studio.failed}"]').count() == 1
+    page.select_option("#f-status", "")
+    page.wait_for_selector(f'tr[data-job="{studio.done}"]')
+    page.fill("#f-text", "studio-done")
+    page.wait_for_function("document.querySelectorAll('#jobs tr').length === 1")
+    page.fill("#f-text", "")
+    _shot(page, "studio-jobs")
+    # A job created now shows up in the open page.
+    new = studio.cli.create(studio.cli.workdir / "done.py.yml")
+    page.wait_for_selector(f'tr[data-job="{new}"]', timeout=10_000)
+    page.click(f'tr[data-job="{studio.failed}"] a')
+    page.wait_for_url(f"**/jobs/{studio.failed}")
+    studio.cli.wait(new, ("Completed", "Failed"))
+
+
+def test_a_failed_job_shows_its_root_cause_attempts_and_every_ranks_log(
+    studio: Studio, page: Any
+) -> None:
+    page.goto(f"{studio.url}/jobs/{studio.failed}")
+    cause = page.wait_for_selector(".rootcause")
+    text = cause.inner_text()
+    assert "rank 1" in text and "exit code 1" in text and "bad shard 7" in text
+    traceback = page.inner_text(".rootcause .traceback")
+    assert "Traceback" in traceback and "in load" in traceback
+    attempts = page.inner_text("#attempts-table")
+    assert "Failed" in attempts and "user_error" in attempts
+    assert page.locator("#timeline .bar.Failed").all_inner_texts() == ["#1 user_error"]
+    overview = page.inner_text("#overview")
+    assert "1 × 2" in overview and "python fail.py" in overview and "studio-fail" in overview
+    # The rank picker lists every rank; rank 1's log holds its traceback.
+    page.wait_for_selector("#log .ln")
+    assert page.locator("#rank option").all_inner_texts() == [
+        "rank 0", "rank 1", "all ranks interleaved",
+    ]  # fmt: skip
+    assert "rank 0 starting" in page.inner_text("#log")
+    page.select_option("#rank", "1")
+    page.wait_for_function("document.querySelector('#log').innerText.includes('bad shard 7')")
+    page.select_option("#rank", "all")
+    page.wait_for_function(
+        "(() => { const t = document.querySelector('#log').innerText;"
+        " return t.includes('[0] rank 0 starting') && t.includes('[1] rank 1 starting'); })()"
+    )
+    # Search runs on the server, over the chosen rank's whole log.
+    page.select_option("#rank", "1")
+    page.fill("#search", "SHARD")
+    page.press("#search", "Enter")
+    page.wait_for_function("document.querySelector('#hits').innerText.includes('bad shard 7')")
+    assert "lines of rank 1" in page.inner_text("#hits")
+    _shot(page, "studio-failed-job")
+
+
+def test_a_live_line_shows_within_a_second_and_rank_text_is_only_text(
+    studio: Studio, page: Any
+) -> None:
+    page.goto(f"{studio.url}/jobs/{studio.live}")
+    page.wait_for_function("document.querySelector('#log').innerText.includes('tick')")
+    log = page.inner_text("#log")
+    assert "<script>window.pwned = 1</script>" in log
+    assert '<img src=x onerror="window.pwned = 2">' in log
+    assert "red alert plain after" in log  # the escapes dropped, the text kept
+    assert "\x1b" not in log and "[31m" not in log and "stolen title" not in log
+    assert page.evaluate("window.pwned") is None
+    assert page.locator("#log script, #log img").count() == 0
+    assert page.title() == "phalanx studio"
+    for k in range(3):
+        marker = f"marker-{k}-{time.time_ns()}"
+        _poke(studio, marker)
+        start = time.monotonic()
+        page.wait_for_function(
+            f"document.querySelector('#log').innerText.includes('poked {marker}')",
+            timeout=5_000,
+            polling=20,
+        )
+        took = time.monotonic() - start
+        assert took < 1.0, f"a live line took {took:.2f} s to show"
+    # A line shown before its end arrived is completed in place, not split in two.
+    _poke(studio, "slow:xyz")
+    page.wait_for_selector("#log .ln:text-is('half of slow:xyz and its end')", timeout=10_000)
+    _shot(page, "studio-job")
+
+
+def test_metric_charts_show_their_points_downsampled_on_the_server(
+    studio: Studio, page: Any
+) -> None:
+    job_dir = Path(studio.cli.show(studio.done)["job_dir"])
+    # 100,000 steps of a metric with one spike: the server sends ~2,000 points that keep it.
+    with open(job_dir / "metrics.jsonl", "a") as f:
+        for step in range(100_000):
+            value = 1000.0 if step == 76_543 else 1.0 + (step % 7) / 10
+            f.write(json.dumps({"name": "big", "value": value, "step": step}) + "\n")
+    got = httpx.get(f"{studio.url}/api/v1/jobs/{studio.done}/metrics?points=2000").json()
+    big = got["metrics"]["big"]
+    assert 1000 <= len(big) <= 2002 and [76_543, 1000.0] in big
+    assert big[0][0] == 0 and big[-1][0] == 99_999
+    assert len(got["metrics"]["loss"]) == 50
+    page.goto(f"{studio.url}/jobs/{studio.done}#metrics")
+    chart = page.wait_for_selector('.chart[data-metric="loss"] canvas')
+    assert chart is not None
+    assert page.get_attribute('.chart[data-metric="loss"]', "data-points") == "50"
+    assert int(page.get_attribute('.chart[data-metric="big"]', "data-points") or 0) <= 2002
+    page.check("#logscale")
+    page.wait_for_selector('.chart[data-metric="loss"] canvas')
+    # System metrics of the running job, per node.
+    page.goto(f"{studio.url}/jobs/{studio.live}#metrics")
+    page.wait_for_selector('#system-charts .chart[data-metric="system/cpu_percent"] canvas')
+    page.wait_for_selector('#metric-charts .chart[data-metric="loss"] canvas')
+    # A metric named like markup is a chart titled with those characters.
+    hostile = '<img src=x onerror="window.pwned = 3">'
+    assert hostile in page.locator("#metric-charts .chart h3").all_inner_texts()
+    assert page.locator("main img").count() == 0 and page.evaluate("window.pwned") is None
+    _shot(page, "studio-metrics")
+    # Compare: jobs picked in the table, one metric of theirs on one chart.
+    page.goto(f"{studio.url}/")
+    for name in (studio.done, studio.live):
+        page.check(f'tr[data-job="{name}"] input.pick')
+    page.click("#compare")
+    page.wait_for_selector("#compare-chart canvas")
+    offered = set(page.locator("#compare-metric option").all_inner_texts())
+    assert {"big", "loss"} <= offered  # every metric either logs
+    page.select_option("#compare-metric", "loss")
+    page.wait_for_url("**/compare?jobs=*&metric=loss")
+    page.wait_for_selector("#compare-chart canvas")
+    labels = page.locator("#compare-chart .u-legend .u-label").all_inner_texts()
+    assert studio.done in labels and studio.live in labels
+
+
+def test_a_log_of_a_million_lines_opens_tail_first_and_pages_back(
+    studio: Studio, page: Any
+) -> None:
+    job_dir = Path(studio.cli.show(studio.done)["job_dir"])
+    log = job_dir / "user_logs" / "std_log_process_0.txt"
+    with open(log, "a") as f:
+        f.writelines(f"bulk line {i:07d} of a long training log\n" for i in range(1_000_000))
+    start = time.monotonic()
+    page.goto(f"{studio.url}/jobs/{studio.done}")
+    page.wait_for_function(
+        "document.querySelector('#log').innerText.includes('bulk line 0999999')", polling=20
+    )
+    took = time.monotonic() - start
+    assert took < 1.0, f"the tail of a 1,000,000-line log took {took:.2f} s"
+    shown = page.locator("#log .ln").count()
+    assert shown < 20_000  # the tail only
+    page.evaluate("document.querySelector('#log').scrollTop = 0")
+    page.wait_for_function(f"document.querySelectorAll('#log .ln').length > {shown}")
+
+
+def test_cancel_needs_the_pages_csrf_value_and_the_button_cancels(
+    studio: Studio, page: Any
+) -> None:
+    cancel = f"{studio.url}/api/v1/jobs/{studio.live}/cancel"
+    # What another site's page could send: refused, and the job runs on.
+    for headers in ({"Origin": "http://evil.example"}, {"Sec-Fetch-Site": "cross-site"}):
+        refused = httpx.post(cancel, headers=headers)
+        assert refused.status_code == 403 and "CSRF" in refused.json()["error"]
+    page.goto(f"{studio.url}/jobs/{studio.live}")
+    page.wait_for_selector("#cancel")
+    forged = page.evaluate(
+        f"fetch('{cancel}', {{method: 'POST'}}).then(r => r.status)"  # no CSRF header
+    )
+    assert forged == 403
+    assert studio.cli.show(studio.live)["status"] == "Running"
+    # Preempt: the attempt ends as a spot reclaim would end it, and a new one follows.
+    page.click("#preempt")
+    page.wait_for_selector("#timeline .bar:nth-child(2)", timeout=60_000)
+    bars = page.locator("#timeline .bar").all_inner_texts()
+    assert bars[0] == "#1 preemption" and bars[1].startswith("#2"), bars
+    assert "attempt 2" in page.inner_text("#attempts-table")
+    page.wait_for_selector("h1 .status.Running", timeout=60_000)
+    page.click("#cancel")
+    page.wait_for_selector("h1 .status.Canceled", timeout=60_000)
+    assert studio.cli.show(studio.live)["status"] == "Canceled"
+    page.wait_for_function("document.querySelector('#log-state').innerText.includes('ended')")
+
+
+def test_behind_auth_a_token_signs_in_to_an_http_only_session(studio: Studio, browser: Any) -> None:
+    made = studio.cli.run(
+        "server", "token", "create", "--user", "carol", "--name", "carol-browser", check=True
+    )
+    token = made.stdout.strip()
+    server = servers.start_phalanx_server(studio.cli.home, studio.cli.env, "--auth")
+    context = browser.new_context(bypass_csp=True)
+    try:
+        page = context.new_page()
+        page.goto(server.url + "/")
+        page.wait_for_url("**/signin")
+        page.fill("#token", token + "x")
+        page.click("#signin")
+        page.wait_for_function("document.querySelector('.error').innerText.includes('token')")
+        page.fill("#token", token)
+        page.click("#signin")
+        page.wait_for_selector(f'tr[data-job="{studio.done}"]')
+        assert page.inner_text("#who").startswith("carol")
+        (cookie,) = context.cookies()
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        assert token not in cookie["value"] and token[4:] not in cookie["value"]
+        assert page.evaluate("document.cookie") == ""
+        assert token not in page.content()
+        # The session opens the API to this page, and only with the CSRF value for a POST.
+        status = page.evaluate(
+            f"fetch('/api/v1/jobs/{studio.done}/cancel', {{method: 'POST'}}).then(r => r.status)"
+        )
+        assert status == 403
+        assert httpx.get(server.url + "/api/v1/jobs").status_code == 401
+        # Signing in from another site's page (login CSRF) is refused.
+        for headers in ({"Sec-Fetch-Site": "cross-site"}, {"Origin": "http://evil.example"}):
+            forged = httpx.post(
+                server.url + "/api/v1/session", json={"token": token}, headers=headers
+            )
+            assert forged.status_code == 403 and "set-cookie" not in forged.headers
+        # Signing out removes the cookie; signing in again makes a new one.
+        page.click("#who a")
+        page.wait_for_url("**/signin")
+        assert context.cookies() == []
+        page.fill("#token", token)
+        page.click("#signin")
+        page.wait_for_selector(f'tr[data-job="{studio.done}"]')
+        # Revoked: the session ends with its token.
+        studio.cli.run("server", "token", "revoke", "carol-browser", check=True)
+        page.reload()
+        page.wait_for_url("**/signin", timeout=10_000)
+    finally:
+        context.close()
+        servers.kill_phalanx_server(server)
+
+
+def test_phalanx_studio_serves_this_machines_workspace_on_loopback(studio: Studio) -> None:
+    from phalanx.launch.ports import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [PHALANX, "studio", "--port", str(port)],
+        env=studio.cli.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first.startswith(f"phalanx studio: open http://127.0.0.1:{port}/"), first
+        servers._wait_port(port, proc, "phalanx studio")  # type: ignore[arg-type]
+        page = httpx.get(f"http://127.0.0.1:{port}/jobs/{studio.done}", timeout=10)
+        assert page.status_code == 200 and 'data-view="job"' in page.text
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        jobs = httpx.get(f"http://127.0.0.1:{port}/api/v1/jobs", timeout=10).json()["jobs"]
+        assert studio.done in {j["name"] for j in jobs}
+        # A page of a DNS-rebinding site names another host: refused.
+        rebound = httpx.get(f"http://127.0.0.1:{port}/", headers={"Host": "evil.example"})
+        assert rebound.status_code == 403
+        # A second one on the same port: one line, no URL printed that is not its own.
+        taken = studio.cli.run("studio", "--port", str(port), timeout=60)
+        assert taken.returncode == 2 and taken.stdout == ""
+        assert (
+            taken.stderr.startswith("error: cannot listen on 127.0.0.1:")
+            and "--port" in taken.stderr
+        )
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait(timeout=10)
+    # job show points at the job's page: on this machine's studio, or on the server's.
+    shown = studio.cli.run("job", "show", studio.done, check=True).stdout
+    assert f"studio: http://127.0.0.1:8766/jobs/{studio.done}" in shown
+    remote = {**studio.cli.env, "PHALANX_SERVER": studio.url}
+    shown = subprocess.run(
+        [PHALANX, "job", "show", studio.done], env=remote, capture_output=True, text=True
+    ).stdout
+    assert f"studio: {studio.url}/jobs/{studio.done}" in shown
+    as_json = studio.cli.show(studio.done)
+    assert as_json["studio_url"] == f"http://127.0.0.1:8766/jobs/{studio.done}"
+
+
+def test_models_data_datastores_and_compute_have_their_pages(studio: Studio, page: Any) -> None:
+    page.goto(f"{studio.url}/models")
+    page.wait_for_selector('#items tr[data-name="studio-net"]')
+    row = page.inner_text('#items tr[data-name="studio-net"]')
+    assert studio.done in row  # the job that made it, linked
+    assert page.locator(f'#items a[href="/jobs/{studio.done}"]').count() == 1
+    page.click('#items tr[data-name="studio-net"] a >> nth=0')
+    page.wait_for_selector("#files")
+    link = page.locator("#files a").first
+    assert link.inner_text() == "model.pt"
+    got = httpx.get(studio.url + (link.get_attribute("href") or ""))
+    assert got.status_code == 200 and got.content == b"weights" * 100
+    page.goto(f"{studio.url}/data")
+    page.wait_for_selector('#items tr[data-name="studio-stats"]')
+    # A datastore whose key the workspace keeps: no page ever holds the key.
+    secret = "c2VjcmV0LWtleS1vZi10aGUtc3R1ZGlvLXRlc3Q" + "x" * 49 + "=="
+    made = studio.cli.run_input(
+        secret + "\n", "datastore", "create", "--name", "vault", "--type", "azure_blob",
+        "--account-name", "acct", "--container-name", "box", "--auth", "account_key",
+        "--store", "--no-check",
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    page.goto(f"{studio.url}/datastores")
+    page.wait_for_selector('#items tr[data-name="default"]')
+    page.wait_for_selector('#items tr[data-name="vault"]')
+    assert secret not in page.content()
+    page.goto(f"{studio.url}/datastores/vault")
+    page.wait_for_selector("dl.grid")  # (its listing would try to reach the made-up account)
+    assert "acct" in page.inner_text("main") and secret not in page.content()
+    page.goto(f"{studio.url}/datastores/default")
+    page.wait_for_selector("#ls")
+    page.goto(f"{studio.url}/compute")
+    page.wait_for_selector('#items tr[data-name="local"]')
+    page.wait_for_selector("#queue")
+
+
+def test_a_jobs_outputs_are_a_file_tree_with_downloads_and_its_spec_both_ways(
+    studio: Studio, page: Any
+) -> None:
+    page.goto(f"{studio.url}/jobs/{studio.done}#files")
+    link = page.wait_for_selector('table[data-folder="outputs"] a:has-text("model.pt")')
+    assert link is not None
+    got = httpx.get(studio.url + (link.get_attribute("href") or ""))
+    assert got.status_code == 200 and got.content == b"weights" * 100
+    assert "s.txt" in page.inner_text('table[data-folder="outputs"]')
+    page.click('.tabs button[data-tab="Spec"]')
+    submitted = page.wait_for_selector("#spec-submitted")
+    assert submitted is not None and "command: python done.py" in submitted.inner_text()
+    assert "custom_model" in page.inner_text("#spec-resolved")
+    outside = httpx.get(f"{studio.url}/api/v1/jobs/{studio.done}/tree", params={"path": "../.."})
+    assert outside.status_code == 400
