@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from phalanx.containers.image import ImageRef
 from phalanx.errors import PhalanxError
 from phalanx.jobs.inputs import InputsReady, check_inputs, is_local_fs, make_ready
 from phalanx.launch.environment import (
     EnvironmentRequest,
+    conda_pip_packages,
     ensure_environment,
     ray_runtime_env,
     request_for,
@@ -62,6 +64,8 @@ class Prepared:
     """``uri_file`` outputs: the file's name inside its folder."""
     runtime_env: dict[str, Any] | None = None
     """``on_nodes``: the job's environment for Ray to build on each node."""
+    image: ImageRef | None = None
+    """The image the job's nodes run in (``environment.image``), if any."""
 
     def upload(self) -> list[str]:
         """Copy every upload-mode output's new and changed files to its datastore.
@@ -182,7 +186,9 @@ def check(spec: JobSpec, ws: Workspace) -> None:
 
     check_launcher(spec)
     on_ray = check_compute(spec, ws)
-    if on_ray:
+    if check_image(spec, ws, on_ray=on_ray) is not None:
+        pass  # the image is the job's environment
+    elif on_ray:
         runtime_env_for(spec)
     else:
         check_environment(spec)
@@ -201,6 +207,68 @@ def check_environment(spec: JobSpec) -> EnvironmentRequest | None:
     if env is None or not env.builds:
         return None
     return request_for(env.pip_file, env.conda_file)
+
+
+def check_image(
+    spec: JobSpec,
+    ws: Workspace,
+    *,
+    on_ray: bool,
+    build_log: Path | None = None,
+    canceled: Callable[[], bool] = lambda: False,
+) -> ImageRef | None:
+    """The job's image made ready on this machine and probed; ``None`` if it has none.
+
+    Args:
+        build_log: Build what the job's environment asks to build (a build context, an
+            image with a pip/conda layer), its output appended here. ``None`` (at ``job
+            create``) checks what can be checked without building.
+
+    Raises:
+        PhalanxError: no container engine, an image that is not here and cannot be
+            pulled, one without a Python phalanx can run on, a build that fails, or what
+            images do not support yet. One line each.
+    """
+    from phalanx.containers.build import LayerBuild, context_build, ensure_built
+    from phalanx.containers.engine import find_engine
+    from phalanx.containers.image import ready_image
+
+    env = spec.inline_environment
+    if env is None or (env.image is None and env.build is None):
+        return None
+    if on_ray:
+        raise PhalanxError(
+            "environment.image on a Ray target is not supported yet; run the job on local "
+            "compute, or drop environment.image"
+        )
+    if spec.distribution_type != "pytorch":
+        raise PhalanxError(
+            f"environment.image with distribution type {spec.distribution_type} is not "
+            "supported yet (PyTorch only); drop environment.image or use type: pytorch"
+        )
+    images = ws.home / "containers"
+    if env.build is not None:
+        request = context_build(env.build)
+        if build_log is None:
+            find_engine()  # no engine: say so now
+            return None
+        tag = ensure_built(request, images / "builds", build_log, canceled)
+        return ready_image(tag, images / "images", field="environment.build")
+    assert env.image is not None
+    base = ready_image(env.image, images / "images")
+    if not env.builds:
+        return base
+    folder: Path | None
+    if env.pip_file is not None:
+        text, folder = Path(env.pip_file).read_text(), Path(env.pip_file).parent
+    else:
+        assert env.conda_file is not None
+        packages, folder = conda_pip_packages(env.conda_file)
+        text = "\n".join(packages) + "\n"
+    if build_log is None:
+        return base
+    tag = ensure_built(LayerBuild(base, text, folder), images / "builds", build_log, canceled)
+    return ready_image(tag, images / "images", field="environment.image")
 
 
 def runtime_env_for(spec: JobSpec) -> dict[str, Any] | None:
@@ -281,8 +349,14 @@ def prepare(
     remote_outputs = check_outputs(spec, ws)
     env_prefix = None
     runtime_env = None
+    image = check_image(
+        spec, ws, on_ray=on_nodes, build_log=paths.system_logs / "image_build.txt",
+        canceled=canceled,
+    )  # fmt: skip
     if on_nodes:
         runtime_env = runtime_env_for(spec)
+    elif image is not None:
+        pass  # the image is the job's environment
     elif (request := check_environment(spec)) is not None:
         env_prefix = ensure_environment(
             request, ws.home / "envs", paths.system_logs / "environment.txt", canceled
@@ -364,4 +438,5 @@ def prepare(
         output_dirs=output_dirs,
         output_files=output_files,
         runtime_env=runtime_env,
+        image=image,
     )

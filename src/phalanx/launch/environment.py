@@ -138,6 +138,21 @@ def ray_runtime_env(
     return {"pip": {"packages": _pip_packages(doc), "pip_check": False}}
 
 
+def conda_pip_packages(conda_file: str | dict[str, Any]) -> tuple[list[str], Path | None]:
+    """A conda file's ``pip:`` packages (what phalanx layers on an image) and its folder.
+
+    Raises:
+        PhalanxError: the file cannot be read, or it lists conda packages.
+    """
+    if isinstance(conda_file, dict):
+        return _pip_packages(conda_file), None
+    try:
+        doc = yaml.safe_load(_read(conda_file, "conda_file")) or {}
+    except yaml.YAMLError as exc:
+        raise PhalanxError(f"environment.conda_file {conda_file}: not YAML ({exc})") from exc
+    return _pip_packages(doc), Path(conda_file).parent
+
+
 def _pip_lines(path: Path, seen: set[Path]) -> list[str]:
     """A requirements file's lines with its ``-r`` includes read in."""
     real = path.resolve()
@@ -407,17 +422,4 @@ def environment_notes(environment: Any) -> list[str]:
             "environments); the job runs in phalanx's Python environment; give "
             "environment: {pip_file: requirements.txt} for extra packages"
         ]
-    image = environment.image or ("a build context" if environment.build else None)
-    if image is None:
-        return []
-    runtime = next((t for t in ("docker", "podman") if shutil.which(t)), None)
-    where = (
-        "this machine has no container runtime (docker or podman)"
-        if runtime is None
-        else f"local compute does not start containers ({runtime} is not used)"
-    )
-    extra = " with the packages of its conda/pip file" if environment.builds else ""
-    return [
-        f"environment.image {image!r} is recorded for container targets; {where}, so the "
-        f"job runs in phalanx's Python environment{extra}"
-    ]
+    return []  # an image runs (phalanx.containers); what it cannot do is refused at create
