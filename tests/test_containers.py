@@ -303,3 +303,104 @@ def test_engine_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     assert env["CONTAINERS_CONF"] == str(CONTAINERS_CONF)
     assert podman.env({"CONTAINERS_CONF": "/mine.conf"})["CONTAINERS_CONF"] == "/mine.conf"
     assert "CONTAINERS_CONF" not in Engine("docker", "/usr/bin/docker").env({})
+
+
+PROBE = """
+import json, os, sys
+found = {"marker": open("/opt/marker").read().strip() if os.path.exists("/opt/marker") else None,
+         "from_image": os.environ.get("FROM_IMAGE")}
+try:
+    import demo_layer
+    found.update(layer=demo_layer.__file__, value=demo_layer.VALUE)
+except ImportError:
+    pass
+json.dump(found, open(os.path.join(os.environ["PHALANX_OUTPUTS_DIR"], "found.json"), "w"))
+"""
+
+
+def _probe_job(cli: Cli, environment: str) -> Path:
+    cli.write("src/probe.py", PROBE)
+    return cli.write(
+        "job.yml",
+        f"""
+        command: python probe.py
+        code: src
+        environment: {environment}
+        """,
+    )
+
+
+def _found(cli: Cli, name: str) -> dict[str, object]:
+    job = cli.wait(name, ("Completed", "Failed", "Canceled"), timeout=240)
+    assert job["status"] == "Completed", job
+    return json.loads((Path(job["job_dir"]) / "outputs" / "found.json").read_text())
+
+
+def test_docker_context_is_built_once_and_reused(cli: Cli, engine: Engine) -> None:
+    cli.write(
+        "ctx/docker/Train.dockerfile",
+        f"FROM {IMAGE}\nCOPY marker.txt /opt/marker\nENV FROM_IMAGE=yes\n",
+    )
+    cli.write("ctx/marker.txt", f"built {time.time()}\n")  # new content: a fresh build
+    spec = _probe_job(cli, "{build: {path: ctx, dockerfile_path: docker/Train.dockerfile}}")
+    first = cli.create(spec)
+    assert _found(cli, first)["marker"].startswith("built")  # type: ignore[union-attr]
+    assert _found(cli, first)["from_image"] == "yes"
+    build_log = cli.home / "jobs" / first / "system_logs" / "image_build.txt"
+    assert "build" in build_log.read_text()
+    # The same content again: the image is reused, nothing is built.
+    second = cli.create(spec)
+    assert _found(cli, second)["marker"] == _found(cli, first)["marker"]
+    assert not (cli.home / "jobs" / second / "system_logs" / "image_build.txt").exists()
+    # A build that fails fails the job in one line naming the kept log.
+    cli.write("ctx/docker/Train.dockerfile", f"FROM {IMAGE}\nRUN echo broken step; exit 3\n")
+    failed = cli.create(spec)
+    job = cli.wait(failed, ("Completed", "Failed", "Canceled"), timeout=240)
+    assert job["status"] == "Failed"
+    message = job["error"]["message"]
+    assert message.startswith("environment: image build failed (exit ")
+    assert message.endswith(f"see {cli.home / 'jobs' / failed / 'system_logs' / 'image_build.txt'}")
+    assert "\n" not in message
+    # A missing context or Dockerfile is refused at create.
+    proc = cli.run("job", "create", "-f", str(_probe_job(cli, "{build: {path: nowhere}}")))
+    assert proc.returncode == 2 and "environment.build: folder" in proc.stderr
+    spec = _probe_job(cli, "{build: {path: ctx, dockerfile_path: nope}}")
+    proc = cli.run("job", "create", "-f", str(spec))
+    assert proc.returncode == 2
+    assert "error: environment.build.dockerfile_path: " in proc.stderr
+
+
+def _wheel(folder: Path, value: int) -> Path:
+    """A pure-Python wheel of ``demo_layer`` (nothing to fetch from an index)."""
+    import zipfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "demo_layer-1.0-py3-none-any.whl"
+    info = "demo_layer-1.0.dist-info"
+    with zipfile.ZipFile(path, "w") as whl:
+        whl.writestr("demo_layer/__init__.py", f"VALUE = {value}\n")
+        whl.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: demo_layer\nVersion: 1.0\n")
+        whl.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+            "Tag: py3-none-any\n"
+        )  # fmt: skip
+        whl.writestr(f"{info}/RECORD", "")
+    return path
+
+
+def test_image_with_a_pip_layer(cli: Cli, engine: Engine) -> None:
+    value = int(time.time())  # new content: a fresh build
+    _wheel(cli.workdir / "wheels", value)
+    cli.write("requirements.txt", "./wheels/demo_layer-1.0-py3-none-any.whl\n")
+    spec = _probe_job(cli, f"{{image: {IMAGE}, pip_file: requirements.txt}}")
+    found = _found(cli, cli.create(spec))
+    # Installed in the derived image (the base has no pip: phalanx's was lent to the build).
+    assert found["value"] == value
+    assert str(found["layer"]).startswith("/opt/phalanx/packages/")
+    # A conda file's pip: section is layered the same way (its folder is the context).
+    cli.write(
+        "conda.yml",
+        "dependencies:\n  - python\n  - pip:\n    - ./wheels/demo_layer-1.0-py3-none-any.whl\n",
+    )
+    found = _found(cli, cli.create(_probe_job(cli, f"{{image: {IMAGE}, conda_file: conda.yml}}")))
+    assert found["value"] == value
