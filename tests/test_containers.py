@@ -404,3 +404,47 @@ def test_image_with_a_pip_layer(cli: Cli, engine: Engine) -> None:
     )
     found = _found(cli, cli.create(_probe_job(cli, f"{{image: {IMAGE}, conda_file: conda.yml}}")))
     assert found["value"] == value
+
+
+def test_registered_environments(cli: Cli, engine: Engine) -> None:
+    cli.write("envs/marker.txt", "registered\n")
+    cli.write("envs/docker/Dockerfile", f"FROM {IMAGE}\nCOPY marker.txt /opt/marker\n")
+    env_file = cli.write(
+        "envs/env.yml",
+        """
+        $schema: https://azuremlschemas.azureedge.net/latest/environment.schema.json
+        name: bookworm
+        version: "1"
+        image: {image}
+        description: Debian's Python
+        tags: {team: vision}
+        """.replace("{image}", IMAGE),
+    )
+    out = cli.run("environment", "create", "-f", str(env_file), check=True).stdout
+    assert "environment azureml:bookworm:1 created" in out
+    built = cli.write(
+        "envs/built.yml", "name: bookworm\nbuild: {path: ., dockerfile_path: docker/Dockerfile}\n"
+    )
+    out = cli.run("environment", "create", "-f", str(built), check=True).stdout
+    assert "azureml:bookworm:2 created (a build context)" in out
+    # The context was copied in: later edits do not change version 2.
+    cli.write("envs/marker.txt", "edited\n")
+    again = cli.run("environment", "create", "-f", str(env_file))
+    assert again.returncode == 2 and "bookworm:1 already exists" in again.stderr
+    listed = json.loads(cli.run("environment", "list", "--json", check=True).stdout)
+    assert [(e["name"], e["version"]) for e in listed] == [("bookworm", "1"), ("bookworm", "2")]
+    shown = json.loads(cli.run("environment", "show", "bookworm:1", "--json", check=True).stdout)
+    assert shown["image"] == IMAGE and shown["tags"] == {"team": "vision"}
+    assert shown["description"] == "Debian's Python"
+    # Jobs name them as in Azure ML: NAME:VERSION, NAME@latest.
+    assert _found(cli, cli.create(_probe_job(cli, "azureml:bookworm:1")))["marker"] is None
+    assert _found(cli, cli.create(_probe_job(cli, "azureml:bookworm@latest")))["marker"] == (
+        "registered"
+    )
+    proc = cli.run("job", "create", "-f", str(_probe_job(cli, "azureml:bookworm:7")))
+    assert proc.returncode == 2
+    assert "environment bookworm has no version '7' (versions: 1, 2)" in proc.stderr
+    # A name nothing is registered under is recorded, with a note, as before.
+    proc = cli.run("job", "create", "-f", str(_probe_job(cli, "azureml:AzureML-curated@latest")))
+    assert proc.returncode == 0 and "is not registered here" in proc.stderr
+    cli.wait(proc.stdout.strip(), ("Completed",))

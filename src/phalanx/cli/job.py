@@ -49,7 +49,7 @@ def load_for_run(spec_file: Path, overrides: tuple[str, ...]) -> tuple[JobSpec, 
     Returns:
         The spec and the YAML text to keep in the job folder.
     """
-    from phalanx.jobs.prepare import check
+    from phalanx.jobs.prepare import check, with_registered_environment
     from phalanx.launch.environment import environment_notes
     from phalanx.spec import load_spec
 
@@ -58,9 +58,10 @@ def load_for_run(spec_file: Path, overrides: tuple[str, ...]) -> tuple[JobSpec, 
     ws = Workspace()
     try:
         check(spec, ws)
+        environment = with_registered_environment(spec, ws).environment
     finally:
         ws.close()
-    for note in environment_notes(spec.environment):
+    for note in environment_notes(environment):
         err_console.print(f"note: {note}", highlight=False)
     text = spec.text or ""
     if overrides:

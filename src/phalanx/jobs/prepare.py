@@ -184,6 +184,7 @@ def check(spec: JobSpec, ws: Workspace) -> None:
     """Everything :func:`prepare` would refuse, checked before a job is created."""
     from phalanx.jobs.register import check_registrations
 
+    spec = with_registered_environment(spec, ws)
     check_launcher(spec)
     on_ray = check_compute(spec, ws)
     if check_image(spec, ws, on_ray=on_ray) is not None:
@@ -207,6 +208,24 @@ def check_environment(spec: JobSpec) -> EnvironmentRequest | None:
     if env is None or not env.builds:
         return None
     return request_for(env.pip_file, env.conda_file)
+
+
+def with_registered_environment(spec: JobSpec, ws: Workspace) -> JobSpec:
+    """``spec`` with a registered environment (``azureml:NAME:VERSION``, ``@latest``)
+    put inline; as it is when its environment is inline, or a name nothing is
+    registered under (recorded, and noted at ``job create``).
+
+    Raises:
+        PhalanxError: the name is registered, but not in that version.
+    """
+    if not isinstance(spec.environment, str):
+        return spec
+    from phalanx.registry.environments import find_environment, split_reference
+
+    found = find_environment(ws, *split_reference(spec.environment))
+    if found is None:
+        return spec
+    return spec.model_copy(update={"environment": found.environment()})
 
 
 def check_image(
@@ -346,6 +365,7 @@ def prepare(
         PreparationCanceled: ``canceled()`` answered ``True`` while inputs were prepared.
         PhalanxError: an input or output cannot be provided.
     """
+    spec = with_registered_environment(spec, ws)
     remote_outputs = check_outputs(spec, ws)
     env_prefix = None
     runtime_env = None

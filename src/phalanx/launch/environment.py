@@ -418,8 +418,9 @@ def environment_notes(environment: Any) -> list[str]:
         return []
     if isinstance(environment, str):
         return [
-            f"environment {environment!r} is recorded, not resolved (phalanx has no registered "
-            "environments); the job runs in phalanx's Python environment; give "
-            "environment: {pip_file: requirements.txt} for extra packages"
+            f"environment {environment!r} is not registered here (phalanx environment list), "
+            "so it is recorded and the job runs in phalanx's Python environment; register it "
+            "with `phalanx environment create -f env.yml`, or give environment: {image: …} "
+            "or {pip_file: requirements.txt}"
         ]
     return []  # an image runs (phalanx.containers); what it cannot do is refused at create
