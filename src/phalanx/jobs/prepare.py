@@ -66,6 +66,8 @@ class Prepared:
     """``on_nodes``: the job's environment for Ray to build on each node."""
     image: ImageRef | None = None
     """The image the job's nodes run in (``environment.image``), if any."""
+    image_name: str | None = None
+    """``on_nodes``: the image each node makes ready itself (Ray)."""
 
     def upload(self) -> list[str]:
         """Copy every upload-mode output's new and changed files to its datastore.
@@ -255,16 +257,19 @@ def check_image(
     env = spec.inline_environment
     if env is None or (env.image is None and env.build is None):
         return None
-    if on_ray:
-        raise PhalanxError(
-            "environment.image on a Ray target is not supported yet; run the job on local "
-            "compute, or drop environment.image"
-        )
     if spec.distribution_type != "pytorch":
         raise PhalanxError(
             f"environment.image with distribution type {spec.distribution_type} is not "
             "supported yet (PyTorch only); drop environment.image or use type: pytorch"
         )
+    if on_ray:
+        if env.build is not None or env.builds:
+            raise PhalanxError(
+                "on a Ray target environment.image runs as it is: a build context or a "
+                "conda_file/pip_file on an image is not built on Ray nodes yet; build the "
+                "image, push it where the nodes pull from, and give environment.image"
+            )
+        return None  # each node makes the image ready itself (its engine, its copy)
     images = ws.home / "containers"
     if env.build is not None:
         request = context_build(env.build)
@@ -459,4 +464,7 @@ def prepare(
         output_files=output_files,
         runtime_env=runtime_env,
         image=image,
+        image_name=spec.inline_environment.image
+        if on_nodes and spec.inline_environment is not None
+        else None,
     )
