@@ -106,6 +106,8 @@ def test_two_nodes_of_two_ranks_run_in_the_image(cli: Cli, engine: Engine) -> No
     assert _containers(engine, job_dir) == []
     assert list((job_dir / "system_logs").glob("attempt_*/.container_node_*.env")) == []
     assert (job_dir / "system_logs" / "containers").read_text().startswith(engine.name)
+    supervisor = (job_dir / "system_logs" / "supervisor.txt").read_text()
+    assert f"nodes run in {IMAGE} ({engine.name}, image " in supervisor
 
 
 def test_failing_rank_is_the_root_cause(cli: Cli, engine: Engine) -> None:

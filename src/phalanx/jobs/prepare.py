@@ -378,6 +378,12 @@ def prepare(
         spec, ws, on_ray=on_nodes, build_log=paths.system_logs / "image_build.txt",
         canceled=canceled,
     )  # fmt: skip
+    if image is not None:
+        log.info(
+            "environment: nodes run in %s (%s, image %s, Python %s%s)",
+            image.image, image.engine, image.image_id[:12], image.version,
+            "" if image.torch else ", phalanx's torch lent read-only",
+        )  # fmt: skip
     if on_nodes:
         runtime_env = runtime_env_for(spec)
     elif image is not None:
