@@ -208,7 +208,8 @@ def test_killed_supervisor_leaves_no_container(cli: Cli, engine: Engine) -> None
     )
     os.kill(supervisor.pid, signal.SIGKILL)
     supervisor.wait(10)
-    job = cli.show(name)  # the CLI notices the dead supervisor and cleans up
+    # The scheduler notices the dead supervisor, removes the containers, ends the job.
+    job = cli.wait(name, ("Failed", "Completed", "Canceled"), timeout=60)
     assert job["status"] == "Failed" and "supervisor" in job["error"]["message"]
     assert _containers(engine, job_dir) == []
 
@@ -450,3 +451,12 @@ def test_registered_environments(cli: Cli, engine: Engine) -> None:
     proc = cli.run("job", "create", "-f", str(_probe_job(cli, "azureml:AzureML-curated@latest")))
     assert proc.returncode == 0 and "is not registered here" in proc.stderr
     cli.wait(proc.stdout.strip(), ("Completed",))
+
+
+@pytest.mark.parametrize("cli", ["server"], indirect=True)
+def test_build_context_through_a_server(cli: Cli, engine: Engine) -> None:
+    # The context is on the laptop: it goes up with the job and is built on the server.
+    cli.write("ctx/Dockerfile", f"FROM {IMAGE}\nCOPY marker.txt /opt/marker\n")
+    cli.write("ctx/marker.txt", f"from the laptop {time.time()}\n")
+    found = _found(cli, cli.create(_probe_job(cli, "{build: {path: ctx}}")))
+    assert str(found["marker"]).startswith("from the laptop")
