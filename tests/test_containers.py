@@ -460,3 +460,19 @@ def test_build_context_through_a_server(cli: Cli, engine: Engine) -> None:
     cli.write("ctx/marker.txt", f"from the laptop {time.time()}\n")
     found = _found(cli, cli.create(_probe_job(cli, "{build: {path: ctx}}")))
     assert str(found["marker"]).startswith("from the laptop")
+
+
+@pytest.mark.parametrize("cli", ["server"], indirect=True)
+def test_registered_environment_through_a_server(cli: Cli, engine: Engine) -> None:
+    # The YAML and the context it names are on the laptop; they go up and are registered.
+    cli.write("envs/Dockerfile", f"FROM {IMAGE}\nCOPY marker.txt /opt/marker\n")
+    cli.write("envs/marker.txt", f"served {time.time()}\n")
+    env_file = cli.write("envs/env.yml", "name: served\nbuild: {path: .}\ndescription: up\n")
+    out = cli.run("environment", "create", "-f", str(env_file), check=True).stdout
+    assert "environment azureml:served:1 created (a build context)" in out
+    listed = json.loads(cli.run("environment", "list", "--json", check=True).stdout)
+    assert [(e["name"], e["version"], e["description"]) for e in listed] == [("served", "1", "up")]
+    shown = json.loads(cli.run("environment", "show", "served@latest", "--json", check=True).stdout)
+    assert shown["build"]["path"].startswith(str(cli.home / "environments" / "served" / "1"))
+    found = _found(cli, cli.create(_probe_job(cli, "azureml:served@latest")))
+    assert str(found["marker"]).startswith("served")

@@ -22,8 +22,6 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from phalanx.errors import PhalanxError
-
 if TYPE_CHECKING:
     from phalanx.service.environments import Environments
 
@@ -31,13 +29,14 @@ console = Console()
 
 
 def _environments() -> Environments:
+    """This machine's workspace, or the server's (``PHALANX_SERVER``)."""
     from phalanx.cli.where import remote
 
-    if remote() is not None:
-        raise PhalanxError(
-            "registered environments are kept in the workspace on this machine; a phalanx "
-            "server does not serve them yet: unset PHALANX_SERVER (or phalanx logout)"
-        )
+    config = remote()
+    if config is not None:
+        from phalanx.client.environments import RemoteEnvironments
+
+        return RemoteEnvironments(config)
     from phalanx.service.environments import WorkspaceEnvironments
     from phalanx.workspace import Workspace
 

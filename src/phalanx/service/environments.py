@@ -1,6 +1,7 @@
 """Registered environments of a workspace: create (from Azure ML's environment YAML),
-list, show. A phalanx server does not serve them yet: with ``PHALANX_SERVER`` set the
-verbs say so."""
+list, show. The CLI calls :class:`WorkspaceEnvironments` on this machine; a server's
+routes call the same, and :mod:`phalanx.client.environments` offers the same calls
+over HTTP."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from phalanx.registry.environments import (
 from phalanx.workspace import Workspace
 
 _RECORD_KEYS = ("$schema", "name", "version", "description", "tags")
+DOCUMENT = "environment.yml"
+"""The environment's YAML inside an upload to a server."""
 
 
 class Environments(Protocol):
