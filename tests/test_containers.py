@@ -254,6 +254,16 @@ def test_image_errors_are_one_line_at_create(cli: Cli, engine: Engine, tmp_path:
     proc = cli.run("job", "create", "-f", str(spec), "--set", "distribution.type=mpi")
     assert proc.returncode == 2
     assert "environment.image with distribution type mpi is not supported yet" in proc.stderr
+    # A conda file on an image: the image's Python is what a pin must name, and conda
+    # packages are not layered.
+    cli.write("conda.yml", "dependencies:\n  - python=3.9\n  - pip:\n    - six\n")
+    proc = cli.run("job", "create", "-f", str(spec), "--set", "environment.conda_file=conda.yml")
+    assert proc.returncode == 2 and "the image has Python 3.11" in proc.stderr
+    cli.write("conda.yml", "dependencies:\n  - numpy=1.26\n")
+    proc = cli.run("job", "create", "-f", str(spec), "--set", "environment.conda_file=conda.yml")
+    assert proc.returncode == 2 and "on an image phalanx layers only its pip: packages" in (
+        proc.stderr
+    )
 
 
 def _launch(tmp_path: Path, **kw: object) -> object:
@@ -403,7 +413,8 @@ def test_image_with_a_pip_layer(cli: Cli, engine: Engine) -> None:
     # A conda file's pip: section is layered the same way (its folder is the context).
     cli.write(
         "conda.yml",
-        "dependencies:\n  - python\n  - pip:\n    - ./wheels/demo_layer-1.0-py3-none-any.whl\n",
+        "dependencies:\n  - python=3.11\n  - pip:\n"
+        "    - ./wheels/demo_layer-1.0-py3-none-any.whl\n",
     )
     found = _found(cli, cli.create(_probe_job(cli, f"{{image: {IMAGE}, conda_file: conda.yml}}")))
     assert found["value"] == value

@@ -287,7 +287,7 @@ def check_image(
         text, folder = Path(env.pip_file).read_text(), Path(env.pip_file).parent
     else:
         assert env.conda_file is not None
-        packages, folder = conda_pip_packages(env.conda_file)
+        packages, folder = conda_pip_packages(env.conda_file, base.version)
         text = "\n".join(packages) + "\n"
     if build_log is None:
         return base
