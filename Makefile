@@ -10,7 +10,8 @@ AZURITE_VERSION := 3.37.0
 TOOLS := .tools
 AZURITE := $(TOOLS)/node_modules/.bin/azurite-blob
 
-.PHONY: demo test lint format typecheck pytest bench clean fuse mpi postgresql chromium
+.PHONY: demo test lint format typecheck pytest bench clean fuse mpi postgresql chromium \
+	containers test-image
 
 $(STAMP): pyproject.toml constraints.txt | mpi
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,6 +53,21 @@ chromium:
 	   (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)) ; } || \
 	  echo "make: chromium not installed (not root); the studio's browser tests will report it"
 
+# podman (and runc, which phalanx's containers.conf picks) for `environment: {image: ...}`,
+# and debootstrap to make the test image without a registry. From apt where we are root.
+containers:
+	@{ command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null; } || \
+	  { [ "$$(id -u)" = 0 ] && \
+	  (apt-get install -y -qq podman runc debootstrap >/dev/null 2>&1 || \
+	   (apt-get update -qq && apt-get install -y -qq podman runc debootstrap >/dev/null)) ; } || \
+	  echo "make: podman not installed (not root); the container tests will report it"
+
+# The image the container tests run jobs in (Debian bookworm minbase + python3, from the
+# machine's Debian mirror, about a minute); once per machine: kept while it exists.
+test-image: containers
+	@command -v podman >/dev/null && sh tests/images/make-test-image.sh || \
+	  echo "make: no test image; the container tests will report it"
+
 ## demo: the reference ResNet-50 workload on a small sharded dataset, 2 nodes x 1 process, here
 demo: $(STAMP)
 	$(BIN)/python examples/imagenet/prepare_demo_data.py
@@ -71,7 +87,7 @@ format: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP) $(AZURITE) fuse mpi postgresql chromium
+pytest: $(STAMP) $(AZURITE) fuse mpi postgresql chromium test-image
 	PHALANX_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## bench: phalanx's launch overhead against bare torchrun

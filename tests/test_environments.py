@@ -160,13 +160,15 @@ def test_cancel_stops_a_build_in_progress(cli: Cli) -> None:
         server.close()
 
 
-def test_image_is_recorded_with_a_note(cli: Cli) -> None:
+def test_image_that_cannot_be_pulled_is_refused_at_create(cli: Cli) -> None:
+    # An image runs the job in a container (tests/test_containers.py); one that is not
+    # on the machine and cannot be pulled (no registry is reachable here) is refused.
     cli.write("src/env_job.py", "print('ran')\n")
     spec = _job(cli, "{image: 'mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04:latest'}")
-    proc = cli.run("job", "create", "-f", str(spec), check=True)
-    assert "note: environment.image 'mcr.microsoft.com/azureml/openmpi4.1.0" in proc.stderr
-    assert "recorded for container targets" in proc.stderr
-    name = proc.stdout.strip()
-    assert cli.wait(name, ("Completed", "Failed"))["status"] == "Completed"
-    recorded = json.loads((Path(cli.show(name)["job_dir"]) / "spec.json").read_text())
-    assert recorded["environment"]["image"].startswith("mcr.microsoft.com")
+    proc = cli.run("job", "create", "-f", str(spec))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith(
+        "error: environment.image 'mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04:latest' "
+        "is not on this machine and cannot be pulled ("
+    )
+    assert len(proc.stderr.splitlines()) == 1

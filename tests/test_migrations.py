@@ -50,7 +50,7 @@ def test_the_revisions_build_exactly_the_tables_of_schema_py(
     assert _differences(created.database) == []
     for database in (migrated, created.database):
         with database.engine.connect() as conn:
-            assert MigrationContext.configure(conn).get_current_revision() == "0008"
+            assert MigrationContext.configure(conn).get_current_revision() == "0009"
 
 
 def test_a_database_at_revision_7_keeps_its_records_through_the_upgrade(
@@ -75,3 +75,4 @@ def test_a_database_at_revision_7_keeps_its_records_through_the_upgrade(
     assert (job.status, job.created_at, job.created_by) == (JobStatus.RUNNING, 1.25, None)
     assert ledger.holding(ws, "local")[0].nodes[0].memory == 80 << 30
     assert ws.query("SELECT name FROM tokens") == []  # the table schema 8 added
+    assert ws.query("SELECT name FROM environments") == []  # the table schema 9 added

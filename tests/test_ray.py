@@ -203,3 +203,36 @@ def test_compute_targets_without_a_cluster(cli: Cli) -> None:
     assert token not in secrets.read_text()
     gone = cli.run("compute", "show", "later")
     assert gone.returncode == 2 and "compute target 'later' not found" in gone.stderr
+
+
+def test_ray_nodes_run_their_launcher_in_the_image(cli: Cli, ray_cluster: RayCluster) -> None:
+    from phalanx.containers.engine import find_engine
+    from phalanx.containers.sweep import job_containers
+
+    engine = find_engine()
+    if engine.run(["image", "exists", "phalanx-test-bookworm"]).returncode != 0:
+        pytest.fail("no test image: run `make test-image`")
+    where = (
+        "container=os.path.exists('/run/.containerenv'), python=os.path.realpath(sys.executable), "
+    )
+    cli.write("src/ddp.py", "import sys\n" + DDP.replace("rec.update(", "rec.update(" + where))
+    spec = _job(cli, ray_cluster.gcs_address, extra="environment: {image: phalanx-test-bookworm}")
+    name = cli.create(spec)
+    job = cli.wait(name, ("Completed", "Failed"), timeout=240)
+    assert job["status"] == "Completed", job
+    job_dir = Path(job["job_dir"])
+    ranks = [json.loads((job_dir / "outputs" / f"rank_{r}.json").read_text()) for r in range(2)]
+    assert [r["total"] for r in ranks] == [3.0, 3.0]
+    assert all(r["container"] and r["python"].startswith("/usr/bin/python3") for r in ranks)
+    assert ranks[0]["PHALANX_RAY_NODE_ID"] != ranks[1]["PHALANX_RAY_NODE_ID"]
+    for rank in range(2):
+        log = (job_dir / "user_logs" / f"std_log_process_{rank}.txt").read_text()
+        assert f"rank {rank} total 3.0" in log
+    out = engine.run(["ps", "-aq", "--filter", f"label=phalanx.job={name}"]).stdout
+    assert out.split() == [] and job_containers(engine, job_dir) == []
+    # What Ray nodes do not build says so at create.
+    cli.write("requirements.txt", "six\n")
+    layered = "environment: {image: phalanx-test-bookworm, pip_file: requirements.txt}"
+    spec = _job(cli, ray_cluster.gcs_address, extra=layered)
+    proc = cli.run("job", "create", "-f", str(spec))
+    assert proc.returncode == 2 and "is not built on Ray nodes yet" in proc.stderr

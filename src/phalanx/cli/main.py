@@ -29,6 +29,7 @@ _COMMANDS = {
     "cache": "phalanx.cli.cache:cache_group",
     "compute": "phalanx.cli.compute:compute_group",
     "model": "phalanx.cli.model:model_group",
+    "environment": "phalanx.cli.environment:environment_group",
     "tensorboard": "phalanx.cli.metrics:tensorboard_cmd",
     "bench": "phalanx.cli.bench:bench_group",
     "queue": "phalanx.cli.queue:queue_cmd",

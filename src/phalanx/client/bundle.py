@@ -44,6 +44,8 @@ def _local_items(spec: JobSpec) -> list[tuple[str, Path]]:
             value = getattr(env, key)
             if isinstance(value, str):
                 items.append((f"environment.{key}", Path(value)))
+        if env.build is not None:  # a Docker build context: built on the server
+            items.append(("environment.build.path", Path(env.build["path"])))
     for name, value in spec.inputs.items():
         if isinstance(value, InputSpec) and value.is_local:
             if not value.local_path.exists():

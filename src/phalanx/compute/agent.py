@@ -13,6 +13,11 @@ Before the launcher starts, the agent sets the job up on its node
 node's cache and, with ``files: local``, the job's folder of its own, whose
 changes each poll returns for the supervisor to write into the workspace.
 
+With ``environment.image`` the agent makes the image ready on its node (its engine,
+pulled there if missing) and starts the launcher in a container of it, through the
+same code local compute uses (:mod:`phalanx.containers`); its sweep removes the job's
+containers on the node by label.
+
 This module is imported inside Ray's worker processes; it imports ``ray`` only
 through the decorator applied by :func:`agent_class`.
 """
@@ -27,6 +32,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +98,13 @@ class NodeAgent:
         log = Path(log_path)
         if self._folder is not None:
             launch, log = self._folder.launch(launch), self._folder.here(log)
+        if launch.image_name is not None and launch.image is None:
+            from phalanx.compute.nodejob import node_home
+            from phalanx.containers.image import ready_image
+
+            # This node's engine and copy of the image (pulled here if it is not).
+            image = ready_image(launch.image_name, node_home() / "containers" / "images")
+            launch = replace(launch, image=image)
         env = launch.env()
         env["PHALANX_RAY_NODE_ID"] = ray.get_runtime_context().get_node_id()
         if launch.distribution == "mpi" and launch.node_rank > 0:
@@ -180,8 +193,13 @@ class NodeAgent:
             return None
 
     def sweep(self, job_dir: str, attempt: int | None, grace_s: float) -> int:
-        """Stop every process of the job (or attempt) left on this node."""
-        return procs.sweep(self._job_dir(job_dir), attempt, grace_s)
+        """Stop every process and container of the job (or attempt) left on this node."""
+        from phalanx.containers.sweep import remove
+
+        here = self._job_dir(job_dir)
+        stopped = remove(Path(here), attempt, grace_s)
+        stopped += procs.sweep(here, attempt, grace_s)
+        return stopped + remove(Path(here), attempt, 0.0)
 
     def dump_stacks(self, job_dir: str, attempt: int) -> int:
         """Ask the attempt's Python processes on this node for their stacks."""

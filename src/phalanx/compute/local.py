@@ -107,16 +107,23 @@ class LocalCompute:
     def sweep(
         self, job_dir: Path, attempt: int | None, grace_s: float, *, descendants: bool = False
     ) -> int:
-        """Stop every process of the job (or of one attempt) still on this machine.
+        """Stop every process and container of the job (or of one attempt) still on
+        this machine.
 
         Args:
             descendants: Also stop this process's unmarked descendants; only
                 the job's own supervisor, the subreaper of the job, says so.
 
         Returns:
-            How many processes had to be stopped.
+            How many processes and containers had to be stopped.
         """
-        return procs.sweep(str(job_dir), attempt, grace_s, descendants=descendants)
+        from phalanx.containers.sweep import remove
+
+        # Containers first, gracefully (their engine's helpers are among the processes);
+        # then the processes; then any container a killed helper left behind.
+        stopped = remove(job_dir, attempt, grace_s)
+        stopped += procs.sweep(str(job_dir), attempt, grace_s, descendants=descendants)
+        return stopped + remove(job_dir, attempt, 0.0)
 
     def reap(self, nodes: Sequence[object]) -> None:
         """Collect orphans that re-parented to this process, leaving the launchers' status."""

@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from phalanx.containers.image import ImageRef
 from phalanx.errors import PhalanxError
 from phalanx.jobs.inputs import InputsReady, check_inputs, is_local_fs, make_ready
 from phalanx.launch.environment import (
     EnvironmentRequest,
+    conda_pip_packages,
     ensure_environment,
     ray_runtime_env,
     request_for,
@@ -62,6 +64,10 @@ class Prepared:
     """``uri_file`` outputs: the file's name inside its folder."""
     runtime_env: dict[str, Any] | None = None
     """``on_nodes``: the job's environment for Ray to build on each node."""
+    image: ImageRef | None = None
+    """The image the job's nodes run in (``environment.image``), if any."""
+    image_name: str | None = None
+    """``on_nodes``: the image each node makes ready itself (Ray)."""
 
     def upload(self) -> list[str]:
         """Copy every upload-mode output's new and changed files to its datastore.
@@ -180,9 +186,12 @@ def check(spec: JobSpec, ws: Workspace) -> None:
     """Everything :func:`prepare` would refuse, checked before a job is created."""
     from phalanx.jobs.register import check_registrations
 
+    spec = with_registered_environment(spec, ws)
     check_launcher(spec)
     on_ray = check_compute(spec, ws)
-    if on_ray:
+    if check_image(spec, ws, on_ray=on_ray) is not None:
+        pass  # the image is the job's environment
+    elif on_ray:
         runtime_env_for(spec)
     else:
         check_environment(spec)
@@ -201,6 +210,89 @@ def check_environment(spec: JobSpec) -> EnvironmentRequest | None:
     if env is None or not env.builds:
         return None
     return request_for(env.pip_file, env.conda_file)
+
+
+def with_registered_environment(spec: JobSpec, ws: Workspace) -> JobSpec:
+    """``spec`` with a registered environment (``azureml:NAME:VERSION``, ``@latest``)
+    put inline; as it is when its environment is inline, or a name nothing is
+    registered under (recorded, and noted at ``job create``).
+
+    Raises:
+        PhalanxError: the name is registered, but not in that version.
+    """
+    if not isinstance(spec.environment, str):
+        return spec
+    from phalanx.registry.environments import find_environment, split_reference
+
+    found = find_environment(ws, *split_reference(spec.environment))
+    if found is None:
+        return spec
+    return spec.model_copy(update={"environment": found.environment()})
+
+
+def check_image(
+    spec: JobSpec,
+    ws: Workspace,
+    *,
+    on_ray: bool,
+    build_log: Path | None = None,
+    canceled: Callable[[], bool] = lambda: False,
+) -> ImageRef | None:
+    """The job's image made ready on this machine and probed; ``None`` if it has none.
+
+    Args:
+        build_log: Build what the job's environment asks to build (a build context, an
+            image with a pip/conda layer), its output appended here. ``None`` (at ``job
+            create``) checks what can be checked without building.
+
+    Raises:
+        PhalanxError: no container engine, an image that is not here and cannot be
+            pulled, one without a Python phalanx can run on, a build that fails, or what
+            images do not support yet. One line each.
+    """
+    from phalanx.containers.build import LayerBuild, context_build, ensure_built
+    from phalanx.containers.engine import find_engine
+    from phalanx.containers.image import ready_image
+
+    env = spec.inline_environment
+    if env is None or (env.image is None and env.build is None):
+        return None
+    if spec.distribution_type != "pytorch":
+        raise PhalanxError(
+            f"environment.image with distribution type {spec.distribution_type} is not "
+            "supported yet (PyTorch only); drop environment.image or use type: pytorch"
+        )
+    if on_ray:
+        if env.build is not None or env.builds:
+            raise PhalanxError(
+                "on a Ray target environment.image runs as it is: a build context or a "
+                "conda_file/pip_file on an image is not built on Ray nodes yet; build the "
+                "image, push it where the nodes pull from, and give environment.image"
+            )
+        return None  # each node makes the image ready itself (its engine, its copy)
+    images = ws.home / "containers"
+    if env.build is not None:
+        request = context_build(env.build)
+        if build_log is None:
+            find_engine()  # no engine: say so now
+            return None
+        tag = ensure_built(request, images / "builds", build_log, canceled)
+        return ready_image(tag, images / "images", field="environment.build")
+    assert env.image is not None
+    base = ready_image(env.image, images / "images")
+    if not env.builds:
+        return base
+    folder: Path | None
+    if env.pip_file is not None:
+        text, folder = Path(env.pip_file).read_text(), Path(env.pip_file).parent
+    else:
+        assert env.conda_file is not None
+        packages, folder = conda_pip_packages(env.conda_file, base.version)
+        text = "\n".join(packages) + "\n"
+    if build_log is None:
+        return base
+    tag = ensure_built(LayerBuild(base, text, folder), images / "builds", build_log, canceled)
+    return ready_image(tag, images / "images", field="environment.image")
 
 
 def runtime_env_for(spec: JobSpec) -> dict[str, Any] | None:
@@ -278,11 +370,24 @@ def prepare(
         PreparationCanceled: ``canceled()`` answered ``True`` while inputs were prepared.
         PhalanxError: an input or output cannot be provided.
     """
+    spec = with_registered_environment(spec, ws)
     remote_outputs = check_outputs(spec, ws)
     env_prefix = None
     runtime_env = None
+    image = check_image(
+        spec, ws, on_ray=on_nodes, build_log=paths.system_logs / "image_build.txt",
+        canceled=canceled,
+    )  # fmt: skip
+    if image is not None:
+        log.info(
+            "environment: nodes run in %s (%s, image %s, Python %s%s)",
+            image.image, image.engine, image.image_id[:12], image.version,
+            "" if image.torch else ", phalanx's torch lent read-only",
+        )  # fmt: skip
     if on_nodes:
         runtime_env = runtime_env_for(spec)
+    elif image is not None:
+        pass  # the image is the job's environment
     elif (request := check_environment(spec)) is not None:
         env_prefix = ensure_environment(
             request, ws.home / "envs", paths.system_logs / "environment.txt", canceled
@@ -364,4 +469,8 @@ def prepare(
         output_dirs=output_dirs,
         output_files=output_files,
         runtime_env=runtime_env,
+        image=image,
+        image_name=spec.inline_environment.image
+        if on_nodes and spec.inline_environment is not None
+        else None,
     )

@@ -348,6 +348,12 @@ class JobRunner:
             and self.compute.shares_machine(spec.instance_count),
             devices=self._devices(node_rank),
             node_devices=self._mpi_devices(spec),
+            image=prepared.image,
+            image_name=prepared.image_name,
+            # A private /dev/shm of that size only where no other node shares the machine.
+            shm_size=spec.resources.shm_size
+            if not self.compute.shares_machine(spec.instance_count)
+            else None,
         )
         return self.compute.start_node(launch, self.paths.node_log(node_rank))
 

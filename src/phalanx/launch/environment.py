@@ -138,6 +138,28 @@ def ray_runtime_env(
     return {"pip": {"packages": _pip_packages(doc), "pip_check": False}}
 
 
+def conda_pip_packages(
+    conda_file: str | dict[str, Any], image_python: str
+) -> tuple[list[str], Path | None]:
+    """A conda file's ``pip:`` packages (what phalanx layers on an image) and its folder.
+
+    Args:
+        image_python: The image's Python (``major.minor``), which a ``python=`` pin
+            must name.
+
+    Raises:
+        PhalanxError: the file cannot be read, it lists conda packages, or pins another
+            Python than the image's.
+    """
+    if isinstance(conda_file, dict):
+        return _pip_packages(conda_file, image_python), None
+    try:
+        doc = yaml.safe_load(_read(conda_file, "conda_file")) or {}
+    except yaml.YAMLError as exc:
+        raise PhalanxError(f"environment.conda_file {conda_file}: not YAML ({exc})") from exc
+    return _pip_packages(doc, image_python), Path(conda_file).parent
+
+
 def _pip_lines(path: Path, seen: set[Path]) -> list[str]:
     """A requirements file's lines with its ``-r`` includes read in."""
     real = path.resolve()
@@ -361,15 +383,26 @@ def _conda_only(doc: Any) -> list[str]:
     ]
 
 
-def _pip_packages(doc: Any) -> list[str]:
-    """A conda file's ``pip:`` packages; anything else but python and pip is refused."""
+def _pip_packages(doc: Any, image_python: str | None = None) -> list[str]:
+    """A conda file's ``pip:`` packages; anything else but python and pip is refused.
+
+    Args:
+        image_python: Layered on an image with this Python (``major.minor``) rather than
+            on phalanx's.
+    """
     pip: list[str] = []
     for dep in _dependencies(doc):
         if isinstance(dep, dict) and isinstance(dep.get("pip"), list):
             pip.extend(str(p) for p in dep["pip"])
         elif isinstance(dep, str) and _PYTHON_SPEC.match(dep.strip()):
-            _check_python(dep.strip())
-    if conda_only := _conda_only(doc):
+            _check_python(dep.strip(), image_python)
+    if (conda_only := _conda_only(doc)) and image_python is not None:
+        raise PhalanxError(
+            f"environment.conda_file lists conda packages ({', '.join(conda_only[:5])}); on an "
+            "image phalanx layers only its pip: packages: install the others in the image "
+            "(environment.build), or move them to the file's pip: section"
+        )
+    if conda_only:
         raise PhalanxError(
             f"environment.conda_file lists conda packages ({', '.join(conda_only[:5])}) and no "
             "conda, mamba or micromamba is installed; install one on the nodes, or move the "
@@ -378,11 +411,20 @@ def _pip_packages(doc: Any) -> list[str]:
     return pip
 
 
-def _check_python(spec: str) -> None:
-    """Refuse ``python=X.Y`` (conda's pin) when phalanx's interpreter is another version."""
+def _check_python(spec: str, image_python: str | None = None) -> None:
+    """Refuse ``python=X.Y`` (conda's pin) when the interpreter the packages are layered on
+    (phalanx's, or an image's ``major.minor``) is another version."""
     if not re.match(r"^python\s*==?\s*[0-9]", spec):
         return  # no pin, or a range: pip-layering keeps phalanx's interpreter anyway
     wanted = re.sub(r"^python\s*==?\s*", "", spec).rstrip(".*")
+    if image_python is not None:
+        if ".".join(wanted.split(".")[:2]) != image_python:
+            raise PhalanxError(
+                f"environment.conda_file asks for {spec}, the image has Python {image_python}; "
+                "phalanx layers pip packages on the image's Python: drop the pin or use an "
+                f"image with Python {wanted}"
+            )
+        return
     have = ".".join(str(v) for v in sys.version_info[:3])
     if have != wanted and not have.startswith(wanted + "."):
         raise PhalanxError(
@@ -403,21 +445,9 @@ def environment_notes(environment: Any) -> list[str]:
         return []
     if isinstance(environment, str):
         return [
-            f"environment {environment!r} is recorded, not resolved (phalanx has no registered "
-            "environments); the job runs in phalanx's Python environment; give "
-            "environment: {pip_file: requirements.txt} for extra packages"
+            f"environment {environment!r} is not registered here (phalanx environment list), "
+            "so it is recorded and the job runs in phalanx's Python environment; register it "
+            "with `phalanx environment create -f env.yml`, or give environment: {image: …} "
+            "or {pip_file: requirements.txt}"
         ]
-    image = environment.image or ("a build context" if environment.build else None)
-    if image is None:
-        return []
-    runtime = next((t for t in ("docker", "podman") if shutil.which(t)), None)
-    where = (
-        "this machine has no container runtime (docker or podman)"
-        if runtime is None
-        else f"local compute does not start containers ({runtime} is not used)"
-    )
-    extra = " with the packages of its conda/pip file" if environment.builds else ""
-    return [
-        f"environment.image {image!r} is recorded for container targets; {where}, so the "
-        f"job runs in phalanx's Python environment{extra}"
-    ]
+    return []  # an image runs (phalanx.containers); what it cannot do is refused at create

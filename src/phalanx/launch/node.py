@@ -16,8 +16,12 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from phalanx.launch import procs
+
+if TYPE_CHECKING:
+    from phalanx.containers.image import ImageRef
 
 _RANK_VARIABLES = (
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
@@ -63,13 +67,24 @@ class NodeLaunch:
     node_devices: tuple[tuple[str, ...], ...] = ()
     """MPI on this machine: every node's GPUs, node 0 first (the rsh agent gives each
     node's daemon its own)."""
+    image: ImageRef | None = None
+    """The job's image: the launcher and its ranks run in a container of it
+    (:mod:`phalanx.containers`)."""
+    image_name: str | None = None
+    """Ray: the job's image, made ready by the node that starts the launcher (its
+    engine, its copy of the image), which then sets :attr:`image`."""
+    shm_size: str | None = None
+    """A private ``/dev/shm`` of this size for the node's container (``resources.shm_size``,
+    given when the node has its machine to itself); otherwise the host's is shared."""
 
-    def argv(self, env: Mapping[str, str] | None = None) -> list[str]:
+    def argv(self, env: Mapping[str, str] | None = None, python: str | None = None) -> list[str]:
         """The launcher's command line for this node.
 
         Args:
             env: The environment it will run in (what ``mpirun`` forwards); :meth:`env`
                 when ``None``.
+            python: The interpreter torchrun runs on; phalanx's own when ``None`` (an
+                image's inside its container).
         """
         if self.distribution == "mpi":
             from phalanx.launch.mpi import mpirun_argv
@@ -84,7 +99,7 @@ class NodeLaunch:
                 one_machine=self.shared_machine,
             )
         return [
-            sys.executable,
+            python or sys.executable,
             "-m",
             "torch.distributed.run",
             f"--nnodes={self.nnodes}",
@@ -103,12 +118,17 @@ class NodeLaunch:
     def start(
         self, env: Mapping[str, str], log_path: Path, *, end_with_parent: bool = False
     ) -> subprocess.Popen[bytes]:
-        """Start this node's launcher in ``env``, its output appended to ``log_path``.
+        """Start this node's launcher in ``env``, its output appended to ``log_path``;
+        with an :attr:`image`, inside a container of it.
 
         Args:
             end_with_parent: Have the kernel SIGTERM the launcher (which passes it on to
                 its ranks) when the starting process dies.
         """
+        if self.image is not None:
+            from phalanx.containers.run import start
+
+            return start(self, env, log_path, end_with_parent=end_with_parent)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             return subprocess.Popen(

@@ -15,6 +15,7 @@ from phalanx.server import (
     compute_api,
     data_api,
     datastores_api,
+    environments_api,
     errors,
     jobfiles_api,
     joblogs_api,
@@ -42,7 +43,8 @@ def create_app(settings: ServerSettings) -> FastAPI:
     errors.install(app)
     app.include_router(joblogs_api.router)
     app.include_router(jobs_api.router)
-    for verbs in (jobfiles_api, datastores_api, data_api, models_api, compute_api, sessions):
+    for verbs in (jobfiles_api, datastores_api, data_api, environments_api, models_api,
+                  compute_api, sessions):  # fmt: skip
         app.include_router(verbs.router)
 
     @app.get("/api/v1/health", tags=["server"])

@@ -124,15 +124,16 @@ def load_for_run(
         The spec, the YAML text to keep in the job folder (``--set`` items
         appended as comments) and the notes to show the user.
     """
-    from phalanx.jobs.prepare import check
+    from phalanx.jobs.prepare import check, with_registered_environment
     from phalanx.launch.environment import environment_notes
 
     spec = spec_text.load(overrides)
     check(spec, ws)
+    environment = with_registered_environment(spec, ws).environment
     text = spec.text or ""
     if overrides:
         text += "".join(f"\n# --set {item}" for item in overrides) + "\n"
-    return spec, text, environment_notes(spec.environment)
+    return spec, text, environment_notes(environment)
 
 
 class LocalJobs:

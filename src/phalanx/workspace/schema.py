@@ -171,6 +171,19 @@ tokens = Table(
     UniqueConstraint("hash", name="uq_tokens_hash"),
 )
 
+environments = Table(
+    "environments",
+    metadata,
+    Column("name", Text, nullable=False),
+    Column("version", Text, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("spec_json", Text, nullable=False),
+    Column("description", Text),
+    Column("tags_json", Text, nullable=False, server_default="{}"),
+    Column("created_at", Double, nullable=False),
+    PrimaryKeyConstraint("name", "version", name="pk_environments"),
+)
+
 # Alembic's own record of the revision, as Alembic creates it: a new database is
 # stamped by writing it here, without loading Alembic.
 alembic_version = Table(

@@ -1,0 +1,101 @@
+"""``phalanx environment …``: registered environments (create, list, show).
+
+An environment file is Azure ML's environment YAML::
+
+    name: pytorch-cuda
+    version: "1"
+    image: nvcr.io/nvidia/pytorch:24.05-py3     # or build: {path: ./docker-context}
+    conda_file: conda.yml                       # optional: a pip layer on the image
+    description: PyTorch with CUDA 12
+
+A job then says ``environment: azureml:pytorch-cuda:1`` or
+``azureml:pytorch-cuda@latest``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from phalanx.service.environments import Environments
+
+console = Console()
+
+
+def _environments() -> Environments:
+    """This machine's workspace, or the server's (``PHALANX_SERVER``)."""
+    from phalanx.cli.where import remote
+
+    config = remote()
+    if config is not None:
+        from phalanx.client.environments import RemoteEnvironments
+
+        return RemoteEnvironments(config)
+    from phalanx.service.environments import WorkspaceEnvironments
+    from phalanx.workspace import Workspace
+
+    return WorkspaceEnvironments(Workspace())
+
+
+@click.group("environment")
+def environment_group() -> None:
+    """Registered environments: named, versioned images, builds and package files."""
+
+
+@environment_group.command("create")
+@click.option(
+    "-f", "--file", "file", required=True, type=click.Path(path_type=Path),
+    help="The environment's YAML (Azure ML's: name, version, image, conda_file, build, …).",
+)  # fmt: skip
+@click.option("--name", help="The name (instead of the file's).")
+@click.option("--version", help="The version (instead of the file's); the next integer when none.")
+def create_cmd(file: Path, name: str | None, version: str | None) -> int:
+    """Register a new version of an environment (versions are immutable)."""
+    created = _environments().create(file, name=name, version=version)
+    what = created.get("image") or ("a build context" if created.get("build") else "packages")
+    console.print(f"environment [bold]{created['uri']}[/bold] created ({what})", highlight=False)
+    return 0
+
+
+@environment_group.command("list")
+@click.option("--name", help="Only the versions of this environment.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def list_cmd(name: str | None, as_json: bool) -> int:
+    """Every registered environment version."""
+    found = _environments().list_all(name)
+    if as_json:
+        click.echo(json.dumps(found, indent=2))
+        return 0
+    table = Table(box=None, header_style="bold")
+    for column in ("NAME", "VERSION", "IMAGE", "BUILD", "PACKAGES", "CREATED"):
+        table.add_column(column)
+    for e in found:
+        packages = e.get("pip_file") or e.get("conda_file") or ""
+        build = (e.get("build") or {}).get("path", "")
+        table.add_row(e["name"], e["version"], e.get("image") or "", build, str(packages),
+                      e["created_at"])  # fmt: skip
+    console.print(table)
+    return 0
+
+
+@environment_group.command("show")
+@click.argument("environment")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def show_cmd(environment: str, as_json: bool) -> int:
+    """One environment version: NAME (latest), NAME:VERSION or NAME@latest."""
+    from phalanx.registry.environments import split_reference
+
+    name, version = split_reference(environment)
+    shown = _environments().show(name, version)
+    if as_json:
+        click.echo(json.dumps(shown, indent=2))
+    else:
+        for key, value in shown.items():
+            console.print(f"[bold]{key}[/bold]: {value}", highlight=False)
+    return 0

@@ -1,0 +1,235 @@
+"""Images phalanx builds: a Docker build context, or an image with a pip/conda layer.
+
+``environment: {build: {path: DIR, dockerfile_path: Dockerfile}}`` is built from the
+context as it is; ``environment: {image: BASE, pip_file: requirements.txt}`` (or a
+``conda_file``'s ``pip:`` packages) is built as a derived image: ``FROM BASE``, the
+packages installed with pip into ``/opt/phalanx/packages``, which the image puts first
+on ``PYTHONPATH`` (and its ``bin`` on ``PATH``), so they win over phalanx's lent
+packages. A base image without pip borrows phalanx's (podman mounts it into the
+build); the host's CA bundle is mounted too, so the build reaches the package index
+through a proxy that the host trusts.
+
+Each build is named by a hash of what goes into it (the context's files, the
+Dockerfile, the base image's ID, the packages file): ``phalanx-env:<key>``. A second
+job asking for the same content finds the image and starts at once; builds of one
+key are serialised with a file lock. The build's output is appended to the job's
+``system_logs/image_build.txt``; a failed build fails the job in one line that names
+that log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from phalanx.containers.engine import Engine, find_engine, last_line
+from phalanx.containers.image import ImageRef, image_id
+from phalanx.containers.run import site_packages
+from phalanx.errors import PhalanxError, PreparationCanceled
+
+log = logging.getLogger(__name__)
+
+TAG = "phalanx-env"
+LAYER = "/opt/phalanx/packages"
+"""Where a derived image's pip packages are installed."""
+_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+_LENT_PIP = "/opt/phalanx/pip"
+POLL_S = 0.5
+_SKIPPED = {".git", "__pycache__"}
+
+
+@dataclass(frozen=True)
+class ContextBuild:
+    """``environment.build``: a folder with a Dockerfile."""
+
+    path: Path
+    dockerfile: Path
+
+    def key(self, engine: Engine) -> str:
+        digest = hashlib.sha256(f"context\0{engine.name}\0".encode())
+        digest.update(str(self.dockerfile.relative_to(self.path)).encode() + b"\0")
+        for file in _files(self.path):
+            digest.update(str(file.relative_to(self.path)).encode() + b"\0")
+            digest.update(hashlib.sha256(file.read_bytes()).digest())
+        return digest.hexdigest()[:20]
+
+
+@dataclass(frozen=True)
+class LayerBuild:
+    """An image with pip packages layered on it."""
+
+    base: ImageRef
+    requirements: str
+    """The requirements, as text."""
+    folder: Path | None
+    """Where the packages file was: its folder is the build context (local paths in it)."""
+
+    def key(self, engine: Engine) -> str:
+        digest = hashlib.sha256(f"layer\0{engine.name}\0{self.base.image_id}\0".encode())
+        digest.update(self.requirements.encode() + b"\0")
+        if self.folder is not None:
+            for file in _files(self.folder):
+                stat = file.stat()
+                digest.update(f"{file}:{stat.st_size}:{stat.st_mtime_ns}\0".encode())
+        return digest.hexdigest()[:20]
+
+
+def context_build(build: dict[str, object]) -> ContextBuild:
+    """``environment.build`` checked: the folder and its Dockerfile exist.
+
+    Raises:
+        PhalanxError: one of them is missing.
+    """
+    path = Path(str(build.get("path") or ""))
+    if not path.is_dir():
+        raise PhalanxError(f"environment.build.path: {path} is not a folder")
+    dockerfile = path / str(build.get("dockerfile_path") or "Dockerfile")
+    if not dockerfile.is_file():
+        raise PhalanxError(
+            f"environment.build.dockerfile_path: {dockerfile} not found; the path is relative "
+            "to the build context"
+        )
+    return ContextBuild(path.resolve(), dockerfile.resolve())
+
+
+def ensure_built(
+    request: ContextBuild | LayerBuild,
+    lock_dir: Path,
+    log_path: Path,
+    canceled: Callable[[], bool] = lambda: False,
+) -> str:
+    """The image for ``request``, built if no image of its content is here.
+
+    Returns:
+        The image's tag (``phalanx-env:<key>``).
+
+    Raises:
+        PreparationCanceled: ``canceled()`` said so while waiting or building.
+        PhalanxError: the build failed (its last line, and the log named).
+    """
+    engine = find_engine()
+    tag = f"{TAG}:{request.key(engine)}"
+    if image_id(engine, tag) is not None:
+        log.info("image %s: reused", tag)
+        return tag
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(lock_dir / f"{tag.replace(':', '-')}.lock"))
+    while True:  # another job may be building it: wait, and listen for a cancel
+        try:
+            lock.acquire(timeout=POLL_S)
+            break
+        except Timeout:
+            if canceled():
+                raise PreparationCanceled("canceled while waiting for the image build") from None
+    try:
+        if image_id(engine, tag) is not None:
+            return tag
+        log.info("image %s: building", tag)
+        if isinstance(request, ContextBuild):
+            _build(engine, tag, request.path, request.dockerfile, [], log_path, canceled)
+        else:
+            _build_layer(engine, tag, request, log_path, canceled)
+    finally:
+        lock.release()
+    return tag
+
+
+def _build_layer(
+    engine: Engine, tag: str, request: LayerBuild, log_path: Path, canceled: Callable[[], bool]
+) -> None:
+    base = request.base
+    pip = f"{base.python} -m pip"
+    volumes: list[str] = []
+    if not base.pip:
+        if not engine.is_podman:
+            raise PhalanxError(
+                f"environment.image {base.image!r} has no pip for its pip_file/conda_file: "
+                "install pip in the image"
+            )
+        # pip is pure Python: phalanx's own runs on the image's interpreter.
+        lent = site_packages()[0]
+        volumes += ["-v", f"{lent}:{_LENT_PIP}:ro"]
+        pip = f"PYTHONPATH={_LENT_PIP} {base.python} -m pip"
+    with tempfile.TemporaryDirectory(prefix="phalanx-layer-") as tmp:
+        context = Path(tmp) / "context"
+        if request.folder is not None and request.folder.is_dir():
+            shutil.copytree(request.folder, context, symlinks=True,
+                            ignore=shutil.ignore_patterns(*_SKIPPED))  # fmt: skip
+        context.mkdir(exist_ok=True)
+        (context / ".phalanx-requirements.txt").write_text(request.requirements)
+        dockerfile = Path(tmp) / "Dockerfile"
+        dockerfile.write_text(
+            f"FROM {base.image_id}\n"
+            "COPY . /opt/phalanx/context\n"
+            "WORKDIR /opt/phalanx/context\n"
+            f"RUN {pip} install --no-input --no-cache-dir --disable-pip-version-check "
+            f"--root-user-action=ignore --target {LAYER} -r .phalanx-requirements.txt "
+            "&& rm -rf /opt/phalanx/context\n"
+            f"ENV PYTHONPATH={':'.join(p for p in (LAYER, base.pythonpath) if p)}\n"
+            f"ENV PATH={LAYER}/bin:{base.path}\n"
+            "WORKDIR /\n"
+        )
+        _build(engine, tag, context, dockerfile, volumes, log_path, canceled)
+
+
+def _build(
+    engine: Engine,
+    tag: str,
+    context: Path,
+    dockerfile: Path,
+    volumes: list[str],
+    log_path: Path,
+    canceled: Callable[[], bool],
+) -> None:
+    argv = [engine.path, "build", "--network", "host", "-t", tag, "-f", str(dockerfile)]
+    if engine.is_podman:
+        argv += ["--layers", *volumes]
+        if _CA_BUNDLE.is_file():
+            argv += ["-v", f"{_CA_BUNDLE}:{_CA_BUNDLE}:ro"]
+    for name in ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE"):
+        if _CA_BUNDLE.is_file() and engine.is_podman:
+            argv += ["--env", f"{name}={_CA_BUNDLE}"]  # for RUN steps only, not kept
+    argv.append(str(context))
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as out:
+        out.write(f"$ {' '.join(argv)}\n".encode())
+        out.flush()
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=engine.env(), start_new_session=True,
+        )  # fmt: skip
+        while True:
+            try:
+                code = proc.wait(POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                if canceled():
+                    proc.kill()
+                    proc.wait()
+                    raise PreparationCanceled("canceled during the image build") from None
+    if code != 0:
+        try:
+            text = log_path.read_text(errors="replace")
+        except OSError:
+            text = ""
+        raise PhalanxError(
+            f"environment: image build failed (exit {code}): {last_line(text)}; see {log_path}"
+        )
+
+
+def _files(folder: Path) -> list[Path]:
+    """The regular files of ``folder``, sorted, caches and ``.git`` left out."""
+    found: list[Path] = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIPPED)
+        found += [Path(root) / f for f in sorted(files) if (Path(root) / f).is_file()]
+    return found

@@ -1,0 +1,225 @@
+"""The ``run`` command line that starts a node's launcher inside the job's image.
+
+``podman run --rm --init --network host --ipc host … --entrypoint PYTHON IMAGE -m
+torch.distributed.run … phalanx.launch.worker COMMAND``:
+
+- ``--init``: a small init (catatonit / tini) is PID 1 and passes signals on; Python
+  as PID 1 would ignore SIGTERM. The engine's CLI stays attached and proxies the
+  signals it gets (phalanx's stop and preemption SIGTERM) to the container, where the
+  init passes them to torchrun, which passes them to the ranks.
+- ``--network host`` and ``--ipc host``: NCCL and gloo talk between the nodes (and,
+  on one machine, through shared memory) as they would without an image. With
+  ``resources.shm_size`` and a node alone on its machine, the node gets a private
+  ``/dev/shm`` of that size instead (engines refuse a size with the host's IPC).
+- Bind mounts at the same paths: the workspace (the job's folder, the node cache,
+  local datastores), the code, checkpoints and outputs folders, every input and
+  output path, and, read-only, phalanx's own package (the worker wrapper) and, for
+  an image without torch, phalanx's site-packages.
+- The node's GPUs only: CDI devices (``nvidia.com/gpu=K``, the NVIDIA container
+  toolkit's spec) with podman, ``--gpus device=…`` with docker; inside, the node's
+  GPUs are numbered from 0.
+- Labels ``phalanx.job``, ``phalanx.job_dir``, ``phalanx.attempt``, ``phalanx.node``,
+  which the sweep that ends an attempt removes the containers by.
+- The environment contract through an ``--env-file`` (mode 0600, in the attempt's
+  system logs, removed by the sweep), so no value shows in ``ps``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sysconfig
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import phalanx
+from phalanx.containers.sweep import mark
+from phalanx.errors import PhalanxError
+from phalanx.launch import procs
+
+if TYPE_CHECKING:
+    from phalanx.containers.image import ImageRef
+    from phalanx.launch.node import NodeLaunch
+
+# Host variables that tune the frameworks and reach the ranks inside as they would outside.
+_PASSED_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "TORCHELASTIC_", "OMP_", "MKL_", "CUDA_",
+                    "PHALANX_", "PYTHONHASHSEED", "PYTHONFAULTHANDLER")  # fmt: skip
+_CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+_NAME_CHARS = re.compile(r"[^a-zA-Z0-9_.-]")
+
+
+def phalanx_root() -> Path:
+    """The folder phalanx's package is imported from (mounted read-only inside)."""
+    return Path(phalanx.__file__).resolve().parent.parent
+
+
+def site_packages() -> list[Path]:
+    """phalanx's environment's site-packages (lent to an image without torch)."""
+    paths = sysconfig.get_paths()
+    return [Path(p) for p in dict.fromkeys((paths["purelib"], paths["platlib"]))]
+
+
+def container_name(launch: NodeLaunch) -> str:
+    where = hashlib.sha256(str(launch.job_dir).encode()).hexdigest()[:8]
+    job = _NAME_CHARS.sub("_", launch.job_name)[:60]
+    return f"phalanx-{job}-{where}-a{launch.attempt}-n{launch.node_rank}"
+
+
+def inside_env(launch: NodeLaunch, ref: ImageRef, env: Mapping[str, str]) -> dict[str, str]:
+    """The launcher's environment inside: the contract, the job's variables and the host's
+    framework settings from ``env``, with the image's ``PATH`` (a ``python`` first) and
+    phalanx on ``PYTHONPATH``."""
+    contract = launch.env(base={})
+    inside = {k: v for k, v in env.items() if k in contract or k.startswith(_PASSED_PREFIXES)}
+    inside.pop("VIRTUAL_ENV", None)
+    inside["PATH"] = os.pathsep.join((str(python_shim(launch, ref)), ref.path))
+    # phalanx's package first (its worker wrapper), then the image's own path (a pip layer
+    # of phalanx's builds), then phalanx's packages lent to an image without torch.
+    parts = [str(phalanx_root()), ref.pythonpath, *(() if ref.torch else map(str, site_packages()))]
+    parts.append(launch.user_env.get("PYTHONPATH", ""))
+    inside["PYTHONPATH"] = os.pathsep.join(p for p in parts if p)
+    if launch.devices:
+        # The container sees only the node's GPUs, numbered from 0.
+        inside["CUDA_VISIBLE_DEVICES"] = ",".join(str(k) for k in range(len(launch.devices)))
+    return inside
+
+
+def python_shim(launch: NodeLaunch, ref: ImageRef) -> Path:
+    """A folder holding ``python``, the image's interpreter: ``python`` in a command
+    means the image's Python, as it means phalanx's without an image."""
+    home = launch.job_dir.parent.parent
+    shim = home / "containers" / "bin" / hashlib.sha256(ref.python.encode()).hexdigest()[:12]
+    link = shim / "python"
+    if not link.is_symlink():
+        shim.mkdir(parents=True, exist_ok=True)
+        tmp = shim / f".python.{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(ref.python)
+        os.replace(tmp, link)
+    return shim
+
+
+def mounts(launch: NodeLaunch, ref: ImageRef, env: Mapping[str, str]) -> list[tuple[Path, bool]]:
+    """``(path, read_only)`` of every bind mount, a path inside another left out."""
+    home = launch.job_dir.parent.parent
+    cache = env.get("PHALANX_CACHE_DIR")
+    writable: list[Path | None] = [
+        home, launch.job_dir, launch.workdir, launch.checkpoint_dir, launch.outputs_dir,
+        Path(cache) if cache else None, *(_folder(v) for v in launch.outputs.values()),
+    ]  # fmt: skip
+    readonly = [_folder(v) for v in launch.inputs.values()]
+    readonly += [phalanx_root(), *([] if ref.torch else site_packages())]
+    chosen: list[tuple[Path, bool]] = []
+    for path, ro in [*((p, False) for p in writable), *((p, True) for p in readonly)]:
+        if path is None or not path.exists() or path == Path("/"):
+            continue
+        path = path.resolve() if path.is_symlink() else path
+        if any(path == p or path.is_relative_to(p) for p, _ in chosen):
+            continue
+        chosen.append((path, ro))
+    return chosen
+
+
+def _folder(value: str) -> Path | None:
+    if not os.path.isabs(value):
+        return None  # a literal input, not a path
+    path = Path(value)
+    return path if path.is_dir() else path.parent if path.parent.is_dir() else None
+
+
+def gpu_args(launch: NodeLaunch, ref: ImageRef) -> list[str]:
+    """The flags that give the container the node's GPUs (and no others)."""
+    if not launch.devices:
+        return []
+    if ref.engine == "docker":
+        return ["--gpus", f'"device={",".join(launch.devices)}"']
+    if not any(d.is_dir() and any(d.glob("*nvidia*")) for d in _CDI_DIRS):
+        raise PhalanxError(
+            "environment.image on GPUs needs the NVIDIA container toolkit's CDI spec, and "
+            "/etc/cdi has none: nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml"
+        )
+    return [arg for d in launch.devices for arg in ("--device", f"nvidia.com/gpu={d}")]
+
+
+def run_argv(
+    launch: NodeLaunch, ref: ImageRef, env: Mapping[str, str], env_file: Path
+) -> list[str]:
+    """The engine's command line for node ``launch.node_rank``; writes ``env_file``.
+
+    Values with a newline (an env file cannot hold them) are passed as ``-e NAME``,
+    which the engine reads from its own environment: the caller starts it in ``env``.
+    """
+    inside = inside_env(launch, ref, env)
+    multiline = sorted(k for k, v in inside.items() if "\n" in v)
+    env_file.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.writelines(f"{k}={v}\n" for k, v in inside.items() if k not in multiline)
+    argv = [ref.engine_path, "run", "--rm", "--init", "--network", "host"]
+    if ref.engine == "podman":
+        argv += ["--replace", "--log-driver", "none", "--pull", "never"]
+    if launch.shm_size:
+        argv += ["--ipc", "private", "--shm-size", launch.shm_size]
+    else:
+        argv += ["--ipc", "host"]
+    argv += ["--name", container_name(launch)]
+    labels = {
+        "phalanx.job": launch.job_name,
+        "phalanx.job_dir": str(launch.job_dir),
+        "phalanx.attempt": str(launch.attempt),
+        "phalanx.node": str(launch.node_rank),
+    }
+    for key, value in labels.items():
+        argv += ["--label", f"{key}={value}"]
+    if os.getuid() != 0:  # files the ranks write belong to the user, as without an image
+        argv += ["--userns", "keep-id"] if ref.engine == "podman" else [
+            "--user", f"{os.getuid()}:{os.getgid()}"
+        ]  # fmt: skip
+    for path, ro in mounts(launch, ref, env):
+        if ":" in str(path) or "," in str(path):
+            raise PhalanxError(f"{path}: a path with ':' or ',' cannot be bind-mounted")
+        argv += ["-v", f"{path}:{path}{':ro' if ro else ''}"]
+    argv += gpu_args(launch, ref)
+    argv += ["--env-file", str(env_file), *(a for k in multiline for a in ("-e", k))]
+    argv += ["--workdir", str(launch.workdir)]
+    inner = launch.argv(inside, python=ref.python)
+    return [*argv, "--entrypoint", inner[0], ref.image_id, *inner[1:]]
+
+
+def env_file(launch: NodeLaunch) -> Path:
+    return (
+        launch.job_dir
+        / "system_logs"
+        / f"attempt_{launch.attempt}"
+        / f".container_node_{launch.node_rank}.env"
+    )
+
+
+def start(
+    launch: NodeLaunch, env: Mapping[str, str], log_path: Path, *, end_with_parent: bool = False
+) -> subprocess.Popen[bytes]:
+    """Start node ``launch.node_rank``'s launcher in a container of ``launch.image``.
+
+    The engine's CLI runs here in ``env`` (it carries the job's markers, so the
+    process sweep finds it); what it and the container print goes to ``log_path``.
+    """
+    ref = launch.image
+    assert ref is not None  # the caller starts a container only for an image
+    engine = ref.engine_cli()
+    mark(launch.job_dir, engine)  # before the container exists: a sweep must know to look
+    argv = run_argv(launch, ref, env, env_file(launch))
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            argv,
+            env=engine.env(env),
+            cwd=launch.workdir,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=procs.end_with_parent if end_with_parent else None,
+        )

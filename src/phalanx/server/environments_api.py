@@ -1,0 +1,61 @@
+"""``/api/v1/environments``: register, list and show environments.
+
+A client sends the environment's YAML and the files it names (conda/pip file, build
+context) as an upload (``PUT /api/v1/uploads``), the YAML as ``environment.yml`` with
+its paths relative to the upload; the server registers it from there (the files are
+copied into the workspace) and drops the upload.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field
+
+from phalanx.server.auth import User
+from phalanx.server.settings import request_workspace, settings_of, workspace
+from phalanx.server.uploads import UploadError, receive
+from phalanx.service.environments import DOCUMENT, WorkspaceEnvironments
+
+router = APIRouter(prefix="/api/v1/environments", tags=["environments"])
+
+
+class EnvironmentCreate(BaseModel):
+    """A new environment version, from an upload holding ``environment.yml``."""
+
+    upload: str = Field(max_length=64)
+    name: str | None = Field(None, max_length=256)
+    version: str | None = Field(None, max_length=256)
+
+
+@router.post("", status_code=201)
+def create_environment(body: EnvironmentCreate, request: Request, _: User) -> dict[str, Any]:
+    """Register a new version of an environment (versions are immutable)."""
+    settings = settings_of(request)
+    dest = settings.home / "server" / "environment-uploads" / uuid.uuid4().hex
+    receive(settings.uploads, body.upload, dest, settings.max_upload)
+    try:
+        document = dest / DOCUMENT
+        if not document.is_file() or document.is_symlink():
+            raise UploadError(f"upload: no {DOCUMENT} in it")
+        environments = WorkspaceEnvironments(workspace(settings))
+        return environments.create(document, name=body.name, version=body.version)
+    finally:
+        shutil.rmtree(dest, ignore_errors=True)
+
+
+@router.get("")
+def list_environments(request: Request, _: User, name: str | None = None) -> dict[str, Any]:
+    """Every environment version (or those of ``name``), oldest first."""
+    return {"environments": WorkspaceEnvironments(request_workspace(request)).list_all(name)}
+
+
+@router.get("/{name:path}")
+def show_environment(
+    name: str, request: Request, _: User, version: str = "latest"
+) -> dict[str, Any]:
+    """One version of an environment (``latest``: the newest)."""
+    return WorkspaceEnvironments(request_workspace(request)).show(name, version)

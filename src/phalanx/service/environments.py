@@ -1,0 +1,105 @@
+"""Registered environments of a workspace: create (from Azure ML's environment YAML),
+list, show. The CLI calls :class:`WorkspaceEnvironments` on this machine; a server's
+routes call the same, and :mod:`phalanx.client.environments` offers the same calls
+over HTTP."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any, Protocol
+
+from phalanx.errors import PhalanxError
+from phalanx.registry.environments import (
+    RegisteredEnvironment,
+    create_environment,
+    get_environment,
+    list_environments,
+)
+from phalanx.workspace import Workspace
+
+_RECORD_KEYS = ("$schema", "name", "version", "description", "tags")
+DOCUMENT = "environment.yml"
+"""The environment's YAML inside an upload to a server."""
+
+
+class Environments(Protocol):
+    """The environment verbs."""
+
+    def create(self, file: Path, *, name: str | None, version: str | None) -> dict[str, Any]: ...
+    def list_all(self, name: str | None) -> list[dict[str, Any]]: ...
+    def show(self, name: str, version: str) -> dict[str, Any]: ...
+
+
+def environment_json(env: RegisteredEnvironment) -> dict[str, Any]:
+    """The environment as ``environment show --json`` prints it."""
+    created = dt.datetime.fromtimestamp(env.created_at, dt.timezone.utc)
+    return {
+        "name": env.name,
+        "version": env.version,
+        "uri": env.uri,
+        **env.spec,
+        "description": env.description,
+        "tags": env.tags,
+        "created_at": created.isoformat(timespec="seconds"),
+    }
+
+
+def load_environment_file(file: Path) -> tuple[dict[str, Any], Any]:
+    """An environment YAML's record fields and its environment, validated.
+
+    Raises:
+        PhalanxError: the file cannot be read, or a field is invalid (named, with its line).
+    """
+    from pydantic import ValidationError
+
+    from phalanx.spec.environment import EnvironmentSpec
+    from phalanx.spec.messages import to_spec_error
+    from phalanx.spec.yamldoc import read_yaml
+
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PhalanxError(f"environment file '{file}': {exc.strerror}") from exc
+    data, lines = read_yaml(text, str(file))
+    if not isinstance(data, dict):
+        raise PhalanxError(f"environment file '{file}': not a mapping of fields")
+    record = {k: data.pop(k) for k in _RECORD_KEYS if k in data}
+    try:
+        environment = EnvironmentSpec.model_validate(
+            data, context={"base_dir": file.absolute().parent}
+        )
+    except ValidationError as exc:
+        raise to_spec_error(exc, data, source=str(file), lines=lines, overrides={}) from None
+    return record, environment
+
+
+class WorkspaceEnvironments:
+    """The registered environments of a workspace on this machine."""
+
+    def __init__(self, ws: Workspace) -> None:
+        self.ws = ws
+
+    def create(self, file: Path, *, name: str | None, version: str | None) -> dict[str, Any]:
+        """Register the environment ``file`` describes (``name``/``version`` override it).
+
+        Raises:
+            PhalanxError: an invalid file, name or version, or the version exists.
+        """
+        record, environment = load_environment_file(file)
+        name = name or record.get("name")
+        if not name:
+            raise PhalanxError(f"environment file '{file}' has no name: add name: or --name")
+        version = version or (str(record["version"]) if record.get("version") else None)
+        tags = {str(k): str(v) for k, v in (record.get("tags") or {}).items()}
+        created = create_environment(
+            self.ws, name=str(name), environment=environment, version=version,
+            description=record.get("description"), tags=tags,
+        )  # fmt: skip
+        return environment_json(created)
+
+    def list_all(self, name: str | None) -> list[dict[str, Any]]:
+        return [environment_json(e) for e in list_environments(self.ws, name)]
+
+    def show(self, name: str, version: str) -> dict[str, Any]:
+        return environment_json(get_environment(self.ws, name, version))

@@ -1,0 +1,489 @@
+"""Jobs in container images: ranks run in the image's Python, logs and root cause as without
+one, containers labelled and removed by every path that ends an attempt, one-line errors.
+
+The image is ``phalanx-test-bookworm`` (Debian bookworm minbase with python3, no torch),
+made once per machine by ``make test-image``; torch comes from phalanx's environment,
+mounted read-only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import BIN, REPO, Cli
+from phalanx.containers.engine import CONTAINERS_CONF, Engine, find_engine
+from phalanx.containers.image import ImageRef
+from phalanx.containers.sweep import job_containers
+
+IMAGE = os.environ.get("PHALANX_TEST_IMAGE", "phalanx-test-bookworm")
+
+
+@pytest.fixture(scope="session")
+def engine() -> Engine:
+    """The engine, with the test image on it (made here when ``make test-image`` was not run)."""
+    found = find_engine()
+    if found.run(["image", "exists", IMAGE]).returncode != 0:
+        subprocess.run(["sh", str(REPO / "tests" / "images" / "make-test-image.sh")], check=True)
+    return found
+
+
+def _containers(engine: Engine, job_dir: Path) -> list[str]:
+    return job_containers(engine, job_dir)
+
+
+# Each rank records where it ran and what it saw, then all-reduces with the others.
+RANKS = """
+import json, os, sys
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(1) * (dist.get_rank() + 1)
+dist.all_reduce(t)
+seen = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK",
+        "PHALANX_JOB_NAME", "PHALANX_ATTEMPT", "GREETING", "PHALANX_CHECKPOINT_DIR")}
+seen.update(python=os.path.realpath(sys.executable), version=sys version_placeholder, sum=t.item(),
+            container=os.path.exists("/run/.containerenv"), torch=torch.__file__)
+out = os.path.join(os.environ["PHALANX_OUTPUTS_DIR"], f"rank_{dist.get_rank()}.json")
+json.dump(seen, open(out, "w"))
+print("hello from rank", dist.get_rank())
+if os.environ.get("FAIL_RANK") == os.environ["RANK"]:
+    raise ValueError("rank " + os.environ["RANK"] + " gives up")
+dist.destroy_process_group()
+""".replace("sys version_placeholder", "'%d.%d.%d' % sys.version_info[:3]")
+
+
+def _spec(cli: Cli, *, nodes: int, procs: int, fail: str = "", image: str = IMAGE) -> Path:
+    cli.write("src/ranks.py", RANKS)
+    return cli.write(
+        "job.yml",
+        f"""
+        command: python ranks.py
+        code: src
+        environment: {{image: {image}}}
+        environment_variables: {{GREETING: hi, FAIL_RANK: '{fail}'}}
+        resources: {{instance_count: {nodes}}}
+        distribution: {{type: pytorch, process_count_per_instance: {procs}}}
+        """,
+    )
+
+
+def test_two_nodes_of_two_ranks_run_in_the_image(cli: Cli, engine: Engine) -> None:
+    name = cli.create(_spec(cli, nodes=2, procs=2))
+    job = cli.wait(name, ("Completed", "Failed", "Canceled"), timeout=180)
+    job_dir = Path(job["job_dir"])
+    assert job["status"] == "Completed", (job, (job_dir / "system_logs").iterdir())
+    for rank in range(4):
+        seen = json.loads((job_dir / "outputs" / f"rank_{rank}.json").read_text())
+        # The image's Python (bookworm's), phalanx's torch lent read-only, the contract kept.
+        assert seen["python"].startswith("/usr/bin/python3") and seen["container"] is True
+        assert seen["version"] != ".".join(map(str, sys.version_info[:3]))
+        assert seen["torch"].startswith(str(Path(sys.prefix)))
+        assert seen["sum"] == 10.0  # 1 + 2 + 3 + 4: every rank took part
+        assert (seen["RANK"], seen["WORLD_SIZE"], seen["NODE_RANK"]) == (
+            str(rank),
+            "4",
+            str(rank // 2),
+        )
+        assert seen["LOCAL_RANK"] == str(rank % 2) and seen["GREETING"] == "hi"
+        assert seen["PHALANX_JOB_NAME"] == name and seen["PHALANX_ATTEMPT"] == "1"
+        assert seen["PHALANX_CHECKPOINT_DIR"] == str(job_dir / "checkpoints")
+        log = (job_dir / "user_logs" / f"std_log_process_{rank}.txt").read_text()
+        assert f"hello from rank {rank}" in log
+        attempt = job_dir / "system_logs" / "attempt_1"
+        ended = json.loads((attempt / f"rank_{rank}.json").read_text())
+        assert ended["exit_code"] == 0
+    # No container outlives its job, and no environment file stays behind.
+    assert _containers(engine, job_dir) == []
+    assert list((job_dir / "system_logs").glob("attempt_*/.container_node_*.env")) == []
+    assert (job_dir / "system_logs" / "containers").read_text().startswith(engine.name)
+    supervisor = (job_dir / "system_logs" / "supervisor.txt").read_text()
+    assert f"nodes run in {IMAGE} ({engine.name}, image " in supervisor
+
+
+def test_failing_rank_is_the_root_cause(cli: Cli, engine: Engine) -> None:
+    spec = _spec(cli, nodes=1, procs=2, fail="1")
+    name = cli.create(spec)
+    job = cli.wait(name, ("Completed", "Failed", "Canceled"), timeout=180)
+    assert job["status"] == "Failed"
+    error = job["error"]
+    assert error["rank"] == 1 and "ValueError: rank 1 gives up" in error["message"], error
+    assert "raise ValueError" in (error.get("traceback") or "")
+    assert _containers(engine, Path(job["job_dir"])) == []
+
+
+STEPS = """
+import json, os, sys, time
+import torch
+import torch.distributed as dist
+from phalanx.train import cleanup, init, watch_preemption
+
+ctx = init()
+preemption = watch_preemption()
+state = os.path.join(os.environ["PHALANX_CHECKPOINT_DIR"], "state.json")
+start = json.load(open(state))["step"] + 1 if os.path.exists(state) else 0
+out = open(os.path.join(os.environ["PHALANX_OUTPUTS_DIR"], f"steps_{ctx.rank}.txt"), "a")
+for step in range(start, int(sys.argv[1])):
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    out.write(f"{os.environ['PHALANX_ATTEMPT']} {step}\\n")
+    out.flush()
+    time.sleep(0.05)
+    if preemption.requested(ctx):
+        if ctx.rank == 0:
+            with open(state + ".tmp", "w") as f:
+                json.dump({"step": step}, f)
+            os.replace(state + ".tmp", state)
+        preemption.exit()
+cleanup()
+"""
+
+
+def _steps_done(job_dir: Path, rank: int) -> list[tuple[int, int]]:
+    path = job_dir / "outputs" / f"steps_{rank}.txt"
+    if not path.exists():
+        return []
+    return [(int(a), int(s)) for a, s in (line.split() for line in path.read_text().splitlines())]
+
+
+def _steps_job(cli: Cli, steps: int) -> str:
+    cli.write("src/steps.py", STEPS)
+    spec = cli.write(
+        "job.yml",
+        f"""
+        command: python steps.py {steps}
+        code: src
+        environment: {{image: {IMAGE}}}
+        resources: {{instance_count: 2}}
+        distribution: {{type: pytorch, process_count_per_instance: 1}}
+        retry: {{max_preemptions: 2, preemption_grace: 20}}
+        """,
+    )
+    name = cli.create(spec)
+    deadline = time.monotonic() + 120
+    while not any(s >= 20 for _, s in _steps_done(cli.home / "jobs" / name, 0)):
+        assert time.monotonic() < deadline, f"job {name} never reached step 20"
+        assert cli.show(name)["status"] in ("Queued", "Preparing", "Running")
+        time.sleep(0.2)
+    return name
+
+
+def test_preemption_reaches_the_ranks_inside_and_loses_no_step(cli: Cli, engine: Engine) -> None:
+    name = _steps_job(cli, 120)
+    assert len(_containers(engine, cli.home / "jobs" / name)) == 2  # one per node, labelled
+    cli.run("job", "preempt", name, "--node", "1", check=True)
+    job = cli.wait(name, ("Completed", "Failed", "Canceled"), timeout=180)
+    assert job["status"] == "Completed", job
+    assert [(a["status"], a["cause"]) for a in job["attempts"]] == [
+        ("Failed", "preemption"),
+        ("Succeeded", None),
+    ]
+    for rank in (0, 1):
+        done = _steps_done(Path(job["job_dir"]), rank)
+        assert sorted(step for _, step in done) == list(range(120))  # none lost, none redone
+        ended = json.loads(
+            (Path(job["job_dir"]) / "system_logs" / "attempt_1" / f"rank_{rank}.json").read_text()
+        )
+        assert ended["exit_code"] == 143 and "SIGTERM" in ended["signals_received"]
+    assert _containers(engine, Path(job["job_dir"])) == []
+
+
+def test_killed_supervisor_leaves_no_container(cli: Cli, engine: Engine) -> None:
+    name = _steps_job(cli, 100000)
+    job_dir = cli.home / "jobs" / name
+    assert len(_containers(engine, job_dir)) == 2
+    supervisor = next(
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if "phalanx.jobs.supervisor" in (p.info["cmdline"] or []) and name in p.info["cmdline"]
+    )
+    os.kill(supervisor.pid, signal.SIGKILL)
+    supervisor.wait(10)
+    # The scheduler notices the dead supervisor, removes the containers, ends the job.
+    job = cli.wait(name, ("Failed", "Completed", "Canceled"), timeout=60)
+    assert job["status"] == "Failed" and "supervisor" in job["error"]["message"]
+    assert _containers(engine, job_dir) == []
+
+
+def test_image_errors_are_one_line_at_create(cli: Cli, engine: Engine, tmp_path: Path) -> None:
+    # An image that is not here and cannot be pulled (no registry is reachable in tests).
+    proc = cli.run("job", "create", "-f", str(_spec(cli, nodes=1, procs=1, image="nope/none:1")))
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("error: environment.image 'nope/none:1' is not on this machine and ")
+    assert "cannot be pulled" in line
+    # An image without Python.
+    empty = tmp_path / "empty"
+    (empty / "etc").mkdir(parents=True)
+    tar = subprocess.run(["tar", "-C", str(empty), "-c", "."], capture_output=True, check=True)
+    imported = subprocess.run(
+        [engine.path, "import", "-", "phalanx-test-nopython"],
+        input=tar.stdout,
+        env=engine.env(),
+        capture_output=True,
+        check=False,
+    )
+    assert imported.returncode == 0, imported.stderr
+    proc = cli.run(
+        "job", "create", "-f", str(_spec(cli, nodes=1, procs=1, image="phalanx-test-nopython"))
+    )
+    (line,) = proc.stderr.splitlines()
+    assert proc.returncode == 2
+    assert line.startswith("error: environment.image 'phalanx-test-nopython' has no Python")
+    # No engine on the machine; an engine chosen that is not installed.
+    spec = _spec(cli, nodes=1, procs=1)
+    cli.env["PATH"] = str(BIN)
+    proc = cli.run("job", "create", "-f", str(spec))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: environment.image needs a container engine and ")
+    cli.env["PHALANX_CONTAINER_ENGINE"] = "/nonexistent/podman"
+    proc = cli.run("job", "create", "-f", str(spec))
+    assert proc.stderr.startswith("error: PHALANX_CONTAINER_ENGINE=/nonexistent/podman: not an ")
+    # What images do not support yet says so.
+    cli.env.pop("PHALANX_CONTAINER_ENGINE")
+    cli.env["PATH"] = os.environ["PATH"]
+    proc = cli.run("job", "create", "-f", str(spec), "--set", "distribution.type=mpi")
+    assert proc.returncode == 2
+    assert "environment.image with distribution type mpi is not supported yet" in proc.stderr
+    # A conda file on an image: the image's Python is what a pin must name, and conda
+    # packages are not layered.
+    cli.write("conda.yml", "dependencies:\n  - python=3.9\n  - pip:\n    - six\n")
+    proc = cli.run("job", "create", "-f", str(spec), "--set", "environment.conda_file=conda.yml")
+    assert proc.returncode == 2 and "the image has Python 3.11" in proc.stderr
+    cli.write("conda.yml", "dependencies:\n  - numpy=1.26\n")
+    proc = cli.run("job", "create", "-f", str(spec), "--set", "environment.conda_file=conda.yml")
+    assert proc.returncode == 2 and "on an image phalanx layers only its pip: packages" in (
+        proc.stderr
+    )
+
+
+def _launch(tmp_path: Path, **kw: object) -> object:
+    from phalanx.launch.node import NodeLaunch
+
+    job_dir = tmp_path / "home" / "jobs" / "j"
+    for sub in ("code", "checkpoints", "outputs"):
+        (job_dir / sub).mkdir(parents=True, exist_ok=True)
+    fields: dict[str, object] = dict(
+        job_name="j", job_dir=job_dir, attempt=3, command="python x.py", node_rank=1, nnodes=2,
+        nproc_per_node=2, master_addr="127.0.0.1", master_port=1234, workdir=job_dir / "code",
+        checkpoint_dir=job_dir / "checkpoints", outputs_dir=job_dir / "outputs",
+        user_env={"SECRET_TOKEN": "s3cr3t", "MULTI": "a\nb"},
+    )  # fmt: skip
+    fields.update(kw)
+    return NodeLaunch(**fields)  # type: ignore[arg-type]
+
+
+def test_run_command_line(tmp_path: Path) -> None:
+    from phalanx.containers.run import container_name, run_argv
+
+    ref = ImageRef("docker", "/usr/bin/docker", "img", "abc", "/usr/bin/python3", "3.11",
+                   "/usr/bin:/bin", torch=True)  # fmt: skip
+    launch = _launch(tmp_path, devices=("2", "3"), shm_size="8g")
+    env_file = tmp_path / "node.env"
+    argv = run_argv(launch, ref, {**launch.env(), "NCCL_DEBUG": "INFO"}, env_file)  # type: ignore[attr-defined]
+    # Labels, name, GPUs of the node only, a private /dev/shm of the spec's size.
+    assert f"phalanx.job_dir={tmp_path / 'home' / 'jobs' / 'j'}" in argv
+    assert "phalanx.attempt=3" in argv and container_name(launch) in argv  # type: ignore[arg-type]
+    assert argv[argv.index("--gpus") + 1] == '"device=2,3"'
+    assert argv[argv.index("--shm-size") + 1] == "8g" and "private" in argv
+    assert argv[argv.index("--entrypoint") + 1 : argv.index("--entrypoint") + 5] == [
+        "/usr/bin/python3", "abc", "-m", "torch.distributed.run"
+    ]  # fmt: skip
+    # Secrets stay out of the command line; a multi-line value is inherited by name.
+    assert not any("s3cr3t" in a for a in argv)
+    assert argv[argv.index("MULTI") - 1] == "-e"
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    inside = dict(line.split("=", 1) for line in env_file.read_text().splitlines())
+    assert inside["SECRET_TOKEN"] == "s3cr3t" and inside["NCCL_DEBUG"] == "INFO"
+    assert inside["CUDA_VISIBLE_DEVICES"] == "0,1"  # the node's two GPUs, numbered from 0
+    assert inside["PATH"].endswith(":/usr/bin:/bin") and "VIRTUAL_ENV" not in inside
+    assert "HOME" not in inside  # the host's own variables stay outside
+
+
+def test_engine_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    podman = find_engine({"PHALANX_CONTAINER_ENGINE": "podman"})
+    assert podman.name == "podman"
+    env = podman.env({})
+    assert env["CONTAINERS_CONF"] == str(CONTAINERS_CONF)
+    assert podman.env({"CONTAINERS_CONF": "/mine.conf"})["CONTAINERS_CONF"] == "/mine.conf"
+    assert "CONTAINERS_CONF" not in Engine("docker", "/usr/bin/docker").env({})
+
+
+PROBE = """
+import json, os, sys
+found = {"marker": open("/opt/marker").read().strip() if os.path.exists("/opt/marker") else None,
+         "from_image": os.environ.get("FROM_IMAGE")}
+try:
+    import demo_layer
+    found.update(layer=demo_layer.__file__, value=demo_layer.VALUE)
+except ImportError:
+    pass
+json.dump(found, open(os.path.join(os.environ["PHALANX_OUTPUTS_DIR"], "found.json"), "w"))
+"""
+
+
+def _probe_job(cli: Cli, environment: str) -> Path:
+    cli.write("src/probe.py", PROBE)
+    return cli.write(
+        "job.yml",
+        f"""
+        command: python probe.py
+        code: src
+        environment: {environment}
+        """,
+    )
+
+
+def _found(cli: Cli, name: str) -> dict[str, object]:
+    job = cli.wait(name, ("Completed", "Failed", "Canceled"), timeout=240)
+    assert job["status"] == "Completed", job
+    return json.loads((Path(job["job_dir"]) / "outputs" / "found.json").read_text())
+
+
+def test_docker_context_is_built_once_and_reused(cli: Cli, engine: Engine) -> None:
+    cli.write(
+        "ctx/docker/Train.dockerfile",
+        f"FROM {IMAGE}\nCOPY marker.txt /opt/marker\nENV FROM_IMAGE=yes\n",
+    )
+    cli.write("ctx/marker.txt", f"built {time.time()}\n")  # new content: a fresh build
+    spec = _probe_job(cli, "{build: {path: ctx, dockerfile_path: docker/Train.dockerfile}}")
+    first = cli.create(spec)
+    assert _found(cli, first)["marker"].startswith("built")  # type: ignore[union-attr]
+    assert _found(cli, first)["from_image"] == "yes"
+    build_log = cli.home / "jobs" / first / "system_logs" / "image_build.txt"
+    assert "build" in build_log.read_text()
+    # The same content again: the image is reused, nothing is built.
+    second = cli.create(spec)
+    assert _found(cli, second)["marker"] == _found(cli, first)["marker"]
+    assert not (cli.home / "jobs" / second / "system_logs" / "image_build.txt").exists()
+    # A build that fails fails the job in one line naming the kept log.
+    cli.write("ctx/docker/Train.dockerfile", f"FROM {IMAGE}\nRUN echo broken step; exit 3\n")
+    failed = cli.create(spec)
+    job = cli.wait(failed, ("Completed", "Failed", "Canceled"), timeout=240)
+    assert job["status"] == "Failed"
+    message = job["error"]["message"]
+    assert message.startswith("environment: image build failed (exit ")
+    assert message.endswith(f"see {cli.home / 'jobs' / failed / 'system_logs' / 'image_build.txt'}")
+    assert "\n" not in message
+    # A missing context or Dockerfile is refused at create.
+    proc = cli.run("job", "create", "-f", str(_probe_job(cli, "{build: {path: nowhere}}")))
+    assert proc.returncode == 2 and "environment.build: folder" in proc.stderr
+    spec = _probe_job(cli, "{build: {path: ctx, dockerfile_path: nope}}")
+    proc = cli.run("job", "create", "-f", str(spec))
+    assert proc.returncode == 2
+    assert "error: environment.build.dockerfile_path: " in proc.stderr
+
+
+def _wheel(folder: Path, value: int) -> Path:
+    """A pure-Python wheel of ``demo_layer`` (nothing to fetch from an index)."""
+    import zipfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "demo_layer-1.0-py3-none-any.whl"
+    info = "demo_layer-1.0.dist-info"
+    with zipfile.ZipFile(path, "w") as whl:
+        whl.writestr("demo_layer/__init__.py", f"VALUE = {value}\n")
+        whl.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: demo_layer\nVersion: 1.0\n")
+        whl.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+            "Tag: py3-none-any\n"
+        )  # fmt: skip
+        whl.writestr(f"{info}/RECORD", "")
+    return path
+
+
+def test_image_with_a_pip_layer(cli: Cli, engine: Engine) -> None:
+    value = int(time.time())  # new content: a fresh build
+    _wheel(cli.workdir / "wheels", value)
+    cli.write("requirements.txt", "./wheels/demo_layer-1.0-py3-none-any.whl\n")
+    spec = _probe_job(cli, f"{{image: {IMAGE}, pip_file: requirements.txt}}")
+    found = _found(cli, cli.create(spec))
+    # Installed in the derived image (the base has no pip: phalanx's was lent to the build).
+    assert found["value"] == value
+    assert str(found["layer"]).startswith("/opt/phalanx/packages/")
+    # A conda file's pip: section is layered the same way (its folder is the context).
+    cli.write(
+        "conda.yml",
+        "dependencies:\n  - python=3.11\n  - pip:\n"
+        "    - ./wheels/demo_layer-1.0-py3-none-any.whl\n",
+    )
+    found = _found(cli, cli.create(_probe_job(cli, f"{{image: {IMAGE}, conda_file: conda.yml}}")))
+    assert found["value"] == value
+
+
+def test_registered_environments(cli: Cli, engine: Engine) -> None:
+    cli.write("envs/marker.txt", "registered\n")
+    cli.write("envs/docker/Dockerfile", f"FROM {IMAGE}\nCOPY marker.txt /opt/marker\n")
+    env_file = cli.write(
+        "envs/env.yml",
+        """
+        $schema: https://azuremlschemas.azureedge.net/latest/environment.schema.json
+        name: bookworm
+        version: "1"
+        image: {image}
+        description: Debian's Python
+        tags: {team: vision}
+        """.replace("{image}", IMAGE),
+    )
+    out = cli.run("environment", "create", "-f", str(env_file), check=True).stdout
+    assert "environment azureml:bookworm:1 created" in out
+    built = cli.write(
+        "envs/built.yml", "name: bookworm\nbuild: {path: ., dockerfile_path: docker/Dockerfile}\n"
+    )
+    out = cli.run("environment", "create", "-f", str(built), check=True).stdout
+    assert "azureml:bookworm:2 created (a build context)" in out
+    # The context was copied in: later edits do not change version 2.
+    cli.write("envs/marker.txt", "edited\n")
+    again = cli.run("environment", "create", "-f", str(env_file))
+    assert again.returncode == 2 and "bookworm:1 already exists" in again.stderr
+    listed = json.loads(cli.run("environment", "list", "--json", check=True).stdout)
+    assert [(e["name"], e["version"]) for e in listed] == [("bookworm", "1"), ("bookworm", "2")]
+    shown = json.loads(cli.run("environment", "show", "bookworm:1", "--json", check=True).stdout)
+    assert shown["image"] == IMAGE and shown["tags"] == {"team": "vision"}
+    assert shown["description"] == "Debian's Python"
+    # Jobs name them as in Azure ML: NAME:VERSION, NAME@latest.
+    assert _found(cli, cli.create(_probe_job(cli, "azureml:bookworm:1")))["marker"] is None
+    assert _found(cli, cli.create(_probe_job(cli, "azureml:bookworm@latest")))["marker"] == (
+        "registered"
+    )
+    proc = cli.run("job", "create", "-f", str(_probe_job(cli, "azureml:bookworm:7")))
+    assert proc.returncode == 2
+    assert "environment bookworm has no version '7' (versions: 1, 2)" in proc.stderr
+    # A name nothing is registered under is recorded, with a note, as before.
+    proc = cli.run("job", "create", "-f", str(_probe_job(cli, "azureml:AzureML-curated@latest")))
+    assert proc.returncode == 0 and "is not registered here" in proc.stderr
+    cli.wait(proc.stdout.strip(), ("Completed",))
+
+
+@pytest.mark.parametrize("cli", ["server"], indirect=True)
+def test_build_context_through_a_server(cli: Cli, engine: Engine) -> None:
+    # The context is on the laptop: it goes up with the job and is built on the server.
+    cli.write("ctx/Dockerfile", f"FROM {IMAGE}\nCOPY marker.txt /opt/marker\n")
+    cli.write("ctx/marker.txt", f"from the laptop {time.time()}\n")
+    found = _found(cli, cli.create(_probe_job(cli, "{build: {path: ctx}}")))
+    assert str(found["marker"]).startswith("from the laptop")
+
+
+@pytest.mark.parametrize("cli", ["server"], indirect=True)
+def test_registered_environment_through_a_server(cli: Cli, engine: Engine) -> None:
+    # The YAML and the context it names are on the laptop; they go up and are registered.
+    cli.write("envs/Dockerfile", f"FROM {IMAGE}\nCOPY marker.txt /opt/marker\n")
+    cli.write("envs/marker.txt", f"served {time.time()}\n")
+    env_file = cli.write("envs/env.yml", "name: served\nbuild: {path: .}\ndescription: up\n")
+    out = cli.run("environment", "create", "-f", str(env_file), check=True).stdout
+    assert "environment azureml:served:1 created (a build context)" in out
+    listed = json.loads(cli.run("environment", "list", "--json", check=True).stdout)
+    assert [(e["name"], e["version"], e["description"]) for e in listed] == [("served", "1", "up")]
+    shown = json.loads(cli.run("environment", "show", "served@latest", "--json", check=True).stdout)
+    assert shown["build"]["path"].startswith(str(cli.home / "environments" / "served" / "1"))
+    found = _found(cli, cli.create(_probe_job(cli, "azureml:served@latest")))
+    assert str(found["marker"]).startswith("served")
