@@ -346,7 +346,7 @@ def test_ml_client_takes_azure_ml_arguments_and_config(
     assert err.count("workspace_name 'team-ws' is served by") <= 1
     with pytest.raises(MLError, match=r"no config\.json in"):
         MLClient.from_config(path=here / "src")
-    with pytest.raises(MLError, match="no registry of named environments yet"):
+    with pytest.raises(MLError, match=r"environments\.create_or_update\(\): name: .* needs a name"):
         client.environments.create_or_update(Environment(image="x"))
 
 
@@ -398,8 +398,8 @@ def test_bad_input_to_the_operations_names_the_call_and_field(here: Path) -> Non
         (lambda: ml_client.models.create_or_update(
             Model(name="m", path=".", type=AssetTypes.MLFLOW_MODEL)),
          "ml_client.models.create_or_update(): type: type 'mlflow_model' is not supported yet"),
-        (lambda: ml_client.environments.get("pytorch", version="1"),
-         "ml_client.environments.get(): name: phalanx has no registry of named environments"),
+        (lambda: ml_client.environments.get("pytorch", label="best"),
+         "ml_client.environments.get(): label: only 'latest' is a label here; got 'best'"),
     ]  # fmt: skip
     for call, start in cases:
         with pytest.raises(MLError) as caught:
@@ -466,7 +466,7 @@ def test_client_create_or_update_dispatches_by_kind(here: Path) -> None:
     model = ml_client.begin_create_or_update(Model(name="m", path="./data")).result()
     assert (model.name, model.version) == ("m", "1")
     assert "sha256" not in repr(model)  # each file's checksum is not a notebook's business
-    with pytest.raises(MLError, match="no registry of named environments yet"):
+    with pytest.raises(MLError, match="needs a name"):
         ml_client.create_or_update(Environment(image="x"))
     with pytest.raises(MLError, match=r"^MLClient\.create_or_update\(\): entity: must be a job"):
         ml_client.create_or_update("job.yml")
@@ -627,3 +627,44 @@ def test_backend_errors_are_one_line_without_phalanx_frames(
     with pytest.raises(PhalanxError) as caught:
         ml_client.jobs.get("nope")
     assert len(traceback.extract_tb(caught.value.__traceback__)) > 3
+
+
+def test_environments_are_registered_got_and_listed_as_the_cli_sees_them(here: Path) -> None:
+    # At the project's root, beside the workspace itself: only what the file names is kept.
+    (here / "requirements.txt").write_text("-r extra.txt\n")
+    (here / "extra.txt").write_text("./wheels\n")
+    (here / "wheels").mkdir()
+    (here / "wheels" / "w.txt").write_text("a local package folder\n")
+    ml_client = MLClient()
+    made = ml_client.environments.create_or_update(
+        Environment(name="reqs", pip_file="./requirements.txt", description="for the test")
+    )
+    assert (made.name, made.version, made.description) == ("reqs", "1", "for the test")
+    again = ml_client.create_or_update(Environment(name="reqs", pip_file="requirements.txt"))
+    assert again.version == "2"  # a new version each time; versions are immutable
+    latest = ml_client.environments.get("reqs", label="latest")
+    assert latest.version == "2" and latest.pip_file is not None
+    kept = Path(str(latest.pip_file))
+    assert kept.read_text() == (here / "requirements.txt").read_text()
+    assert kept.is_relative_to(here / "home")  # a copy in the workspace, not the caller's file
+    assert sorted(p.name for p in kept.parent.rglob("*")) == [
+        "extra.txt", "requirements.txt", "w.txt", "wheels",
+    ]  # fmt: skip
+    (here / "outside.txt").write_text("-r ../elsewhere.txt\n")
+    with pytest.raises(PhalanxError, match=r"elsewhere\.txt is outside the file's folder"):
+        ml_client.environments.create_or_update(Environment(name="x", pip_file="outside.txt"))
+    assert ml_client.environments.get("reqs", version="1").version == "1"
+    assert [(e.name, e.version) for e in ml_client.environments.list()] == [
+        ("reqs", "1"),
+        ("reqs", "2"),
+    ]
+    shown = subprocess.run(
+        [str(Path(sys.executable).parent / "phalanx"), "environment", "show", "reqs:1", "--json"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert json.loads(shown.stdout)["description"] == "for the test"
+    with pytest.raises(PhalanxError, match="environment 'nope' not found"):
+        ml_client.environments.get("nope")
+    # A job names it as Azure ML's scripts do; the YAML loader takes it as it is.
+    job = command(command="python -c 'print(1)'", environment="azureml:reqs@latest")
+    assert job.environment == "azureml:reqs@latest"

@@ -30,17 +30,9 @@ console = Console()
 
 def _environments() -> Environments:
     """This machine's workspace, or the server's (``PHALANX_SERVER``)."""
-    from phalanx.cli.where import remote
+    from phalanx.client.backends import environments
 
-    config = remote()
-    if config is not None:
-        from phalanx.client.environments import RemoteEnvironments
-
-        return RemoteEnvironments(config)
-    from phalanx.service.environments import WorkspaceEnvironments
-    from phalanx.workspace import Workspace
-
-    return WorkspaceEnvironments(Workspace())
+    return environments()
 
 
 @click.group("environment")

@@ -16,6 +16,7 @@ from phalanx.client.config import ServerConfig, server_config
 if TYPE_CHECKING:
     from phalanx.service.data import DataAssets
     from phalanx.service.datastores import Datastores
+    from phalanx.service.environments import Environments
     from phalanx.service.jobs import Jobs
     from phalanx.service.models import Models
     from phalanx.service.targets import Targets
@@ -84,3 +85,15 @@ def targets() -> Targets:
     from phalanx.client.targets import RemoteTargets
 
     return RemoteTargets(config)
+
+
+def environments() -> Environments:
+    config = server_config()
+    if config is None:
+        from phalanx.service.environments import WorkspaceEnvironments
+        from phalanx.workspace import Workspace
+
+        return WorkspaceEnvironments(Workspace())
+    from phalanx.client.environments import RemoteEnvironments
+
+    return RemoteEnvironments(config)

@@ -331,6 +331,28 @@ _INCLUDE = re.compile(r"^\s*(?:-r|--requirement|-c|--constraint)\s*=?\s*(\S+)")
 _LOCAL = re.compile(r"^\s*(?:-e\s+|--editable\s+|--find-links\s+|-f\s+)?(\.{1,2}/\S*|/\S+)")
 
 
+def requirement_files(path: Path) -> list[Path]:
+    """A requirements file and what it needs beside it: the ``-r``/``-c`` files it
+    includes (and theirs), and the local files and folders it installs from."""
+    found: list[Path] = []
+    pending = [path.resolve()]
+    while pending:
+        real = pending.pop()
+        if real in found:
+            continue
+        found.append(real)
+        try:
+            lines = real.read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            if match := _INCLUDE.match(line):
+                pending.append((real.parent / match[1]).resolve())
+            elif (match := _LOCAL.match(line)) and (real.parent / match[1]).exists():
+                found.append((real.parent / match[1]).resolve())
+    return found
+
+
 def _referenced(path: Path, seen: set[Path]) -> list[str]:
     """What else a requirements file depends on: its ``-r``/``-c`` files' text, and a
     fingerprint (names, sizes, times) of the local paths it installs from."""

@@ -157,7 +157,7 @@ class MLClient:
 
     @cached_property
     def environments(self) -> EnvironmentOperations:
-        return EnvironmentOperations()
+        return EnvironmentOperations(backends.environments())
 
     def create_or_update(self, entity: Any, **kwargs: Any) -> Any:
         """Create or update ``entity`` with the operations of its kind, as Azure ML's

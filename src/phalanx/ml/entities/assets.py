@@ -65,12 +65,12 @@ class BuildContext:
 @checked_keywords
 @dataclass(kw_only=True)
 class Environment:
-    """A job's environment, given inline: ``command(environment=Environment(...))``.
+    """A job's environment: inline (``command(environment=Environment(...))``), or
+    registered with ``ml_client.environments.create_or_update`` and named by a job
+    as ``"azureml:NAME:VERSION"`` / ``"azureml:NAME@latest"``.
 
-    ``image``, ``conda_file`` and ``pip_file`` (phalanx's own) are what
-    phalanx builds from, as for ``environment:`` in a ``job.yml``. phalanx has no
-    registry of named environments yet, so ``ml_client.environments`` cannot
-    store one.
+    ``image``, ``conda_file`` and ``pip_file`` (phalanx's own) and ``build`` are
+    what phalanx runs in or builds from, as for ``environment:`` in a ``job.yml``.
     """
 
     name: str | None = None

@@ -6,18 +6,24 @@ and :class:`phalanx.service.targets.Targets`, as ``phalanx datastore`` and
 Blob container with its key or SAS token kept in the secrets file, as
 ``phalanx datastore create --store`` does; compute targets are registered with
 ``phalanx compute create``.
-Environments are given inline to ``command(environment=...)``; phalanx has no
-registry of named environments yet.
+``ml_client.environments`` registers named, versioned environments as
+``phalanx environment create`` does (:class:`phalanx.service.environments.Environments`);
+a job names one as ``azureml:NAME:VERSION`` or ``azureml:NAME@latest``, or takes
+an :class:`Environment` inline.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
-from typing import Any, NoReturn
+from pathlib import Path
+from typing import Any
 
+import yaml
 from pydantic import SecretStr
 
-from phalanx.ml.entities.assets import Environment
+from phalanx.ml.entities.assets import BuildContext, Environment
 from phalanx.ml.entities.resources import (
     AccountKeyConfiguration,
     AzureBlobDatastore,
@@ -25,10 +31,11 @@ from phalanx.ml.entities.resources import (
     Datastore,
     SasTokenConfiguration,
 )
-from phalanx.ml.errors import MLError, argument_error, surfaced_methods
+from phalanx.ml.errors import argument_error, surfaced_methods
 from phalanx.ml.notes import note, note_once
 from phalanx.ml.operations.pollers import DonePoller
 from phalanx.service.datastores import DatastoreCreate, Datastores
+from phalanx.service.environments import Environments
 from phalanx.service.targets import TargetCreate, Targets
 
 _STORED = ("name", "type", "description", "credentials")
@@ -219,22 +226,65 @@ class ComputeOperations:
             )  # fmt: skip
 
 
-_NO_REGISTRY = (
-    "phalanx has no registry of named environments yet (it comes with issue 17); pass "
-    "Environment(image=..., conda_file=...) to command(environment=...) instead"
-)
-
-
 @surfaced_methods("environments")
 class EnvironmentOperations:
-    """``ml_client.environments``: every call says named environments are not kept yet."""
+    """``ml_client.environments``: registered environments (``phalanx environment``)."""
 
-    def create_or_update(self, environment: Environment) -> NoReturn:
-        raise MLError(_NO_REGISTRY, field="environment",
-                      source="ml_client.environments.create_or_update()")  # fmt: skip
+    def __init__(self, environments: Environments) -> None:
+        self._environments = environments
 
-    def get(self, name: str, version: str | None = None, label: str | None = None) -> NoReturn:
-        raise MLError(_NO_REGISTRY, field="name", source="ml_client.environments.get()")
+    def create_or_update(self, environment: Environment) -> Environment:
+        """Register a new version of ``environment`` (its ``name`` is required; without a
+        ``version`` the next integer); the registered one, with its version."""
+        if not isinstance(environment, Environment):
+            raise argument_error(
+                "ml_client.environments.create_or_update()", "environment",
+                f"must be an Environment(...); got {type(environment).__name__}",
+            )  # fmt: skip
+        if not environment.name:
+            raise argument_error(
+                "ml_client.environments.create_or_update()", "name",
+                "a registered environment needs a name: Environment(name=..., image=...)",
+            )  # fmt: skip
+        document = environment._to_dict()
+        for key in ("conda_file", "pip_file"):  # the caller's relative paths are from the cwd
+            if isinstance(document.get(key), str):
+                document[key] = os.path.abspath(document[key])
+        if "path" in document.get("build", {}):
+            document["build"]["path"] = os.path.abspath(document["build"]["path"])
+        with tempfile.TemporaryDirectory(prefix="phalanx-environment-") as tmp:
+            file = Path(tmp) / "environment.yml"
+            file.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+            created = self._environments.create(file, name=None, version=None)
+        return _environment_of(created)
 
-    def list(self, name: str | None = None) -> NoReturn:
-        raise MLError(_NO_REGISTRY, field="name", source="ml_client.environments.list()")
+    def get(self, name: str, version: str | None = None, label: str | None = None) -> Environment:
+        """One version (``label="latest"``, or no version: the newest)."""
+        if version is not None and label is not None:
+            raise argument_error("ml_client.environments.get()", "label",
+                                 "give version or label, not both")  # fmt: skip
+        if label not in (None, "latest"):
+            raise argument_error("ml_client.environments.get()", "label",
+                                 f"only 'latest' is a label here; got {label!r}")  # fmt: skip
+        return _environment_of(self._environments.show(name, version or "latest"))
+
+    def list(self, name: str | None = None) -> Iterator[Environment]:
+        """Every registered version (of ``name``, when given)."""
+        return iter([_environment_of(e) for e in self._environments.list_all(name)])
+
+
+def _environment_of(shown: dict[str, Any]) -> Environment:
+    """The entity of what ``environment show --json`` prints."""
+    build = shown.get("build")
+    return Environment(
+        name=shown["name"],
+        version=str(shown["version"]),
+        image=shown.get("image"),
+        conda_file=shown.get("conda_file"),
+        pip_file=shown.get("pip_file"),
+        build=BuildContext(path=build.get("path"), dockerfile_path=build.get("dockerfile_path"))
+        if build
+        else None,
+        description=shown.get("description"),
+        tags=shown.get("tags") or None,
+    )
