@@ -56,6 +56,17 @@ def test_bench_train_tiny_grid_writes_csv_markdown_and_chart(cli: Cli) -> None:
     assert all(j["status"] == "Completed" for j in jobs)
     assert json.loads((out / "jobs" / "1x2.json").read_text())["world_size"] == 2
 
+    # The run is also kept in the workspace (the studio's /bench page), the same figures.
+    (kept,) = (cli.home / "bench").glob("*-train-*/results.json")
+    run = json.loads(kept.read_text())
+    assert [(p["label"], p["job"]) for p in run["points"]] == [
+        ("1×1", rows[0]["job"]),
+        ("1×2", rows[1]["job"]),
+    ]
+    assert run["points"][1]["efficiency"] == pytest.approx(float(rows[1]["efficiency"]), abs=1e-4)
+    assert run["points"][1]["ideal_img_per_sec"] == pytest.approx(2 * single, rel=1e-3)
+    assert run["machine"]["cores"] >= 1 and run["command"].startswith("phalanx bench train")
+
 
 @pytest.mark.parametrize(
     ("args", "expected"),
@@ -87,6 +98,8 @@ def test_bench_data_quick_local_modes(cli: Cli) -> None:
     result = json.loads(report.read_text())
     assert list(result["median"]) == ["a", "b", "local"]
     assert result["dataset"]["images"] == 80 and result["ratios"] == {}
+    (kept,) = (cli.home / "bench").glob("*-data-*/results.json")
+    assert json.loads(kept.read_text())["median"] == result["median"]
 
 
 def test_bench_data_without_azurite_is_one_line(cli: Cli) -> None:
