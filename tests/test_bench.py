@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -108,3 +109,42 @@ def test_bench_data_without_azurite_is_one_line(cli: Cli) -> None:
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "PHALANX_AZURITE" in lines[0], lines
+
+
+def test_kept_runs_are_listed_and_read_whole_by_the_service(tmp_path: Path) -> None:
+    from phalanx.bench.grid import GridPoint, TrainBenchConfig, with_efficiency
+    from phalanx.bench.record import record_data, record_train
+    from phalanx.errors import PhalanxError
+    from phalanx.service.bench import NoSuchRun, list_runs, show_run
+    from phalanx.workspace import Workspace
+
+    config = TrainBenchConfig(model="resnet18", nodes=(1,), procs_per_node=(1, 2), out=tmp_path)
+    raw = {"model": "resnet18", "image_size": 224, "batch_size": 64, "precision": "fp32"}
+    runs = [
+        (GridPoint(1, 1), "job_a", {**raw, "img_per_sec_total": 10.0, "device_name": "cpu"}),
+        (GridPoint(1, 2), "job_b", {**raw, "img_per_sec_total": 16.0, "device_name": "cpu"}),
+    ]
+    home = tmp_path / "home"
+    train = record_train(with_efficiency(runs, config), config, "phalanx bench train", home)
+    data = record_data({"command": "phalanx bench data", "median": {"a": 5.0}}, home)
+    (home / "bench" / "not-a-run").mkdir()  # left out of the list
+    ws = Workspace(home)
+    try:
+        listed = list_runs(ws)
+        assert {r["run"] for r in listed} == {train.parent.name, data.parent.name}
+        (kept,) = [r for r in listed if r["kind"] == "train"]
+        assert kept["points"] == [
+            {"label": "1×1", "img_per_sec_total": 10.0, "efficiency": 1.0},
+            {"label": "1×2", "img_per_sec_total": 16.0, "efficiency": 0.8},
+        ]
+        whole = show_run(ws, train.parent.name)
+        assert [p["ideal_img_per_sec"] for p in whole["points"]] == [10.0, 20.0]
+        assert whole["points"][1]["img_per_sec_per_process"] == 8.0
+        assert whole["config"]["procs_per_node"] == [1, 2] and whole["anchors"]
+        assert show_run(ws, data.parent.name)["median"] == {"a": 5.0}
+        with pytest.raises(NoSuchRun):
+            show_run(ws, "20000101-000000-train-abcdef")
+        with pytest.raises(PhalanxError, match="not a benchmark run's name"):
+            show_run(ws, "../jobs")
+    finally:
+        ws.close()
