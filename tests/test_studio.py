@@ -637,3 +637,14 @@ def test_a_phalanx_bench_train_run_is_kept_and_drawn_on_the_bench_page(
     assert hostile in page.inner_text("#bench-chart h2")
     assert page.locator("main img").count() == 0 and page.evaluate("window.pwned") is None
     _shot(page, "studio-bench")
+    # A `phalanx bench data` run: bars of img/s per mode.
+    data = {"run": "20000102-000000-data-abcdef", "kind": "data", "created_at": 2.0,
+            "command": "phalanx bench data --quick", "median": {"a": 120.5, "local": 80.25},
+            "modes": {"a": "memory", "local": "a local folder"}}  # fmt: skip
+    (studio.cli.home / "bench" / data["run"]).mkdir()
+    (studio.cli.home / "bench" / data["run"] / "results.json").write_text(json.dumps(data))
+    page.goto(f"{studio.url}/bench?run={data['run']}")
+    page.wait_for_selector('#bench-chart[data-points="2"] canvas')
+    assert "120.5" in page.inner_text("#bench-points") and "a local folder" in page.inner_text(
+        "main"
+    )
