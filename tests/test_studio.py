@@ -10,10 +10,12 @@ browser test cancels it with the page's button.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import shutil
 import subprocess
+import tarfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -564,6 +566,10 @@ def test_a_jobs_outputs_are_a_file_tree_with_downloads_and_its_spec_both_ways(
     assert link is not None and link.get_attribute("download") == "model.pt"
     got = httpx.get(studio.url + (link.get_attribute("href") or ""))
     assert got.status_code == 200 and got.content == b"weights" * 100
+    tar = page.get_attribute('details[data-path="outputs/model"] > summary a.tar', "href")
+    packed = httpx.get(studio.url + (tar or ""))  # a folder: its tar
+    with tarfile.open(fileobj=io.BytesIO(packed.content)) as got_tar:
+        assert "model/model.pt" in got_tar.getnames()
     page.click('details[data-path="outputs/stats"] > summary')
     page.wait_for_selector('.file[data-path="outputs/stats/s.txt"]')
     page.click('details[data-path="outputs/model"] > summary')  # closed again
@@ -580,6 +586,7 @@ def test_a_jobs_outputs_are_a_file_tree_with_downloads_and_its_spec_both_ways(
     more.click()
     page.wait_for_selector('.file[data-path="checkpoints/many/shard-00399.pt"]')
     assert more.inner_text() == "1600 more"
+    _shot(page, "studio-files")
     page.click('.tabs button[data-tab="Spec"]')
     submitted = page.wait_for_selector("#spec-submitted")
     assert submitted is not None and "command: python done.py" in submitted.inner_text()

@@ -37,7 +37,7 @@ function treeEntries(box, node, href) {
   function page() {
     const next = entries.slice(shown, shown + TREE_PAGE).map((e) => e.dir ? treeFolder(e.dir, href) :
       el("div", {class: "file", "data-path": e.file.path},
-        el("a", {href: href(e.file.path), download: e.file.name}, e.file.name),
+        el("a", {href: href.file(e.file.path), download: e.file.name}, e.file.name),
         el("span", {class: "size"}, size(e.file.size))));
     shown += next.length;
     more.before(...next);
@@ -53,7 +53,8 @@ function treeFolder(node, href) {
   const children = el("div", {class: "children"});
   const folder = el("details", {class: "dir", "data-path": node.path},
     el("summary", {}, node.name + "/", el("span", {class: "size"},
-      `${size(node.size)}, ${node.count} file${node.count === 1 ? "" : "s"}`)), children);
+      `${size(node.size)}, ${node.count} file${node.count === 1 ? "" : "s"}`),
+    el("a", {class: "tar", href: href.tar(node.path), download: node.name + ".tar"}, "tar")), children);
   folder.addEventListener("toggle", () => {
     if (folder.open && !children.childElementCount) treeEntries(children, node, href);
   });
@@ -63,7 +64,8 @@ function treeFolder(node, href) {
 function filesPane(name) {
   const pane = el("div", {id: "files-pane"});
   const job = encodeURIComponent(name);
-  const href = (path) => `/api/v1/jobs/${job}/files/${path.split("/").map(encodeURIComponent).join("/")}?raw=true`;
+  const at = (path) => `/api/v1/jobs/${job}/files/${path.split("/").map(encodeURIComponent).join("/")}`;
+  const href = {file: (path) => at(path) + "?raw=true", tar: at};
   pane.load = async () => {
     const parts = [];
     for (const folder of ["outputs", "checkpoints"]) {
