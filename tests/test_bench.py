@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -56,6 +57,17 @@ def test_bench_train_tiny_grid_writes_csv_markdown_and_chart(cli: Cli) -> None:
     assert all(j["status"] == "Completed" for j in jobs)
     assert json.loads((out / "jobs" / "1x2.json").read_text())["world_size"] == 2
 
+    # The run is also kept in the workspace (the studio's /bench page), the same figures.
+    (kept,) = (cli.home / "bench").glob("*-train-*/results.json")
+    run = json.loads(kept.read_text())
+    assert [(p["label"], p["job"]) for p in run["points"]] == [
+        ("1×1", rows[0]["job"]),
+        ("1×2", rows[1]["job"]),
+    ]
+    assert run["points"][1]["efficiency"] == pytest.approx(float(rows[1]["efficiency"]), abs=1e-4)
+    assert run["points"][1]["ideal_img_per_sec"] == pytest.approx(2 * single, rel=1e-3)
+    assert run["machine"]["cores"] >= 1 and run["command"].startswith("phalanx bench train")
+
 
 @pytest.mark.parametrize(
     ("args", "expected"),
@@ -87,6 +99,8 @@ def test_bench_data_quick_local_modes(cli: Cli) -> None:
     result = json.loads(report.read_text())
     assert list(result["median"]) == ["a", "b", "local"]
     assert result["dataset"]["images"] == 80 and result["ratios"] == {}
+    (kept,) = (cli.home / "bench").glob("*-data-*/results.json")
+    assert json.loads(kept.read_text())["median"] == result["median"]
 
 
 def test_bench_data_without_azurite_is_one_line(cli: Cli) -> None:
@@ -95,3 +109,42 @@ def test_bench_data_without_azurite_is_one_line(cli: Cli) -> None:
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "PHALANX_AZURITE" in lines[0], lines
+
+
+def test_kept_runs_are_listed_and_read_whole_by_the_service(tmp_path: Path) -> None:
+    from phalanx.bench.grid import GridPoint, TrainBenchConfig, with_efficiency
+    from phalanx.bench.record import record_data, record_train
+    from phalanx.errors import PhalanxError
+    from phalanx.service.bench import NoSuchRun, list_runs, show_run
+    from phalanx.workspace import Workspace
+
+    config = TrainBenchConfig(model="resnet18", nodes=(1,), procs_per_node=(1, 2), out=tmp_path)
+    raw = {"model": "resnet18", "image_size": 224, "batch_size": 64, "precision": "fp32"}
+    runs = [
+        (GridPoint(1, 1), "job_a", {**raw, "img_per_sec_total": 10.0, "device_name": "cpu"}),
+        (GridPoint(1, 2), "job_b", {**raw, "img_per_sec_total": 16.0, "device_name": "cpu"}),
+    ]
+    home = tmp_path / "home"
+    train = record_train(with_efficiency(runs, config), config, "phalanx bench train", home)
+    data = record_data({"command": "phalanx bench data", "median": {"a": 5.0}}, home)
+    (home / "bench" / "not-a-run").mkdir()  # left out of the list
+    ws = Workspace(home)
+    try:
+        listed = list_runs(ws)
+        assert {r["run"] for r in listed} == {train.parent.name, data.parent.name}
+        (kept,) = [r for r in listed if r["kind"] == "train"]
+        assert kept["points"] == [
+            {"label": "1×1", "img_per_sec_total": 10.0, "efficiency": 1.0},
+            {"label": "1×2", "img_per_sec_total": 16.0, "efficiency": 0.8},
+        ]
+        whole = show_run(ws, train.parent.name)
+        assert [p["ideal_img_per_sec"] for p in whole["points"]] == [10.0, 20.0]
+        assert whole["points"][1]["img_per_sec_per_process"] == 8.0
+        assert whole["config"]["procs_per_node"] == [1, 2] and whole["anchors"]
+        assert show_run(ws, data.parent.name)["median"] == {"a": 5.0}
+        with pytest.raises(NoSuchRun):
+            show_run(ws, "20000101-000000-train-abcdef")
+        with pytest.raises(PhalanxError, match="not a benchmark run's name"):
+            show_run(ws, "../jobs")
+    finally:
+        ws.close()

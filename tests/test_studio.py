@@ -10,10 +10,12 @@ browser test cancels it with the page's button.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import shutil
 import subprocess
+import tarfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -359,6 +361,32 @@ def test_a_log_of_a_million_lines_opens_tail_first_and_pages_back(
     page.wait_for_function(f"document.querySelectorAll('#log .ln').length > {shown}")
 
 
+def test_all_ranks_interleaved_pages_back_to_each_ranks_first_line(
+    studio: Studio, page: Any
+) -> None:
+    logs = Path(studio.cli.show(studio.failed)["job_dir"]) / "user_logs"
+    for rank in (0, 1):
+        with open(logs / f"std_log_process_{rank}.txt", "a") as f:
+            f.writelines(f"rank {rank} filler {i:06d}\n" for i in range(20_000))
+    lines = {r: len((logs / f"std_log_process_{r}.txt").read_text().splitlines()) for r in (0, 1)}
+    page.goto(f"{studio.url}/jobs/{studio.failed}")
+    page.wait_for_selector("#log .ln")
+    page.select_option("#rank", "all")
+    page.wait_for_function(
+        "document.querySelector('#log').innerText.includes('[1] rank 1 filler 019999')"
+    )
+    assert "rank 0 starting" not in page.inner_text("#log")  # the tails only, at first
+    deadline = time.monotonic() + 30
+    while page.locator("#log .more").count():
+        assert time.monotonic() < deadline, "paging back did not reach the beginnings"
+        page.evaluate("document.querySelector('#log').scrollTop = 0")
+        page.wait_for_timeout(100)
+    text = page.inner_text("#log")
+    assert "[0] rank 0 starting" in text and "[1] rank 1 starting" in text
+    for rank, count in lines.items():  # every line of each rank, once
+        assert page.locator(f'#log .ln[data-rank="{rank}"]').count() == count
+
+
 def test_cancel_needs_the_pages_csrf_value_and_the_button_cancels(
     studio: Studio, page: Any
 ) -> None:
@@ -521,15 +549,109 @@ def test_models_data_datastores_and_compute_have_their_pages(studio: Studio, pag
 def test_a_jobs_outputs_are_a_file_tree_with_downloads_and_its_spec_both_ways(
     studio: Studio, page: Any
 ) -> None:
+    # Thousands of checkpoint files: listed by the server up to its cap, made on the page
+    # only when their folder is opened, and a page of them at a time.
+    many = Path(studio.cli.show(studio.done)["job_dir"]) / "checkpoints" / "many"
+    many.mkdir(parents=True)
+    for i in range(2500):
+        (many / f"shard-{i:05d}.pt").write_bytes(b"x" * 10)
     page.goto(f"{studio.url}/jobs/{studio.done}#files")
-    link = page.wait_for_selector('table[data-folder="outputs"] a:has-text("model.pt")')
-    assert link is not None
+    outputs = page.wait_for_selector(
+        '.tree[data-folder="outputs"] details[data-path="outputs/model"]'
+    )
+    assert outputs is not None and "model.pt" not in page.inner_text('.tree[data-folder="outputs"]')
+    assert "700 B, 1 file" in page.inner_text('details[data-path="outputs/model"] > summary')
+    page.click('details[data-path="outputs/model"] > summary')
+    link = page.wait_for_selector('.tree[data-folder="outputs"] a:has-text("model.pt")')
+    assert link is not None and link.get_attribute("download") == "model.pt"
     got = httpx.get(studio.url + (link.get_attribute("href") or ""))
     assert got.status_code == 200 and got.content == b"weights" * 100
-    assert "s.txt" in page.inner_text('table[data-folder="outputs"]')
+    tar = page.get_attribute('details[data-path="outputs/model"] > summary a.tar', "href")
+    packed = httpx.get(studio.url + (tar or ""))  # a folder: its tar
+    with tarfile.open(fileobj=io.BytesIO(packed.content)) as got_tar:
+        assert "model/model.pt" in got_tar.getnames()
+    page.click('details[data-path="outputs/stats"] > summary')
+    page.wait_for_selector('.file[data-path="outputs/stats/s.txt"]')
+    page.click('details[data-path="outputs/model"] > summary')  # closed again
+    page.wait_for_function("!document.querySelector('details[data-path=\"outputs/model\"]').open")
+    assert page.is_hidden('.file[data-path="outputs/model/model.pt"]')
+    checkpoints = page.inner_text("#files-pane .card:nth-child(2) h2")
+    assert "2000 files" in checkpoints and "first files only" in checkpoints
+    assert page.locator(".tree .file").count() == 2  # nothing of the 2,000 made yet
+    page.click('details[data-path="checkpoints/many"] > summary')
+    page.wait_for_selector('.file[data-path="checkpoints/many/shard-00000.pt"]')
+    assert page.locator('details[data-path="checkpoints/many"] .file').count() == 200
+    more = page.locator('details[data-path="checkpoints/many"] .more-files')
+    assert more.inner_text() == "1800 more"
+    more.click()
+    page.wait_for_selector('.file[data-path="checkpoints/many/shard-00399.pt"]')
+    assert more.inner_text() == "1600 more"
+    _shot(page, "studio-files")
     page.click('.tabs button[data-tab="Spec"]')
     submitted = page.wait_for_selector("#spec-submitted")
     assert submitted is not None and "command: python done.py" in submitted.inner_text()
     assert "custom_model" in page.inner_text("#spec-resolved")
     outside = httpx.get(f"{studio.url}/api/v1/jobs/{studio.done}/tree", params={"path": "../.."})
     assert outside.status_code == 400
+
+
+def test_a_phalanx_bench_train_run_is_kept_and_drawn_on_the_bench_page(
+    studio: Studio, page: Any
+) -> None:
+    from test_bench import TINY
+
+    out = studio.cli.workdir / "bench-results"
+    proc = studio.cli.run(
+        "bench", "train", *TINY, "--nodes", "1", "--procs-per-node", "1", "--out", str(out),
+        timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (out / "train.csv").is_file()  # what it wrote before, still written
+    # The API: the run listed, and read whole.
+    runs = httpx.get(f"{studio.url}/api/v1/bench").json()["runs"]
+    assert len(runs) == 1 and runs[0]["kind"] == "train"
+    run = httpx.get(f"{studio.url}/api/v1/bench/{runs[0]['run']}").json()
+    (point,) = run["points"]
+    assert point["label"] == "1×1" and point["efficiency"] == 1.0
+    assert point["img_per_sec_total"] > 0 and point["job"]
+    assert studio.cli.show(point["job"])["status"] == "Completed"
+    assert run["machine"]["cores"] >= 1 and "bench train" in run["command"]
+    assert run["config"]["model"] == "resnet18" and any("H100" in a["gpu"] for a in run["anchors"])
+    assert httpx.get(f"{studio.url}/api/v1/bench/20000101-000000-train-abcdef").status_code == 404
+    assert httpx.get(f"{studio.url}/api/v1/bench/..%2F..%2Fjobs").status_code in (400, 404)
+    # A second run, edited by hand to hold markup and two points: shown as text, drawn.
+    hostile = '<img src=x onerror="window.pwned = 4">'
+    two = dict(run, run="20000101-000000-train-abcdef", title=hostile, created_at=1.0)
+    one = point["img_per_sec_total"]
+    second = dict(point, label="1×2", processes=2, efficiency=0.75)
+    second.update(img_per_sec_total=1.5 * one, ideal_img_per_sec=2 * one)
+    two["points"] = [point, second]
+    folder = studio.cli.home / "bench" / two["run"]
+    folder.mkdir()
+    (folder / "results.json").write_text(json.dumps(two))
+    page.goto(f"{studio.url}/bench")
+    page.wait_for_selector("#bench-chart canvas")
+    assert page.get_attribute("#bench-chart", "data-points") == "1"
+    assert page.locator("#bench-run option").count() == 2  # newest first: the real run
+    points = page.inner_text("#bench-points")
+    assert f"{point['img_per_sec_total']:.1f}" in points and "1.00" in points
+    assert "H100 80GB SXM5" in page.inner_text("#bench-anchors")
+    page.select_option("#bench-run", two["run"])
+    page.wait_for_url(f"**/bench?run={two['run']}")
+    page.wait_for_function("document.querySelector('#bench-chart[data-points=\"2\"]')")
+    page.wait_for_selector("#bench-chart canvas")
+    assert "0.75" in page.inner_text("#bench-points")
+    assert hostile in page.inner_text("#bench-chart h2")
+    assert page.locator("main img").count() == 0 and page.evaluate("window.pwned") is None
+    _shot(page, "studio-bench")
+    # A `phalanx bench data` run: bars of img/s per mode.
+    data = {"run": "20000102-000000-data-abcdef", "kind": "data", "created_at": 2.0,
+            "command": "phalanx bench data --quick", "median": {"a": 120.5, "local": 80.25},
+            "modes": {"a": "memory", "local": "a local folder"}}  # fmt: skip
+    (studio.cli.home / "bench" / data["run"]).mkdir()
+    (studio.cli.home / "bench" / data["run"] / "results.json").write_text(json.dumps(data))
+    page.goto(f"{studio.url}/bench?run={data['run']}")
+    page.wait_for_selector('#bench-chart[data-points="2"] canvas')
+    assert "120.5" in page.inner_text("#bench-points") and "a local folder" in page.inner_text(
+        "main"
+    )

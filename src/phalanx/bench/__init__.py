@@ -5,7 +5,8 @@
 nodes × processes and reports images/sec and scaling efficiency
 (:mod:`phalanx.bench.grid` says what runs, :mod:`phalanx.bench.train` runs it,
 :mod:`phalanx.bench.report` writes CSV, Markdown and a PNG chart, beside the
-published figures of :mod:`phalanx.bench.anchors`). ``phalanx bench data``
+published figures of :mod:`phalanx.bench.anchors`; :mod:`phalanx.bench.record`
+keeps the run in the workspace for the studio's ``/bench`` page). ``phalanx bench data``
 times the data loader (:mod:`phalanx.bench.data`) from memory, local files and
 an Azurite object store (:mod:`phalanx.bench.azurite`).
 

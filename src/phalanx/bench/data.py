@@ -331,9 +331,10 @@ def summarise(
     }
 
 
-def run_and_report(config: DataBenchConfig, command: str, json_path: Path | None) -> None:
-    """The whole benchmark: run, print, and write the JSON when asked."""
+def run_and_report(config: DataBenchConfig, command: str, json_path: Path | None) -> dict[str, Any]:
+    """The whole benchmark: run, print, and write the JSON when asked; the summary."""
     data, rounds = run(config)
     result = summarise(config, data, rounds, command)
     if json_path is not None:
         json_path.write_text(json.dumps(result, indent=2) + "\n")
+    return result

@@ -70,9 +70,12 @@ def train_cmd(
     Every combination of --nodes and --procs-per-node is a real phalanx job,
     run one after another after a 1 × 1 baseline. Writes train.csv, train.md
     and train.png (bars of images/sec, scaling efficiency annotated) to --out,
-    and prints the table beside published ResNet-50 figures.
+    keeps the figures in the workspace ($PHALANX_HOME/bench/<run>/results.json,
+    the studio's /bench page), and prints the table beside published ResNet-50
+    figures.
     """
     from phalanx.bench.grid import TrainBenchConfig, parse_counts
+    from phalanx.bench.record import record_train
     from phalanx.bench.report import write_all
     from phalanx.bench.train import run_grid
 
@@ -91,10 +94,16 @@ def train_cmd(
     results = run_grid(
         config, progress=lambda line: console.print(line, highlight=False, soft_wrap=True)
     )
+    # Kept in the workspace first: a chart that cannot be drawn (no matplotlib)
+    # still leaves the run on the studio's /bench page.
+    kept = record_train(results, config, _command_line())
     csv_path, md_path, png_path, text = write_all(results, config, _command_line())
     console.print()
     console.print(Markdown(text))
     console.print(f"\nwritten: {csv_path}, {md_path}, {png_path}", soft_wrap=True, highlight=False)
+    console.print(
+        f"kept in the workspace: {kept.parent} (the studio's /bench page)", highlight=False
+    )
     return 0
 
 
@@ -155,5 +164,8 @@ def data_cmd(
     )
     if quick:
         config = quick_run(config)
-    run_and_report(config, _command_line(), json_path)
+    result = run_and_report(config, _command_line(), json_path)
+    from phalanx.bench.record import record_data
+
+    console.print(f"kept in the workspace: {record_data(result).parent}", highlight=False)
     return 0

@@ -28,7 +28,11 @@ _RELATIVE_TO = (
 # messages and notes the backends send (the service layer words them once, for the CLI).
 _IN_PYTHON = (
     ("`phalanx job list` shows the jobs", "ml_client.jobs.list() shows the jobs"),
-    ("environment: {pip_file: requirements.txt}",
+    ("(phalanx environment list)", "(ml_client.environments.list())"),
+    ("register it with `phalanx environment create -f env.yml`, or give environment: "
+     "{image: …} or {pip_file: requirements.txt}",
+     "register it with ml_client.environments.create_or_update(Environment(name=..., "
+     "image=...)), or give environment=Environment(image=...) or "
      "environment=Environment(pip_file='requirements.txt')"),
     ("give another --version or leave it out", "give another version= or leave it out"),
     ("create it with `phalanx datastore create`",

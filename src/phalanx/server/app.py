@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException
 
 from phalanx import __version__
 from phalanx.server import (
+    bench_api,
     compute_api,
     data_api,
     datastores_api,
@@ -43,8 +44,8 @@ def create_app(settings: ServerSettings) -> FastAPI:
     errors.install(app)
     app.include_router(joblogs_api.router)
     app.include_router(jobs_api.router)
-    for verbs in (jobfiles_api, datastores_api, data_api, environments_api, models_api,
-                  compute_api, sessions):  # fmt: skip
+    for verbs in (bench_api, jobfiles_api, datastores_api, data_api, environments_api,
+                  models_api, compute_api, sessions):  # fmt: skip
         app.include_router(verbs.router)
 
     @app.get("/api/v1/health", tags=["server"])

@@ -1,6 +1,7 @@
 """The studio's pages: one HTML shell per view, the script and styles beside it.
 
-A page holds no data: its script (``static/studio.js``) reads everything from
+A page holds no data: its scripts (``static/*.js``: ``core.js`` the helpers, one
+file per view, ``main.js`` which starts the page's view) read everything from
 ``/api/v1`` (the same routes the CLI and SDK call) and writes it into the page
 as text (``textContent``, never HTML), so a rank that prints ``<script>`` shows
 those characters. The shell carries only the view's name and the CSRF value
@@ -46,13 +47,17 @@ SHELL = """<!doctype html>
 </head><body data-view="{view}">
 <header><a class="brand" href="/">phalanx studio</a>
 <nav><a href="/">Jobs</a><a href="/compare">Compare</a><a href="/models">Models</a>
-<a href="/data">Data</a><a href="/datastores">Datastores</a><a href="/compute">Compute</a></nav>
+<a href="/data">Data</a><a href="/datastores">Datastores</a><a href="/compute">Compute</a>
+<a href="/bench">Benchmarks</a></nav>
 <span id="who"></span></header>
 <main id="main"></main>
 <script src="/static/uPlot.iife.min.js"></script>
-<script src="/static/studio.js?v={version}"></script>
+{scripts}
 </body></html>
 """
+
+# Plain scripts sharing the page's global scope, in this order (no build step).
+SCRIPTS = ("core", "jobs", "job", "logs", "files", "metrics", "collections", "bench", "main")
 
 router = APIRouter(include_in_schema=False)
 
@@ -64,7 +69,12 @@ def _page(request: Request, view: str) -> Response:
     csrf = csrf_value(request)
     if csrf is None and view != "signin":
         return RedirectResponse("/signin", status_code=303, headers=HEADERS)
-    html = SHELL.format(csrf=escape(csrf or ""), view=escape(view), version=__version__)
+    scripts = "\n".join(
+        f'<script src="/static/{name}.js?v={__version__}"></script>' for name in SCRIPTS
+    )
+    html = SHELL.format(
+        csrf=escape(csrf or ""), view=escape(view), version=__version__, scripts=scripts
+    )
     return HTMLResponse(html, headers=HEADERS)
 
 
@@ -81,6 +91,11 @@ def job_page(name: str, request: Request) -> Response:
 @router.get("/compare")
 def compare_page(request: Request) -> Response:
     return _page(request, "compare")
+
+
+@router.get("/bench")
+def bench_page(request: Request) -> Response:
+    return _page(request, "bench")
 
 
 # The other collections of the workspace: a table of them, and one of them.

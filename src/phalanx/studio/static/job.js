@@ -1,0 +1,111 @@
+"use strict";
+// ---------------------------------------------------------------- a job's page
+function jobView() {
+  const name = decodeURIComponent(location.pathname.split("/")[2] || "");
+  const title = el("h1", {}, name);
+  const cause = el("div", {id: "rootcause"});
+  const overview = el("div", {id: "overview"});
+  const attempts = el("div", {id: "attempts"});
+  const tabs = el("div", {class: "tabs"});
+  const panes = {Logs: logsPane(name), Metrics: metricsPane(name), Files: filesPane(name),
+    Spec: specPane(name)};
+  for (const label of Object.keys(panes)) {
+    tabs.append(el("button", {"data-tab": label, onclick: () => { history.replaceState(null, "", "#" + label.toLowerCase()); show(label); }}, label));
+  }
+  function show(label) {
+    for (const [key, pane] of Object.entries(panes)) pane.hidden = key !== label;
+    for (const b of tabs.children) b.classList.toggle("on", b.dataset.tab === label);
+    if (panes[label].load) panes[label].load();
+  }
+  main.append(title, cause, overview, attempts, tabs, ...Object.values(panes));
+  const fromHash = () => Object.keys(panes).find((k) => "#" + k.toLowerCase() === location.hash);
+  show(fromHash() || "Logs");
+  window.addEventListener("hashchange", () => show(fromHash() || "Logs"));
+  let last = null;
+  async function load() {
+    let job;
+    try { job = await api("/jobs/" + encodeURIComponent(name)); }
+    catch (e) { title.replaceChildren(name + ": " + e.message); return; }
+    const changed = !last || last.status !== job.status || last.attempts.length !== job.attempts.length;
+    last = job;
+    renderHead(title, job);
+    if (changed) {
+      renderCause(cause, job); renderOverview(overview, job); renderAttempts(attempts, job);
+      panes.Logs.ranks(job);
+    }
+    if (!TERMINAL.has(job.status)) setTimeout(load, 2000);
+  }
+  load();
+}
+
+function renderHead(title, job) {
+  const running = !TERMINAL.has(job.status);
+  const act = (verb, body) => async (event) => {
+    if (!confirm(`${verb} job ${job.name}?`)) return;
+    event.target.disabled = true;
+    try { await api(`/jobs/${encodeURIComponent(job.name)}/${verb}`, {method: "POST", json: body}); }
+    catch (e) { alert(e.message); event.target.disabled = false; }
+  };
+  const buttons = [];
+  if (running) buttons.push(el("button", {class: "danger", id: "cancel", onclick: act("cancel")}, "Cancel"));
+  if (job.status === "Running") buttons.push(el("button", {id: "preempt", onclick: act("preempt", {})}, "Preempt"));
+  title.replaceChildren(job.name, badge(job.status), ...buttons);
+}
+
+function renderCause(box, job) {
+  const e = job.error;
+  if (!e || job.status !== "Failed") { box.replaceChildren(); return; }
+  const where = e.rank === null || e.rank === undefined ? "the launcher" : `rank ${e.rank}`;
+  box.replaceChildren(el("div", {class: "card rootcause"},
+    el("h2", {}, `Root cause: ${where}` + (e.exit_code !== null && e.exit_code !== undefined ? `, exit code ${e.exit_code}` : "") +
+      (e.signal ? `, ${e.signal}` : "")),
+    el("div", {class: "message"}, e.message),
+    e.traceback ? el("pre", {class: "traceback"}, e.traceback) : null));
+}
+
+function renderOverview(box, job) {
+  const spec = job.spec || {};
+  const [nodes, procs] = shape(job);
+  const last = job.attempts[job.attempts.length - 1];
+  const devices = last && last.nodes.length ? last.nodes.map((n, k) =>
+    `node ${k} (${n.host || n.hostname || "?"}): ` + ((n.gpus || []).length ? "GPUs " + n.gpus.join(",") : `${n.cpus || 0} CPU slots`)).join("; ") : "-";
+  const io = (items) => Object.entries(items || {}).map(([k, v]) =>
+    `${k}: ${typeof v === "object" && v ? (v.path || v.uri || JSON.stringify(v)) + (v.mode ? ` (${v.mode})` : "") : v}`).join("\n") || "-";
+  const env = spec.environment;
+  box.replaceChildren(section("Overview", grid([
+    ["experiment", job.experiment_name], ["display name", job.display_name || "-"],
+    ["created by", job.created_by || "-"], ["compute", (spec.compute || job.target || "local")],
+    ["nodes × processes", `${nodes} × ${procs}`], ["devices per node", devices],
+    ["created", when(job.created_at)], ["started", when(job.started_at)],
+    ["ended", when(job.ended_at)], ["duration", duration(job)],
+    ["queue", queuePlace(job)], ["command", el("pre", {}, spec.command || "-")],
+    ["inputs", el("pre", {}, io(spec.inputs))], ["outputs", el("pre", {}, io(spec.outputs))],
+    ["environment", typeof env === "object" && env ? JSON.stringify(env) : (env || "-")],
+    ["job folder", job.job_dir],
+  ])));
+}
+
+function renderAttempts(box, job) {
+  if (!job.attempts.length) { box.replaceChildren(); return; }
+  const rows = job.attempts.map((a, i) => {
+    const next = job.attempts[i + 1];
+    const followed = next ? `attempt ${next.number}` : (TERMINAL.has(job.status) ? `job ${job.status}` : "-");
+    return el("tr", {}, el("td", {}, String(a.number)), el("td", {}, badge(a.status)),
+      el("td", {}, when(a.started_at)), el("td", {}, a.ended_at ? duration({started_at: a.started_at, ended_at: a.ended_at}) : "-"),
+      el("td", {}, a.cause || "-"), el("td", {}, a.exit_code === null ? "-" : String(a.exit_code)),
+      el("td", {}, a.note || (a.error ? a.error.message : "") || "-"), el("td", {}, followed));
+  });
+  // A timeline: each attempt a bar placed and sized by when it ran, coloured by its status.
+  const t0 = job.attempts[0].started_at;
+  const t1 = Math.max(...job.attempts.map((a) => a.ended_at || Date.now() / 1000), t0 + 1);
+  const line = el("div", {class: "timeline", id: "timeline"}, ...job.attempts.map((a) => {
+    const left = (100 * (a.started_at - t0)) / (t1 - t0);
+    const width = Math.max(1.5, (100 * ((a.ended_at || Date.now() / 1000) - a.started_at)) / (t1 - t0));
+    return el("div", {class: "bar status " + a.status, style: `left:${left}%;width:${width}%`,
+      title: `attempt ${a.number}: ${a.status}${a.cause ? " (" + a.cause + ")" : ""}`},
+    `#${a.number}${a.cause ? " " + a.cause : ""}`);
+  }));
+  box.replaceChildren(section("Attempts", line, el("table", {id: "attempts-table"},
+    el("thead", {}, el("tr", {}, ...["#", "status", "started", "took", "cause", "exit", "note", "then"].map((c) => el("th", {}, c)))),
+    el("tbody", {}, ...rows))));
+}
