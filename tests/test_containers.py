@@ -24,6 +24,7 @@ from conftest import BIN, REPO, Cli
 from phalanx.containers.engine import CONTAINERS_CONF, Engine, find_engine
 from phalanx.containers.image import ImageRef
 from phalanx.containers.sweep import job_containers
+from test_distributions import TF_JOB, TF_SCRIPT
 
 IMAGE = os.environ.get("PHALANX_TEST_IMAGE", "phalanx-test-bookworm")
 
@@ -118,6 +119,45 @@ def test_failing_rank_is_the_root_cause(cli: Cli, engine: Engine) -> None:
     error = job["error"]
     assert error["rank"] == 1 and "ValueError: rank 1 gives up" in error["message"], error
     assert "raise ValueError" in (error.get("traceback") or "")
+    assert _containers(engine, Path(job["job_dir"])) == []
+
+
+# Where a TensorFlow rank ran: its interpreter and the TF_CONFIG the worker wrapper gave it.
+WHERE = """
+import json, os, sys
+seen = {"python": os.path.realpath(sys.executable),
+        "container": os.path.exists("/run/.containerenv"),
+        "tf_config": json.loads(os.environ["TF_CONFIG"])}
+out = os.path.join(os.environ["PHALANX_OUTPUTS_DIR"], f"where_{os.environ['RANK']}.json")
+json.dump(seen, open(out, "w"))
+"""
+
+
+def test_tensorflow_workers_run_in_the_image(cli: Cli, engine: Engine) -> None:
+    cli.write("src/tf_job.py", TF_SCRIPT)
+    cli.write("src/where.py", WHERE)
+    spec = cli.write(
+        "job.yml",
+        TF_JOB.replace("python tf_job.py", "python where.py && python tf_job.py")
+        + f"environment: {{image: {IMAGE}}}\n",
+    )
+    job = cli.wait(cli.create(spec), ("Completed", "Failed", "Canceled"), timeout=240)
+    assert job["status"] == "Completed", job
+    outputs = Path(job["job_dir"]) / "outputs"
+    workers = None
+    for index in range(2):
+        where = json.loads((outputs / f"where_{index}.json").read_text())
+        # The image's Python (phalanx's TensorFlow lent read-only), not phalanx's.
+        assert where["python"].startswith("/usr/bin/python3") and where["container"] is True
+        config = where["tf_config"]
+        workers = workers or config["cluster"]["worker"]
+        assert config["cluster"] == {"worker": workers}
+        assert config["task"] == {"type": "worker", "index": index}
+        result = json.loads((outputs / f"worker_{index}.json").read_text())
+        assert result["config"] == config and result["replicas"] == 2
+        assert result["total"] == 30.0  # reduced across both workers, one per node
+    assert workers is not None
+    assert [w.split(":")[0] for w in workers] == ["127.0.0.1", "127.0.0.2"]
     assert _containers(engine, Path(job["job_dir"])) == []
 
 

@@ -257,10 +257,11 @@ def check_image(
     env = spec.inline_environment
     if env is None or (env.image is None and env.build is None):
         return None
-    if spec.distribution_type != "pytorch":
+    if spec.distribution_type not in ("pytorch", "tensorflow"):
         raise PhalanxError(
             f"environment.image with distribution type {spec.distribution_type} is not "
-            "supported yet (PyTorch only); drop environment.image or use type: pytorch"
+            "supported yet (PyTorch and TensorFlow only); drop environment.image or use "
+            "type: pytorch"
         )
     if on_ray:
         if env.build is not None or env.builds:
