@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -22,8 +23,10 @@ import pytest
 
 from conftest import BIN, REPO, Cli
 from phalanx.containers.engine import CONTAINERS_CONF, Engine, find_engine
+from phalanx.containers.ignore import ContextIgnore, ignore_file
 from phalanx.containers.image import ImageRef
 from phalanx.containers.sweep import job_containers
+from phalanx.errors import PhalanxError
 from test_distributions import TF_JOB, TF_SCRIPT
 
 IMAGE = os.environ.get("PHALANX_TEST_IMAGE", "phalanx-test-bookworm")
@@ -421,6 +424,105 @@ def test_docker_context_is_built_once_and_reused(cli: Cli, engine: Engine) -> No
     proc = cli.run("job", "create", "-f", str(spec))
     assert proc.returncode == 2
     assert "error: environment.build.dockerfile_path: " in proc.stderr
+
+
+# Docker's rules, not .gitignore's: anchored at the root, `**` for any depth, the last
+# matching pattern decides, a folder left out takes what is under it.
+IGNORE = """
+# logs and data stay out of the image
+**/*.log
+!logs/keep.log
+data
+!data/small.csv
+/notes/*.md
+Dockerfile
+"""
+CONTEXT = ("app.py", "top.log", "logs/a.log", "logs/keep.log", "src/deep/x.log", "data/big.bin",
+           "data/small.csv", "notes/todo.md", "notes/sub/deep.md")  # fmt: skip
+KEPT = [".dockerignore", "app.py", "data/small.csv", "logs/keep.log", "notes/sub/deep.md"]
+
+LISTING = """
+import json, os
+files = sorted(os.path.relpath(os.path.join(d, f), "/opt/ctx")
+               for d, _, names in os.walk("/opt/ctx") for f in names)
+json.dump({"files": files, "app": open("/opt/ctx/app.py").read()},
+          open(os.path.join(os.environ["PHALANX_OUTPUTS_DIR"], "found.json"), "w"))
+"""
+
+
+def _built(cli: Cli, spec: Path) -> tuple[dict[str, object], str, bool]:
+    """A job's listing of the image's context, the image it ran in, whether it built one."""
+    cli.write("src/probe.py", LISTING)
+    name = cli.create(spec)
+    found = _found(cli, name)
+    logs = cli.home / "jobs" / name / "system_logs"
+    tag = re.search(r"nodes run in (phalanx-env:\w+)", (logs / "supervisor.txt").read_text())
+    assert tag is not None
+    return found, tag[1], (logs / "image_build.txt").exists()
+
+
+def test_dockerignore_decides_what_the_image_holds_and_what_rebuilds(
+    cli: Cli, engine: Engine
+) -> None:
+    for rel in CONTEXT:
+        cli.write(f"ctx/{rel}", f"{rel} {time.time()}\n")  # new content: a fresh build
+    cli.write("ctx/.dockerignore", IGNORE)
+    cli.write("ctx/Dockerfile", f"FROM {IMAGE}\nCOPY . /opt/ctx\n")
+    spec = _probe_job(cli, "{build: {path: ctx}}")
+    found, first, built = _built(cli, spec)
+    # podman left out what phalanx's hash leaves out.
+    assert built and found["files"] == KEPT
+    hashed = ContextIgnore.read(cli.workdir / "ctx" / ".dockerignore").files(cli.workdir / "ctx")
+    assert [p.relative_to(cli.workdir / "ctx").as_posix() for p in sorted(hashed)] == KEPT
+    # A file left out changes: the image is reused, nothing is built.
+    cli.write("ctx/data/big.bin", "changed\n")
+    cli.write("ctx/logs/a.log", "changed\n")
+    found, second, built = _built(cli, spec)
+    assert second == first and not built
+    # A kept file changes: a new image, with it.
+    cli.write("ctx/app.py", "edited\n")
+    found, third, built = _built(cli, spec)
+    assert third != first and built and found["app"] == "edited\n"
+
+
+def test_ignore_file_rules_and_choice(tmp_path: Path) -> None:
+    from phalanx.containers.build import ContextBuild
+
+    ignore = ContextIgnore(
+        ["# comment", "  *.tmp  ", "a/**/b", "c?", "[x-z].txt", "docs", "!docs/keep/**", "\\#x"]
+    )
+    assert ignore.excluded("f.tmp") and not ignore.excluded("sub/f.tmp")  # anchored at root
+    assert ignore.excluded("a/b") and ignore.excluded("a/1/2/b/file")  # ** is any depth
+    assert ignore.excluded("c1") and not ignore.excluded("c12")
+    assert ignore.excluded("y.txt") and not ignore.excluded("a.txt")
+    assert ignore.excluded("docs/x.md") and not ignore.excluded("docs/keep/sub/x.md")
+    assert ignore.excluded("#x") and not ignore.excluded("# comment")
+    with pytest.raises(PhalanxError, match=r"^\.dockerignore line 1: '\[ab' is not a valid"):
+        ContextIgnore(["[ab"])
+    with pytest.raises(PhalanxError, match=r"line 2: '!' needs a pattern"):
+        ContextIgnore(["a", "!"])
+    # Which file: beside the Dockerfile first, then .containerignore (podman), .dockerignore.
+    ctx = tmp_path / "ctx"
+    (ctx / "docker").mkdir(parents=True)
+    dockerfile = ctx / "docker" / "Train.dockerfile"
+    dockerfile.write_text(f"FROM {IMAGE}\n")
+    (ctx / ".dockerignore").write_text("a\n")
+    assert ignore_file(ctx, dockerfile, "podman") == ctx / ".dockerignore"
+    (ctx / ".containerignore").write_text("b\n")
+    assert ignore_file(ctx, dockerfile, "podman") == ctx / ".containerignore"
+    assert ignore_file(ctx, dockerfile, "docker") == ctx / ".dockerignore"
+    (ctx / "docker" / "Train.dockerfile.dockerignore").write_text("c\n")
+    assert ignore_file(ctx, dockerfile, "docker") == Path(f"{dockerfile}.dockerignore")
+    assert ignore_file(ctx, dockerfile, "podman") == Path(f"{dockerfile}.dockerignore")
+    # The Dockerfile counts even where the ignore file names it (the engine reads it).
+    podman = Engine("podman", "/usr/bin/podman")
+    build = ContextBuild(ctx, dockerfile)
+    (ctx / "docker" / "Train.dockerfile.dockerignore").write_text("docker\nc\n")
+    before = build.key(podman)
+    (ctx / "c").write_text("left out\n")
+    assert build.key(podman) == before
+    dockerfile.write_text(f"FROM {IMAGE}\nENV CHANGED=1\n")
+    assert build.key(podman) != before
 
 
 def _wheel(folder: Path, value: int) -> Path:

@@ -10,7 +10,11 @@ build); the host's CA bundle is mounted too, so the build reaches the package in
 through a proxy that the host trusts.
 
 Each build is named by a hash of what goes into it (the context's files, the
-Dockerfile, the base image's ID, the packages file): ``phalanx-env:<key>``. A second
+Dockerfile, the base image's ID, the packages file): ``phalanx-env:<key>``. A
+context's files are those the engine keeps: its ``.dockerignore`` or
+``.containerignore`` is honoured as the engine honours it
+(:mod:`phalanx.containers.ignore`), so editing a file it leaves out builds nothing;
+``.git`` and ``__pycache__`` folders are never hashed. A second
 job asking for the same content finds the image and starts at once; builds of one
 key are serialised with a file lock. The build's output is appended to the job's
 ``system_logs/image_build.txt``; a failed build fails the job in one line that names
@@ -21,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import shutil
 import subprocess
 import tempfile
@@ -32,6 +35,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from phalanx.containers.engine import Engine, find_engine, last_line
+from phalanx.containers.ignore import ContextIgnore, ignore_file
 from phalanx.containers.image import ImageRef, image_id
 from phalanx.containers.run import site_packages
 from phalanx.errors import PhalanxError, PreparationCanceled
@@ -44,7 +48,9 @@ LAYER = "/opt/phalanx/packages"
 _CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 _LENT_PIP = "/opt/phalanx/pip"
 POLL_S = 0.5
-_SKIPPED = {".git", "__pycache__"}
+_SKIPPED = (".git", "__pycache__")
+"""Never hashed: history and caches (a new commit does not rebuild)."""
+_IGNORE_FILES = (".dockerignore", ".containerignore")
 
 
 @dataclass(frozen=True)
@@ -55,9 +61,17 @@ class ContextBuild:
     dockerfile: Path
 
     def key(self, engine: Engine) -> str:
+        """The hash of what the build reads: the Dockerfile (even one the ignore file
+        names: the engine reads it all the same) and the files the engine keeps.
+
+        Raises:
+            PhalanxError: the ignore file cannot be read, or holds a bad pattern.
+        """
         digest = hashlib.sha256(f"context\0{engine.name}\0".encode())
         digest.update(str(self.dockerfile.relative_to(self.path)).encode() + b"\0")
-        for file in _files(self.path):
+        digest.update(hashlib.sha256(self.dockerfile.read_bytes()).digest())
+        ignore = ContextIgnore.read(ignore_file(self.path, self.dockerfile, engine.name))
+        for file in ignore.files(self.path, _SKIPPED):
             digest.update(str(file.relative_to(self.path)).encode() + b"\0")
             digest.update(hashlib.sha256(file.read_bytes()).digest())
         return digest.hexdigest()[:20]
@@ -77,7 +91,7 @@ class LayerBuild:
         digest = hashlib.sha256(f"layer\0{engine.name}\0{self.base.image_id}\0".encode())
         digest.update(self.requirements.encode() + b"\0")
         if self.folder is not None:
-            for file in _files(self.folder):
+            for file in ContextIgnore(()).files(self.folder, _SKIPPED):
                 stat = file.stat()
                 digest.update(f"{file}:{stat.st_size}:{stat.st_mtime_ns}\0".encode())
         return digest.hexdigest()[:20]
@@ -162,8 +176,10 @@ def _build_layer(
     with tempfile.TemporaryDirectory(prefix="phalanx-layer-") as tmp:
         context = Path(tmp) / "context"
         if request.folder is not None and request.folder.is_dir():
+            # Without the folder's ignore files: they are for builds of the user's own,
+            # and could leave out the packages file written below.
             shutil.copytree(request.folder, context, symlinks=True,
-                            ignore=shutil.ignore_patterns(*_SKIPPED))  # fmt: skip
+                            ignore=shutil.ignore_patterns(*_SKIPPED, *_IGNORE_FILES))  # fmt: skip
         context.mkdir(exist_ok=True)
         (context / ".phalanx-requirements.txt").write_text(request.requirements)
         dockerfile = Path(tmp) / "Dockerfile"
@@ -224,12 +240,3 @@ def _build(
         raise PhalanxError(
             f"environment: image build failed (exit {code}): {last_line(text)}; see {log_path}"
         )
-
-
-def _files(folder: Path) -> list[Path]:
-    """The regular files of ``folder``, sorted, caches and ``.git`` left out."""
-    found: list[Path] = []
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIPPED)
-        found += [Path(root) / f for f in sorted(files) if (Path(root) / f).is_file()]
-    return found
