@@ -28,6 +28,7 @@ from phalanx.containers.image import ImageRef
 from phalanx.containers.sweep import job_containers
 from phalanx.errors import PhalanxError
 from test_distributions import TF_JOB, TF_SCRIPT
+from test_job_retry import STEPS, TWO_NODES, _steps_done, _wait_for_step
 
 IMAGE = os.environ.get("PHALANX_TEST_IMAGE", "phalanx-test-bookworm")
 
@@ -164,59 +165,11 @@ def test_tensorflow_workers_run_in_the_image(cli: Cli, engine: Engine) -> None:
     assert _containers(engine, Path(job["job_dir"])) == []
 
 
-STEPS = """
-import json, os, sys, time
-import torch
-import torch.distributed as dist
-from phalanx.train import cleanup, init, watch_preemption
-
-ctx = init()
-preemption = watch_preemption()
-state = os.path.join(os.environ["PHALANX_CHECKPOINT_DIR"], "state.json")
-start = json.load(open(state))["step"] + 1 if os.path.exists(state) else 0
-out = open(os.path.join(os.environ["PHALANX_OUTPUTS_DIR"], f"steps_{ctx.rank}.txt"), "a")
-for step in range(start, int(sys.argv[1])):
-    t = torch.ones(1)
-    dist.all_reduce(t)
-    out.write(f"{os.environ['PHALANX_ATTEMPT']} {step}\\n")
-    out.flush()
-    time.sleep(0.05)
-    if preemption.requested(ctx):
-        if ctx.rank == 0:
-            with open(state + ".tmp", "w") as f:
-                json.dump({"step": step}, f)
-            os.replace(state + ".tmp", state)
-        preemption.exit()
-cleanup()
-"""
-
-
-def _steps_done(job_dir: Path, rank: int) -> list[tuple[int, int]]:
-    path = job_dir / "outputs" / f"steps_{rank}.txt"
-    if not path.exists():
-        return []
-    return [(int(a), int(s)) for a, s in (line.split() for line in path.read_text().splitlines())]
-
-
 def _steps_job(cli: Cli, steps: int) -> str:
     cli.write("src/steps.py", STEPS)
-    spec = cli.write(
-        "job.yml",
-        f"""
-        command: python steps.py {steps}
-        code: src
-        environment: {{image: {IMAGE}}}
-        resources: {{instance_count: 2}}
-        distribution: {{type: pytorch, process_count_per_instance: 1}}
-        retry: {{max_preemptions: 2, preemption_grace: 20}}
-        """,
-    )
-    name = cli.create(spec)
-    deadline = time.monotonic() + 120
-    while not any(s >= 20 for _, s in _steps_done(cli.home / "jobs" / name, 0)):
-        assert time.monotonic() < deadline, f"job {name} never reached step 20"
-        assert cli.show(name)["status"] in ("Queued", "Preparing", "Running")
-        time.sleep(0.2)
+    job = TWO_NODES.format(steps=steps, max_preemptions=2) + f"environment: {{image: {IMAGE}}}\n"
+    name = cli.create(cli.write("job.yml", job))
+    _wait_for_step(cli, name, 20)
     return name
 
 
