@@ -26,19 +26,18 @@ from __future__ import annotations
 import hashlib
 import logging
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-
+from phalanx.cancelable import held, run_logged
 from phalanx.containers.engine import Engine, find_engine, last_line
 from phalanx.containers.ignore import ContextIgnore, ignore_file
 from phalanx.containers.image import ImageRef, image_id
 from phalanx.containers.run import site_packages
-from phalanx.errors import PhalanxError, PreparationCanceled
+from phalanx.errors import PhalanxError
+from phalanx.hashing import file_digest
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +46,6 @@ LAYER = "/opt/phalanx/packages"
 """Where a derived image's pip packages are installed."""
 _CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 _LENT_PIP = "/opt/phalanx/pip"
-POLL_S = 0.5
 _SKIPPED = (".git", "__pycache__")
 """Never hashed: history and caches (a new commit does not rebuild)."""
 _IGNORE_FILES = (".dockerignore", ".containerignore")
@@ -69,11 +67,11 @@ class ContextBuild:
         """
         digest = hashlib.sha256(f"context\0{engine.name}\0".encode())
         digest.update(str(self.dockerfile.relative_to(self.path)).encode() + b"\0")
-        digest.update(hashlib.sha256(self.dockerfile.read_bytes()).digest())
+        digest.update(file_digest(self.dockerfile).encode())
         ignore = ContextIgnore.read(ignore_file(self.path, self.dockerfile, engine.name))
         for file in ignore.files(self.path, _SKIPPED):
             digest.update(str(file.relative_to(self.path)).encode() + b"\0")
-            digest.update(hashlib.sha256(file.read_bytes()).digest())
+            digest.update(file_digest(file).encode())
         return digest.hexdigest()[:20]
 
 
@@ -136,15 +134,8 @@ def ensure_built(
         log.info("image %s: reused", tag)
         return tag
     lock_dir.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(lock_dir / f"{tag.replace(':', '-')}.lock"))
-    while True:  # another job may be building it: wait, and listen for a cancel
-        try:
-            lock.acquire(timeout=POLL_S)
-            break
-        except Timeout:
-            if canceled():
-                raise PreparationCanceled("canceled while waiting for the image build") from None
-    try:
+    # Another job may be building it: wait for it (the image is then there).
+    with held(lock_dir / f"{tag.replace(':', '-')}.lock", canceled, "the image build"):
         if image_id(engine, tag) is not None:
             return tag
         log.info("image %s: building", tag)
@@ -152,8 +143,6 @@ def ensure_built(
             _build(engine, tag, request.path, request.dockerfile, [], log_path, canceled)
         else:
             _build_layer(engine, tag, request, log_path, canceled)
-    finally:
-        lock.release()
     return tag
 
 
@@ -215,23 +204,7 @@ def _build(
         if _CA_BUNDLE.is_file() and engine.is_podman:
             argv += ["--env", f"{name}={_CA_BUNDLE}"]  # for RUN steps only, not kept
     argv.append(str(context))
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as out:
-        out.write(f"$ {' '.join(argv)}\n".encode())
-        out.flush()
-        proc = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=engine.env(), start_new_session=True,
-        )  # fmt: skip
-        while True:
-            try:
-                code = proc.wait(POLL_S)
-                break
-            except subprocess.TimeoutExpired:
-                if canceled():
-                    proc.kill()
-                    proc.wait()
-                    raise PreparationCanceled("canceled during the image build") from None
+    code = run_logged(argv, log_path, canceled, "the image build", env=engine.env())
     if code != 0:
         try:
             text = log_path.read_text(errors="replace")

@@ -23,15 +23,11 @@ try.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
-import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import sysconfig
 from collections.abc import Callable
@@ -41,15 +37,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from filelock import FileLock, Timeout
 
 from phalanx import __version__
-from phalanx.errors import PhalanxError, PreparationCanceled
+from phalanx.cancelable import held, run_logged
+from phalanx.errors import PhalanxError
 
 log = logging.getLogger(__name__)
 
 READY = ".phalanx-ready"
-POLL_S = 0.5
 _CONDA_TOOLS = ("micromamba", "mamba", "conda")
 # Conda dependency specs phalanx can honour without conda: the interpreter and pip.
 _PYTHON_SPEC = re.compile(r"^python(?:\s*[=<>!~].*)?$")
@@ -220,15 +215,8 @@ def ensure_environment(
     if (target / READY).exists():
         log.info("environment %s: reused (%s)", request.key, target)
         return target
-    lock = FileLock(str(root / f"{request.key}.lock"))
-    while True:  # another job may be building it: wait, and listen for a cancel
-        try:
-            lock.acquire(timeout=POLL_S)
-            break
-        except Timeout:
-            if canceled():
-                raise PreparationCanceled("canceled while waiting for the environment") from None
-    try:
+    # Another job may be building it: wait for it (it is then ready).
+    with held(root / f"{request.key}.lock", canceled, "the environment"):
         if (target / READY).exists():  # another job built it while this one waited
             log.info("environment %s: built by another job meanwhile", request.key)
             return target
@@ -240,8 +228,6 @@ def ensure_environment(
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
-    finally:
-        lock.release()
     log.info("environment %s: ready (%s)", request.key, target)
     return target
 
@@ -293,29 +279,10 @@ def _layer_on_phalanx(prefix: Path) -> None:
 def _run(
     argv: list[str], log_path: Path, cwd: Path | None, what: str, canceled: Callable[[], bool]
 ) -> None:
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as out:
-        out.write(f"$ {' '.join(argv)}\n".encode())
-        out.flush()
-        proc = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True
-        )
-        while (code := _wait(proc, POLL_S)) is None:
-            if canceled():
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)  # pip and what it started
-                proc.wait()
-                raise PreparationCanceled(f"canceled during the environment's {what}")
+    code = run_logged(argv, log_path, canceled, f"the environment's {what}", cwd=cwd)
     if code != 0:
         last = _last_line(log_path)
         raise PhalanxError(f"environment: {what} failed (exit {code}): {last}; see {log_path}")
-
-
-def _wait(proc: subprocess.Popen[bytes], timeout: float) -> int | None:
-    try:
-        return proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        return None
 
 
 def _last_line(path: Path) -> str:
