@@ -16,15 +16,18 @@ import stat
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
 from conftest import BIN, REPO, Cli
+from phalanx.containers.build import TAG, USED
 from phalanx.containers.engine import CONTAINERS_CONF, Engine, find_engine
 from phalanx.containers.ignore import ContextIgnore, ignore_file
-from phalanx.containers.image import ImageRef
+from phalanx.containers.image import ImageRef, image_id
 from phalanx.containers.sweep import job_containers
 from phalanx.errors import PhalanxError
 from test_distributions import TF_JOB, TF_SCRIPT
@@ -34,12 +37,28 @@ IMAGE = os.environ.get("PHALANX_TEST_IMAGE", "phalanx-test-bookworm")
 
 
 @pytest.fixture(scope="session")
-def engine() -> Engine:
-    """The engine, with the test image on it (made here when ``make test-image`` was not run)."""
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    """The engine, with the test image on it (made here when ``make test-image`` was not run).
+
+    The images the session's jobs build are removed at its end: those the workspaces of
+    its tests recorded a use of, and that were not on the machine when it began (a
+    session running beside this one keeps its own)."""
     found = find_engine()
     if found.run(["image", "exists", IMAGE]).returncode != 0:
         subprocess.run(["sh", str(REPO / "tests" / "images" / "make-test-image.sh")], check=True)
-    return found
+    before = _built_images(found)
+    yield found
+    records = tmp_path_factory.getbasetemp().glob(f"*/*/containers/builds/{TAG}-*{USED}")
+    used = {f"{TAG}:{r.name[len(TAG) + 1 : -len(USED)]}" for r in records}
+    for tag in sorted(used - before):
+        found.run(["rmi", tag])  # one that is gone already, or still in use, stays as it is
+
+
+def _built_images(engine: Engine) -> set[str]:
+    listed = engine.run(["images", "--format", "{{.Repository}}:{{.Tag}}"], timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    names = (line.strip().removeprefix("localhost/") for line in listed.stdout.splitlines())
+    return {name for name in names if name.startswith(f"{TAG}:")}
 
 
 def _containers(engine: Engine, job_dir: Path) -> list[str]:
@@ -217,24 +236,26 @@ def test_image_errors_are_one_line_at_create(cli: Cli, engine: Engine, tmp_path:
     (line,) = proc.stderr.splitlines()
     assert line.startswith("error: environment.image 'nope/none:1' is not on this machine and ")
     assert "cannot be pulled" in line
-    # An image without Python.
+    # An image without Python (of this test's own, removed once asked).
     empty = tmp_path / "empty"
     (empty / "etc").mkdir(parents=True)
     tar = subprocess.run(["tar", "-C", str(empty), "-c", "."], capture_output=True, check=True)
+    nopython = f"phalanx-test-nopython:{uuid.uuid4().hex[:12]}"
     imported = subprocess.run(
-        [engine.path, "import", "-", "phalanx-test-nopython"],
+        [engine.path, "import", "-", nopython],
         input=tar.stdout,
         env=engine.env(),
         capture_output=True,
         check=False,
     )
     assert imported.returncode == 0, imported.stderr
-    proc = cli.run(
-        "job", "create", "-f", str(_spec(cli, nodes=1, procs=1, image="phalanx-test-nopython"))
-    )
+    try:
+        proc = cli.run("job", "create", "-f", str(_spec(cli, nodes=1, procs=1, image=nopython)))
+    finally:
+        assert engine.run(["rmi", nopython]).returncode == 0
     (line,) = proc.stderr.splitlines()
     assert proc.returncode == 2
-    assert line.startswith("error: environment.image 'phalanx-test-nopython' has no Python")
+    assert line.startswith(f"error: environment.image '{nopython}' has no Python")
     # No engine on the machine; an engine chosen that is not installed.
     spec = _spec(cli, nodes=1, procs=1)
     cli.env["PATH"] = str(BIN)
@@ -408,10 +429,16 @@ def _built(cli: Cli, spec: Path) -> tuple[dict[str, object], str, bool]:
     cli.write("src/probe.py", LISTING)
     name = cli.create(spec)
     found = _found(cli, name)
-    logs = cli.home / "jobs" / name / "system_logs"
-    tag = re.search(r"nodes run in (phalanx-env:\w+)", (logs / "supervisor.txt").read_text())
-    assert tag is not None
-    return found, tag[1], (logs / "image_build.txt").exists()
+    built = (cli.home / "jobs" / name / "system_logs" / "image_build.txt").exists()
+    return found, _image_of(cli, name), built
+
+
+def _image_of(cli: Cli, name: str) -> str:
+    """The built image job ``name`` ran in, as its supervisor's log names it."""
+    supervisor = (cli.home / "jobs" / name / "system_logs" / "supervisor.txt").read_text()
+    tag = re.search(rf"nodes run in ({TAG}:\w+)", supervisor)
+    assert tag is not None, supervisor
+    return tag[1]
 
 
 def test_dockerignore_decides_what_the_image_holds_and_what_rebuilds(
@@ -436,6 +463,43 @@ def test_dockerignore_decides_what_the_image_holds_and_what_rebuilds(
     cli.write("ctx/app.py", "edited\n")
     found, third, built = _built(cli, spec)
     assert third != first and built and found["app"] == "edited\n"
+
+
+def test_prune_removes_the_built_images_no_job_uses(cli: Cli, engine: Engine) -> None:
+    cli.write("ctx/Dockerfile", f"FROM {IMAGE}\nCOPY marker.txt /opt/marker\n")
+    cli.write("ctx/marker.txt", f"pruned {time.time()}\n")  # new content: a fresh build
+    first = cli.create(_probe_job(cli, "{build: {path: ctx}}"))
+    _found(cli, first)
+    tag = _image_of(cli, first)
+    # Just used: kept by default (7 days); a dry run of --all names it and removes nothing.
+    out = cli.run("environment", "prune", check=True).stdout
+    assert out.strip() == "no built image to remove" and image_id(engine, tag) is not None
+    out = cli.run("environment", "prune", "--all", "--dry-run", check=True).stdout
+    assert out.strip() == f"would remove {tag}" and image_id(engine, tag) is not None
+    # A running job's container holds it: kept, with the engine's reason.
+    cli.write("src/probe.py", "import time\ntime.sleep(120)\n")
+    running = cli.create(_probe_job(cli, "{build: {path: ctx}}"))
+    job_dir = cli.home / "jobs" / running
+    deadline = time.monotonic() + 60
+    while not _containers(engine, job_dir):
+        assert time.monotonic() < deadline, "the job's container never started"
+        time.sleep(0.2)
+    pruned = json.loads(cli.run("environment", "prune", "--all", "--json", check=True).stdout)
+    assert pruned["removed"] == [] and list(pruned["kept"]) == [tag]
+    assert image_id(engine, tag) is not None
+    cli.run("job", "cancel", running, check=True)
+    cli.wait(running, ("Canceled",), timeout=60)
+    # Unused now: removed; the next job needing it builds it again.
+    out = cli.run("environment", "prune", "--all", check=True).stdout
+    assert out.strip() == f"removed {tag}" and image_id(engine, tag) is None
+    cli.write("src/probe.py", PROBE)
+    again = cli.create(_probe_job(cli, "{build: {path: ctx}}"))
+    assert str(_found(cli, again)["marker"]).startswith("pruned")
+    assert _image_of(cli, again) == tag
+    assert (cli.home / "jobs" / again / "system_logs" / "image_build.txt").exists()
+    proc = cli.run("environment", "prune", "--unused-for", "soon")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: --unused-for must be a number of seconds or a duration")
 
 
 def test_ignore_file_rules_and_choice(tmp_path: Path) -> None:
@@ -564,8 +628,14 @@ def test_build_context_through_a_server(cli: Cli, engine: Engine) -> None:
     # The context is on the laptop: it goes up with the job and is built on the server.
     cli.write("ctx/Dockerfile", f"FROM {IMAGE}\nCOPY marker.txt /opt/marker\n")
     cli.write("ctx/marker.txt", f"from the laptop {time.time()}\n")
-    found = _found(cli, cli.create(_probe_job(cli, "{build: {path: ctx}}")))
+    name = cli.create(_probe_job(cli, "{build: {path: ctx}}"))
+    found = _found(cli, name)
     assert str(found["marker"]).startswith("from the laptop")
+    # The server's workspace prunes what its jobs built (not the laptop's: it has none).
+    tag = _image_of(cli, name)
+    out = cli.run("environment", "prune", "--all", "--json", check=True).stdout
+    assert json.loads(out) == {"removed": [tag], "kept": {}, "dry_run": False}
+    assert image_id(engine, tag) is None
 
 
 @pytest.mark.parametrize("cli", ["server"], indirect=True)

@@ -1,4 +1,5 @@
-"""``phalanx environment …``: registered environments (create, list, show).
+"""``phalanx environment …``: registered environments (create, list, show), and
+``prune``, the images phalanx built for jobs (build contexts, pip layers on images).
 
 An environment file is Azure ML's environment YAML::
 
@@ -90,4 +91,41 @@ def show_cmd(environment: str, as_json: bool) -> int:
     else:
         for key, value in shown.items():
             console.print(f"[bold]{key}[/bold]: {value}", highlight=False)
+    return 0
+
+
+@environment_group.command("prune")
+@click.option(
+    "--unused-for", default="7d", show_default=True,
+    help="Remove the images no job used for this long (90m, 12h, 7d).",
+)  # fmt: skip
+@click.option("--all", "everything", is_flag=True, help="Remove every one no container uses.")
+@click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def prune_cmd(unused_for: str, everything: bool, dry_run: bool, as_json: bool) -> int:
+    """Remove the images phalanx built for this workspace's jobs (build contexts, pip
+    layers) that no job used lately. A later job that needs one builds it again; an
+    image a running job's container uses is kept."""
+    from pydantic_core import PydanticCustomError
+
+    from phalanx.errors import PhalanxError
+    from phalanx.spec.values import parse_duration
+
+    unused_for_s: float | None = None
+    if not everything:
+        try:
+            unused_for_s = parse_duration(unused_for)
+        except PydanticCustomError as exc:  # its message says what to write
+            raise PhalanxError(f"--unused-for {exc.message()}") from None
+    pruned = _environments().prune(unused_for_s, dry_run=dry_run)
+    if as_json:
+        click.echo(json.dumps(pruned, indent=2))
+        return 0
+    verb = "would remove" if dry_run else "removed"
+    for tag in pruned["removed"]:
+        console.print(f"{verb} {tag}", highlight=False)
+    for tag, why in pruned["kept"].items():
+        console.print(f"kept {tag}: {why}", highlight=False)
+    if not pruned["removed"] and not pruned["kept"]:
+        console.print("no built image to remove", highlight=False)
     return 0

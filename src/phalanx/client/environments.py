@@ -57,3 +57,8 @@ class RemoteEnvironments:
             "GET", f"/environments/{segment(name)}", params={"version": version}
         )
         return answer
+
+    def prune(self, unused_for_s: float | None, *, dry_run: bool) -> dict[str, Any]:
+        body = {"unused_for_s": unused_for_s, "dry_run": dry_run}
+        answer: dict[str, Any] = self.client.request("POST", "/environments/prune", json=body)
+        return answer

@@ -19,6 +19,9 @@ job asking for the same content finds the image and starts at once; builds of on
 key are serialised with a file lock. The build's output is appended to the job's
 ``system_logs/image_build.txt``; a failed build fails the job in one line that names
 that log.
+
+Every job that uses a built image touches its record in the workspace's builds folder;
+:func:`prune` (``phalanx environment prune``) removes the images no job used lately.
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ import hashlib
 import logging
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from phalanx.cancelable import held, run_logged
@@ -42,6 +46,8 @@ from phalanx.hashing import file_digest
 log = logging.getLogger(__name__)
 
 TAG = "phalanx-env"
+USED = ".used"
+"""A build record's suffix: its time is the image's last use by a job of the workspace."""
 LAYER = "/opt/phalanx/packages"
 """Where a derived image's pip packages are installed."""
 _CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -121,6 +127,10 @@ def ensure_built(
 ) -> str:
     """The image for ``request``, built if no image of its content is here.
 
+    Args:
+        lock_dir: The workspace's builds folder: the build's lock, and the record of
+            the image's last use (``phalanx-env-<key>.used``, what :func:`prune` reads).
+
     Returns:
         The image's tag (``phalanx-env:<key>``).
 
@@ -130,12 +140,13 @@ def ensure_built(
     """
     engine = find_engine()
     tag = f"{TAG}:{request.key(engine)}"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    (lock_dir / f"{_stem(tag)}{USED}").touch()  # before it is looked for: prune spares it
     if image_id(engine, tag) is not None:
         log.info("image %s: reused", tag)
         return tag
-    lock_dir.mkdir(parents=True, exist_ok=True)
     # Another job may be building it: wait for it (the image is then there).
-    with held(lock_dir / f"{tag.replace(':', '-')}.lock", canceled, "the image build"):
+    with held(lock_dir / f"{_stem(tag)}.lock", canceled, "the image build"):
         if image_id(engine, tag) is not None:
             return tag
         log.info("image %s: building", tag)
@@ -144,6 +155,67 @@ def ensure_built(
         else:
             _build_layer(engine, tag, request, log_path, canceled)
     return tag
+
+
+@dataclass
+class Pruned:
+    """What :func:`prune` removed, and what it kept."""
+
+    removed: list[str] = field(default_factory=list)
+    """The images removed (or, for a dry run, that would be)."""
+    kept: dict[str, str] = field(default_factory=dict)
+    """Images that could not be removed (a container uses them): why, in the engine's words."""
+
+
+def prune(builds: Path, unused_for_s: float | None, *, dry_run: bool = False) -> Pruned:
+    """Remove the images the workspace's jobs built or used, unused for ``unused_for_s``
+    seconds (all when ``None``). A job that needs one later builds it again.
+
+    Args:
+        builds: The workspace's builds folder (``$PHALANX_HOME/containers/builds``).
+        dry_run: Only say what would be removed.
+
+    Raises:
+        PhalanxError: there are images to remove and no engine to remove them with.
+    """
+    pruned = Pruned()
+    records = sorted(builds.glob(f"{TAG}-*{USED}")) if builds.is_dir() else []
+    if not records:
+        return pruned
+    engine = find_engine()
+    cutoff = time.time() - (unused_for_s or 0)
+    for record in records:
+        tag = f"{TAG}:{record.name[len(TAG) + 1 : -len(USED)]}"
+        if _used_at(record) > cutoff:
+            continue
+        if image_id(engine, tag) is None:  # removed by hand, or its build failed
+            if not dry_run:
+                record.unlink(missing_ok=True)
+            continue
+        if dry_run:
+            pruned.removed.append(tag)
+            continue
+        if _used_at(record) > cutoff:
+            continue  # a job took it up meanwhile
+        # Never forced: the engine refuses an image a container (a running job) uses.
+        proc = engine.run(["rmi", tag])
+        if proc.returncode == 0:
+            record.unlink(missing_ok=True)
+            pruned.removed.append(tag)
+        else:
+            pruned.kept[tag] = last_line(proc.stderr or proc.stdout)
+    return pruned
+
+
+def _used_at(record: Path) -> float:
+    try:
+        return record.stat().st_mtime
+    except OSError:
+        return time.time()  # gone: taken as just used, so left alone
+
+
+def _stem(tag: str) -> str:
+    return tag.replace(":", "-")
 
 
 def _build_layer(

@@ -1,4 +1,4 @@
-"""``/api/v1/environments``: register, list and show environments.
+"""``/api/v1/environments``: register, list and show environments; prune built images.
 
 A client sends the environment's YAML and the files it names (conda/pip file, build
 context) as an upload (``PUT /api/v1/uploads``), the YAML as ``environment.yml`` with
@@ -45,6 +45,21 @@ def create_environment(body: EnvironmentCreate, request: Request, _: User) -> di
         return environments.create(document, name=body.name, version=body.version)
     finally:
         shutil.rmtree(dest, ignore_errors=True)
+
+
+class Prune(BaseModel):
+    """Which built images to remove."""
+
+    unused_for_s: float | None = Field(None, ge=0)
+    """Those no job used for this long; all when none."""
+    dry_run: bool = False
+
+
+@router.post("/prune")
+def prune_images(body: Prune, request: Request, _: User) -> dict[str, Any]:
+    """Remove the images the workspace's jobs built, unused for ``unused_for_s``."""
+    environments = WorkspaceEnvironments(request_workspace(request))
+    return environments.prune(body.unused_for_s, dry_run=body.dry_run)
 
 
 @router.get("")

@@ -1,7 +1,7 @@
 """Registered environments of a workspace: create (from Azure ML's environment YAML),
-list, show. The CLI calls :class:`WorkspaceEnvironments` on this machine; a server's
-routes call the same, and :mod:`phalanx.client.environments` offers the same calls
-over HTTP."""
+list, show; and prune, the images its jobs built. The CLI calls
+:class:`WorkspaceEnvironments` on this machine; a server's routes call the same, and
+:mod:`phalanx.client.environments` offers the same calls over HTTP."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ class Environments(Protocol):
     def create(self, file: Path, *, name: str | None, version: str | None) -> dict[str, Any]: ...
     def list_all(self, name: str | None) -> list[dict[str, Any]]: ...
     def show(self, name: str, version: str) -> dict[str, Any]: ...
+    def prune(self, unused_for_s: float | None, *, dry_run: bool) -> dict[str, Any]: ...
 
 
 def environment_json(env: RegisteredEnvironment) -> dict[str, Any]:
@@ -103,3 +104,18 @@ class WorkspaceEnvironments:
 
     def show(self, name: str, version: str) -> dict[str, Any]:
         return environment_json(get_environment(self.ws, name, version))
+
+    def prune(self, unused_for_s: float | None, *, dry_run: bool) -> dict[str, Any]:
+        """Remove the images this workspace's jobs built or used, unused for
+        ``unused_for_s`` seconds (all when ``None``); those a container uses are kept.
+
+        Returns:
+            ``removed`` (the images' tags), ``kept`` (tag → why), ``dry_run``.
+
+        Raises:
+            PhalanxError: there are images to remove and no engine to remove them with.
+        """
+        from phalanx.containers.build import prune
+
+        pruned = prune(self.ws.home / "containers" / "builds", unused_for_s, dry_run=dry_run)
+        return {"removed": pruned.removed, "kept": pruned.kept, "dry_run": dry_run}
