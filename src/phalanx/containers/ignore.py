@@ -50,7 +50,8 @@ class ContextIgnore:
     """The patterns of one ignore file, asked path by path."""
 
     def __init__(self, lines: Iterable[str], source: str = ".dockerignore") -> None:
-        """
+        """Read the patterns of an ignore file's ``lines``.
+
         Args:
             lines: The ignore file's lines.
             source: Its name, for the message of a pattern that cannot be read.
@@ -76,7 +77,7 @@ class ContextIgnore:
                     )
             if not pattern:
                 continue
-            # Go's filepath.Clean; a leading / is the context's root, as no / is.
+            # Go's filepath.Clean; the context is the root, so a leading / is dropped.
             pattern = posixpath.normpath(pattern).lstrip("/") or "/"
             try:
                 regex = re.compile(_regex(pattern))
