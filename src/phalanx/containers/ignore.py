@@ -121,7 +121,7 @@ class ContextIgnore:
         return excluded
 
     def files(self, folder: Path, skipped: Sequence[str] = ()) -> list[Path]:
-        """The regular files of ``folder`` that are not left out, sorted.
+        """The regular files of ``folder`` that are not left out, in a fixed order.
 
         Args:
             skipped: Folder names never walked into (caches, ``.git``).
