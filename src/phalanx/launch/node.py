@@ -97,6 +97,8 @@ class NodeLaunch:
                 forward=self.user_env.keys(),
                 loopback=all(h.startswith("127.") for h in self.hosts),
                 one_machine=self.shared_machine,
+                image_mpirun=self.image.mpirun if python and self.image else None,
+                python=python,
             )
         return [
             python or sys.executable,
