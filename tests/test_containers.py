@@ -28,13 +28,17 @@ from phalanx.containers.sweep import job_containers
 IMAGE = os.environ.get("PHALANX_TEST_IMAGE", "phalanx-test-bookworm")
 
 
+def make_test_image() -> None:
+    """The test image, made here when ``make test-image`` was not run. Quick when it is
+    there and has what the recipe puts in (Open MPI since MPI jobs run in images)."""
+    subprocess.run(["sh", str(REPO / "tests" / "images" / "make-test-image.sh")], check=True)
+
+
 @pytest.fixture(scope="session")
 def engine() -> Engine:
-    """The engine, with the test image on it (made here when ``make test-image`` was not run)."""
+    """The engine, with the test image on it."""
     found = find_engine()
-    # Quick when the image is there and has what the recipe puts in (Open MPI since MPI
-    # jobs run in images); made again otherwise.
-    subprocess.run(["sh", str(REPO / "tests" / "images" / "make-test-image.sh")], check=True)
+    make_test_image()
     return found
 
 

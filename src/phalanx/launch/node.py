@@ -192,6 +192,7 @@ class NodeLaunch:
             env["PHALANX_TF_CLUSTER"] = json.dumps(self.tf_cluster)
         if self.distribution == "mpi":
             env["PHALANX_NODE_COMMAND"] = self.command
+            env["PHALANX_NODE_WORKDIR"] = str(self.workdir)
         if self.devices is not None:
             # LOCAL_RANK k uses the k-th of the node's own devices.
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self.devices)
