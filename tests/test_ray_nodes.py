@@ -209,16 +209,24 @@ comm = MPI.COMM_WORLD
 total = comm.allreduce(comm.Get_rank() + 1)
 keys = ["RANK", "NODE_RANK", "PHALANX_RAY_NODE_ID", "PHALANX_JOB_DIR", "OMPI_COMM_WORLD_LOCAL_SIZE"]
 seen = {k: os.environ.get(k) for k in keys}
-seen.update(rank=comm.Get_rank(), total=total, out=sys.argv[1])
+seen.update(rank=comm.Get_rank(), total=total, out=sys.argv[1],
+            container=os.path.exists("/run/.containerenv"), mpi4py=MPI.__file__, cwd=os.getcwd())
 out = os.path.join(os.environ["PHALANX_OUTPUTS_DIR"], f"rank_{comm.Get_rank()}.json")
 open(out, "w").write(json.dumps(seen))
 print(f"rank {comm.Get_rank()} allreduce {total}", flush=True)
 """
 
 
-def test_mpi_across_ray_nodes(cli: Cli, ray_cluster: RayCluster) -> None:
+@pytest.mark.parametrize("image", [None, "phalanx-test-bookworm"])
+def test_mpi_across_ray_nodes(cli: Cli, ray_cluster: RayCluster, image: str | None) -> None:
     """mpirun on node 0; node 1's daemon started by node 1's agent (no ssh), its ranks in
-    node 1's folder and environment, their logs shipped back."""
+    node 1's folder and environment, their logs shipped back. In an image: mpirun in node
+    0's container, node 1's daemon in a container on node 1, the image's Open MPI."""
+    if image is not None:
+        from test_containers import IMAGE, make_test_image
+
+        make_test_image()
+        image = IMAGE
     cli.write("src/mpi_job.py", MPI_SCRIPT)
     spec = cli.write(
         "job.yml",
@@ -231,7 +239,8 @@ def test_mpi_across_ray_nodes(cli: Cli, ray_cluster: RayCluster) -> None:
         resources: {{instance_count: 2}}
         distribution: {{type: mpi, process_count_per_instance: 2}}
         limits: {{timeout: 300}}
-        """,
+        """
+        + (f"environment: {{image: {image}}}\n" if image else ""),
     )
     name = cli.create(spec)
     job = cli.wait(name, ("Completed", "Failed"), timeout=240)
@@ -247,8 +256,12 @@ def test_mpi_across_ray_nodes(cli: Cli, ray_cluster: RayCluster) -> None:
         # Each node's ranks ran in that node's folder, with that node's command.
         assert Path(r["PHALANX_JOB_DIR"]).name.endswith(f"-node{r['NODE_RANK']}")
         assert r["out"].startswith(r["PHALANX_JOB_DIR"])
+        assert r["cwd"].startswith(r["PHALANX_JOB_DIR"])  # not node 0's folder
     for rank in range(4):
         log = _text(job_dir / "user_logs" / f"std_log_process_{rank}.txt")
         assert f"rank {rank} allreduce 10" in log
+    # With an image every rank ran in a container, on the image's own mpi4py.
+    assert {r["container"] for r in ranks} == {image is not None}
+    assert {r["mpi4py"].startswith("/usr/lib/python3/") for r in ranks} == {image is not None}
     # Two Ray nodes of one machine: no shared-memory segments between them.
     assert "vader" not in _text(job_dir / "system_logs" / "node_0.txt")

@@ -32,7 +32,8 @@ from phalanx.workspace import Workspace
 HOLD = """
 command: >-
   python -c "import os, time, pathlib;
-  print('DEVICES', os.environ['RANK'], os.environ.get('CUDA_VISIBLE_DEVICES'), flush=True);
+  print('DEVICES', os.environ['RANK'], os.environ['PHALANX_ATTEMPT'],
+  os.environ.get('CUDA_VISIBLE_DEVICES'), flush=True);
   gate = pathlib.Path(os.environ['RELEASE_DIR'], os.environ['PHALANX_JOB_NAME']);
   [time.sleep(0.1) for _ in range(3000) if not gate.exists()]"
 environment_variables: {{RELEASE_DIR: "{gates}"}}
@@ -77,15 +78,22 @@ def _held_devices(cli: Cli) -> dict[str, list[str]]:
     return held
 
 
-def _devices_seen(cli: Cli, name: str) -> dict[int, str]:
-    """RANK → the CUDA_VISIBLE_DEVICES it printed."""
+def _devices_seen(cli: Cli, name: str, attempt: int | None = None) -> dict[int, str]:
+    """RANK → the CUDA_VISIBLE_DEVICES it printed (in ``attempt`` only, when given)."""
     seen = {}
     for log in (cli.home / "jobs" / name / "user_logs").glob("std_log_process_*.txt"):
         for line in log.read_text().splitlines():
             if line.startswith("DEVICES "):
-                _, rank, devices = line.split()
-                seen[int(rank)] = devices
+                _, rank, printed_in, devices = line.split()
+                if attempt is None or int(printed_in) == attempt:
+                    seen[int(rank)] = devices
     return seen
+
+
+def _open_attempts(cli: Cli) -> dict[str, int]:
+    """Job → the number of its attempt that has begun and not ended."""
+    rows = _query(cli, "SELECT job_name, number FROM attempts WHERE ended_at IS NULL")
+    return {row["job_name"]: int(row["number"]) for row in rows}
 
 
 def _wait_devices(cli: Cli, name: str, ranks: int, timeout: float = 60) -> dict[int, str]:
@@ -319,14 +327,22 @@ def test_random_submissions_cancels_ends_and_kills_keep_devices_apart(
     def check() -> None:
         for device, holders in _held_devices(cli).items():
             assert len(holders) == 1, f"{device} held by {holders} after {events[-3:]}"
-        # What the ranks of jobs running now were really given: never the same device.
+        # What the ranks of attempts running now were really given: never the same device.
+        # Only attempts open before and after the logs are read count: a requeued job's
+        # log still holds its last attempt's line, and one that ended may just have given
+        # its device to the next.
+        before = _open_attempts(cli)
+        printed = {name: _devices_seen(cli, name, n) for name, n in before.items()}
+        after = _open_attempts(cli)
         seen: dict[str, str] = {}
-        for name in jobs:
-            if _status(cli, name) != "Running":
+        for name, devices_of_ranks in printed.items():
+            if after.get(name) != before[name]:
                 continue
-            for devices in _devices_seen(cli, name).values():
+            for devices in devices_of_ranks.values():
                 for device in devices.split(","):
-                    assert device not in seen, f"GPU {device}: {seen[device]} and {name}"
+                    assert device not in seen, (
+                        f"GPU {device}: {seen[device]} and {name} after {events[-3:]}"
+                    )
                     seen[device] = name
 
     for _ in range(100):

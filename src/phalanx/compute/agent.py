@@ -54,7 +54,7 @@ class NodeAgent:
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
         self._folder: NodeFolder | None = None
-        self._armed: tuple[dict[str, str], Path, Path] | None = None
+        self._armed: tuple[dict[str, str], Path, NodeLaunch] | None = None
         self._answer: tuple[int, list[Change], bool] = (0, [], False)
         """The last changes sent (sequence number, changes, more): sent again until the
         supervisor says it has them."""
@@ -104,12 +104,14 @@ class NodeAgent:
 
             # This node's engine and copy of the image (pulled here if it is not).
             image = ready_image(launch.image_name, node_home() / "containers" / "images")
+            if launch.distribution == "mpi":
+                image.check_mpi()
             launch = replace(launch, image=image)
         env = launch.env()
         env["PHALANX_RAY_NODE_ID"] = ray.get_runtime_context().get_node_id()
         if launch.distribution == "mpi" and launch.node_rank > 0:
             log.parent.mkdir(parents=True, exist_ok=True)
-            self._armed = (env, log, launch.workdir)
+            self._armed = (env, log, launch)
             return 0
         if peers:
             env[SOCKET_ENV] = self._serve(peers)
@@ -121,12 +123,19 @@ class NodeAgent:
         it ends (as ssh would); its exit status."""
         if self._armed is None:
             raise RuntimeError("this node has no MPI job to run a daemon for")
-        env, log, cwd = self._armed
+        env, log, launch = self._armed
+        if launch.image is not None:
+            from phalanx.containers.run import start
+
+            # In a container of the node's image, as its launcher would have run.
+            daemon = ["/bin/sh", "-c", command]
+            self._proc = start(launch, env, log, end_with_parent=True, command=daemon)
+            return self._proc.wait()
         with open(log, "ab") as out:
             self._proc = subprocess.Popen(
                 ["/bin/sh", "-c", command],
                 env=env,
-                cwd=cwd,
+                cwd=launch.workdir,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -25,12 +25,18 @@ from phalanx.errors import PhalanxError
 
 PULL_TIMEOUT_S = 900.0
 _PROBE = (
-    "import importlib.util, json, os, sys; print(json.dumps({'python': sys.executable, "
+    "import importlib.util, json, os, shutil, subprocess, sys; "
+    "m = shutil.which('mpirun') or ''; "
+    "v = subprocess.run([m, '--version'], capture_output=True, text=True).stdout if m else ''; "
+    "print(json.dumps({'python': sys.executable, "
     "'version': '%d.%d' % sys.version_info[:2], 'path': os.environ.get('PATH', ''), "
     "'pythonpath': os.environ.get('PYTHONPATH', ''), "
     "'torch': importlib.util.find_spec('torch') is not None, "
-    "'pip': importlib.util.find_spec('pip') is not None}))"
+    "'pip': importlib.util.find_spec('pip') is not None, "
+    "'mpirun': m, 'open_mpi': 'Open MPI' in v}))"
 )
+_PROBED = ("python", "version", "path", "torch", "mpirun")
+"""Keys every kept probe answer has; one kept by an older phalanx is asked again."""
 _PYTHONS = ("python3", "python")
 HOST_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -58,6 +64,27 @@ class ImageRef:
     """The image's own ``PYTHONPATH`` (kept inside, after phalanx's package)."""
     pip: bool = True
     """Whether the image has pip (a pip/conda layer borrows phalanx's when it has not)."""
+    mpirun: str = ""
+    """The image's ``mpirun`` (an absolute path inside it); empty when it has none."""
+    open_mpi: bool = False
+    """Whether that ``mpirun`` is Open MPI's (phalanx builds Open MPI's command line)."""
+
+    def check_mpi(self, field: str = "environment.image") -> None:
+        """Refuse an MPI job in an image without Open MPI's ``mpirun``.
+
+        Raises:
+            PhalanxError: one line naming the image and what to install in it.
+        """
+        if self.mpirun and self.open_mpi:
+            return
+        what = "without mpirun"
+        if self.mpirun:
+            what = f"whose mpirun ({self.mpirun}) is not Open MPI's"
+        raise PhalanxError(
+            f"{field} {self.image!r} is an image {what}: distribution type mpi runs the "
+            "image's Open MPI; install it in the image (openmpi-bin, with mpi4py or "
+            "Horovod built on it), or use type: pytorch"
+        )
 
     def engine_cli(self) -> Engine:
         return Engine(self.engine, self.engine_path)
@@ -108,6 +135,8 @@ def ready_image(
             probe = json.loads(cached.read_text())
         except (OSError, ValueError):
             probe = None
+        if not isinstance(probe, dict) or not all(key in probe for key in _PROBED):
+            probe = None
     if probe is None:
         probe = _probe(engine, image, ident, field)
         if cached is not None:
@@ -126,6 +155,8 @@ def ready_image(
         torch=bool(probe["torch"]),
         pythonpath=str(probe.get("pythonpath") or ""),
         pip=bool(probe.get("pip", True)),
+        mpirun=str(probe.get("mpirun") or ""),
+        open_mpi=bool(probe.get("open_mpi")),
     )
     if not ref.torch and ref.version != HOST_VERSION:
         raise PhalanxError(

@@ -13,8 +13,14 @@ torch.distributed.run … phalanx.launch.worker COMMAND``:
   ``/dev/shm`` of that size instead (engines refuse a size with the host's IPC).
 - Bind mounts at the same paths: the workspace (the job's folder, the node cache,
   local datastores), the code, checkpoints and outputs folders, every input and
-  output path, and, read-only, phalanx's own package (the worker wrapper) and, for
-  an image without torch, phalanx's site-packages.
+  output path, and, read-only, for an image without torch, phalanx's site-packages,
+  which a ``sitecustomize`` puts *after* the image's own packages (an image's mpi4py
+  or numpy stays the image's). phalanx's package alone (the worker wrapper, the MPI
+  agent: standard library only) is mounted read-only at ``/opt/phalanx/lib``.
+- MPI: node 0's container runs the image's ``mpirun``; on local compute the other
+  nodes are loopback "hosts" of this machine, whose daemons and ranks run in that
+  same container (given every node's GPUs); on Ray each node's daemon runs in a
+  container of its own node.
 - The node's GPUs only: CDI devices (``nvidia.com/gpu=K``, the NVIDIA container
   toolkit's spec) with podman, ``--gpus device=…`` with docker; inside, the node's
   GPUs are numbered from 0.
@@ -27,6 +33,7 @@ torch.distributed.run … phalanx.launch.worker COMMAND``:
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -39,6 +46,7 @@ import phalanx
 from phalanx.containers.sweep import mark
 from phalanx.errors import PhalanxError
 from phalanx.launch import procs
+from phalanx.launch.mpi_agent import SOCKET_ENV
 
 if TYPE_CHECKING:
     from phalanx.containers.image import ImageRef
@@ -51,9 +59,16 @@ _CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
 _NAME_CHARS = re.compile(r"[^a-zA-Z0-9_.-]")
 
 
-def phalanx_root() -> Path:
-    """The folder phalanx's package is imported from (mounted read-only inside)."""
-    return Path(phalanx.__file__).resolve().parent.parent
+PACKAGE_INSIDE = "/opt/phalanx/lib"
+"""Where phalanx's package is mounted inside (as ``…/phalanx``): only the package, so
+nothing else of phalanx's environment shadows the image's packages."""
+LENT_PATH = "PHALANX_LENT_PATH"
+"""phalanx's site-packages lent to an image without torch (after the image's own)."""
+
+
+def package_dir() -> Path:
+    """phalanx's package folder (mounted read-only inside at :data:`PACKAGE_INSIDE`)."""
+    return Path(phalanx.__file__).resolve().parent
 
 
 def site_packages() -> list[Path]:
@@ -77,14 +92,40 @@ def inside_env(launch: NodeLaunch, ref: ImageRef, env: Mapping[str, str]) -> dic
     inside.pop("VIRTUAL_ENV", None)
     inside["PATH"] = os.pathsep.join((str(python_shim(launch, ref)), ref.path))
     # phalanx's package first (its worker wrapper), then the image's own path (a pip layer
-    # of phalanx's builds), then phalanx's packages lent to an image without torch.
-    parts = [str(phalanx_root()), ref.pythonpath, *(() if ref.torch else map(str, site_packages()))]
-    parts.append(launch.user_env.get("PYTHONPATH", ""))
+    # of phalanx's builds) and the job's. An image without torch borrows phalanx's
+    # site-packages, which its `sitecustomize` puts after the image's own packages.
+    parts = [PACKAGE_INSIDE, ref.pythonpath, launch.user_env.get("PYTHONPATH", "")]
+    if not ref.torch:
+        parts.append(f"{PACKAGE_INSIDE}/phalanx/containers/lend")
+        inside[LENT_PATH] = os.pathsep.join(map(str, site_packages()))
     inside["PYTHONPATH"] = os.pathsep.join(p for p in parts if p)
-    if launch.devices:
-        # The container sees only the node's GPUs, numbered from 0.
-        inside["CUDA_VISIBLE_DEVICES"] = ",".join(str(k) for k in range(len(launch.devices)))
+    devices = container_devices(launch)
+    if devices:
+        # The container sees only its GPUs, numbered from 0: the node's own come first.
+        own = launch.devices or ()
+        inside["CUDA_VISIBLE_DEVICES"] = ",".join(str(devices.index(d)) for d in own)
+        if _runs_every_node(launch):
+            # mpirun's daemons of the other "hosts" run in this container too: the rsh
+            # agent gives each its node's GPUs by their numbers inside.
+            inside["PHALANX_MPI_DEVICES"] = json.dumps({
+                host: ",".join(str(devices.index(d)) for d in node)
+                for host, node in zip(launch.hosts, launch.node_devices, strict=False)
+            })  # fmt: skip
     return inside
+
+
+def _runs_every_node(launch: NodeLaunch) -> bool:
+    """MPI on local compute: node 0's container runs ``mpirun`` and, as the machine's
+    loopback "hosts", every node's daemon and ranks (on Ray each node has its own)."""
+    return launch.distribution == "mpi" and all(h.startswith("127.") for h in launch.hosts)
+
+
+def container_devices(launch: NodeLaunch) -> tuple[str, ...]:
+    """The GPUs the node's container is given: the node's own, or for MPI on one
+    machine every node's (node 0's first)."""
+    if _runs_every_node(launch) and launch.node_devices:
+        return tuple(dict.fromkeys(d for node in launch.node_devices for d in node))
+    return tuple(launch.devices or ())
 
 
 def python_shim(launch: NodeLaunch, ref: ImageRef) -> Path:
@@ -110,8 +151,10 @@ def mounts(launch: NodeLaunch, ref: ImageRef, env: Mapping[str, str]) -> list[tu
         home, launch.job_dir, launch.workdir, launch.checkpoint_dir, launch.outputs_dir,
         Path(cache) if cache else None, *(_folder(v) for v in launch.outputs.values()),
     ]  # fmt: skip
+    if socket := env.get(SOCKET_ENV):  # Ray, MPI: where the rsh agent asks for daemons
+        writable.append(Path(socket).parent)
     readonly = [_folder(v) for v in launch.inputs.values()]
-    readonly += [phalanx_root(), *([] if ref.torch else site_packages())]
+    readonly += [] if ref.torch else site_packages()
     chosen: list[tuple[Path, bool]] = []
     for path, ro in [*((p, False) for p in writable), *((p, True) for p in readonly)]:
         if path is None or not path.exists() or path == Path("/"):
@@ -132,22 +175,31 @@ def _folder(value: str) -> Path | None:
 
 def gpu_args(launch: NodeLaunch, ref: ImageRef) -> list[str]:
     """The flags that give the container the node's GPUs (and no others)."""
-    if not launch.devices:
+    devices = container_devices(launch)
+    if not devices:
         return []
     if ref.engine == "docker":
-        return ["--gpus", f'"device={",".join(launch.devices)}"']
+        return ["--gpus", f'"device={",".join(devices)}"']
     if not any(d.is_dir() and any(d.glob("*nvidia*")) for d in _CDI_DIRS):
         raise PhalanxError(
             "environment.image on GPUs needs the NVIDIA container toolkit's CDI spec, and "
             "/etc/cdi has none: nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml"
         )
-    return [arg for d in launch.devices for arg in ("--device", f"nvidia.com/gpu={d}")]
+    return [arg for d in devices for arg in ("--device", f"nvidia.com/gpu={d}")]
 
 
 def run_argv(
-    launch: NodeLaunch, ref: ImageRef, env: Mapping[str, str], env_file: Path
+    launch: NodeLaunch,
+    ref: ImageRef,
+    env: Mapping[str, str],
+    env_file: Path,
+    command: list[str] | None = None,
 ) -> list[str]:
     """The engine's command line for node ``launch.node_rank``; writes ``env_file``.
+
+    Args:
+        command: What the container runs instead of the node's launcher (on Ray, an
+            MPI node's daemon, which ``mpirun`` on node 0 asks for).
 
     Values with a newline (an env file cannot hold them) are passed as ``-e NAME``,
     which the engine reads from its own environment: the caller starts it in ``env``.
@@ -182,10 +234,11 @@ def run_argv(
         if ":" in str(path) or "," in str(path):
             raise PhalanxError(f"{path}: a path with ':' or ',' cannot be bind-mounted")
         argv += ["-v", f"{path}:{path}{':ro' if ro else ''}"]
+    argv += ["-v", f"{package_dir()}:{PACKAGE_INSIDE}/phalanx:ro"]
     argv += gpu_args(launch, ref)
     argv += ["--env-file", str(env_file), *(a for k in multiline for a in ("-e", k))]
     argv += ["--workdir", str(launch.workdir)]
-    inner = launch.argv(inside, python=ref.python)
+    inner = command or launch.argv(inside, python=ref.python)
     return [*argv, "--entrypoint", inner[0], ref.image_id, *inner[1:]]
 
 
@@ -199,9 +252,15 @@ def env_file(launch: NodeLaunch) -> Path:
 
 
 def start(
-    launch: NodeLaunch, env: Mapping[str, str], log_path: Path, *, end_with_parent: bool = False
+    launch: NodeLaunch,
+    env: Mapping[str, str],
+    log_path: Path,
+    *,
+    end_with_parent: bool = False,
+    command: list[str] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start node ``launch.node_rank``'s launcher in a container of ``launch.image``.
+    """Start node ``launch.node_rank``'s launcher (or ``command``) in a container of
+    ``launch.image``.
 
     The engine's CLI runs here in ``env`` (it carries the job's markers, so the
     process sweep finds it); what it and the container print goes to ``log_path``.
@@ -210,7 +269,7 @@ def start(
     assert ref is not None  # the caller starts a container only for an image
     engine = ref.engine_cli()
     mark(launch.job_dir, engine)  # before the container exists: a sweep must know to look
-    argv = run_argv(launch, ref, env, env_file(launch))
+    argv = run_argv(launch, ref, env, env_file(launch), command)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         return subprocess.Popen(

@@ -28,6 +28,7 @@ from phalanx.launch.environment import (
     request_for,
 )
 from phalanx.spec import InputSpec, JobSpec, interpolate, render_literal
+from phalanx.spec.environment import EnvironmentSpec
 from phalanx.storage.location import Location
 from phalanx.storage.uri import resolve
 from phalanx.workspace import Workspace
@@ -250,19 +251,9 @@ def check_image(
             pulled, one without a Python phalanx can run on, a build that fails, or what
             images do not support yet. One line each.
     """
-    from phalanx.containers.build import LayerBuild, context_build, ensure_built
-    from phalanx.containers.engine import find_engine
-    from phalanx.containers.image import ready_image
-
     env = spec.inline_environment
     if env is None or (env.image is None and env.build is None):
         return None
-    if spec.distribution_type not in ("pytorch", "tensorflow"):
-        raise PhalanxError(
-            f"environment.image with distribution type {spec.distribution_type} is not "
-            "supported yet (PyTorch and TensorFlow only); drop environment.image or use "
-            "type: pytorch"
-        )
     if on_ray:
         if env.build is not None or env.builds:
             raise PhalanxError(
@@ -271,7 +262,24 @@ def check_image(
                 "image, push it where the nodes pull from, and give environment.image"
             )
         return None  # each node makes the image ready itself (its engine, its copy)
-    images = ws.home / "containers"
+    ref = _ready_image(env, ws.home / "containers", build_log, canceled)
+    if ref is not None and spec.distribution_type == "mpi":
+        ref.check_mpi("environment.build" if env.build is not None else "environment.image")
+    return ref
+
+
+def _ready_image(
+    env: EnvironmentSpec,
+    images: Path,
+    build_log: Path | None,
+    canceled: Callable[[], bool],
+) -> ImageRef | None:
+    """:func:`check_image`'s image, built first where the environment asks for a build
+    (only when ``build_log`` is given; ``None`` then until it is)."""
+    from phalanx.containers.build import LayerBuild, context_build, ensure_built
+    from phalanx.containers.engine import find_engine
+    from phalanx.containers.image import ready_image
+
     if env.build is not None:
         request = context_build(env.build)
         if build_log is None:
@@ -331,7 +339,9 @@ def check_launcher(spec: JobSpec) -> None:
     Raises:
         PhalanxError: naming what to install.
     """
-    if spec.distribution_type == "mpi":
+    env = spec.inline_environment
+    in_image = env is not None and (env.image is not None or env.build is not None)
+    if spec.distribution_type == "mpi" and not in_image:  # an image brings its own
         from phalanx.launch.mpi import mpirun_path
 
         mpirun_path()

@@ -44,7 +44,7 @@ _FORWARD_PREFIXES = ("PHALANX_", "NCCL_", "GLOO_", "TORCH_", "HOROVOD_", "CUDA_"
 _NODE_LOCAL = frozenset({
     "PATH", "VIRTUAL_ENV", "HOME", "NODE_RANK", "TORCHELASTIC_ERROR_FILE", "PHALANX_JOB_DIR",
     "PHALANX_HOME", "PHALANX_CHECKPOINT_DIR", "PHALANX_OUTPUTS_DIR", "PHALANX_NODE_COMMAND",
-    "PHALANX_RAY_NODE_ID", "PHALANX_MPI_AGENT_SOCKET", "PHALANX_NODE_HOME",
+    "PHALANX_RAY_NODE_ID", "PHALANX_MPI_AGENT_SOCKET", "PHALANX_NODE_HOME", "PHALANX_NODE_WORKDIR",
     "CUDA_VISIBLE_DEVICES",
 })  # fmt: skip
 _NODE_LOCAL_PREFIXES = ("PHALANX_INPUT_", "PHALANX_OUTPUT_", "PHALANX_CACHE_")
@@ -88,6 +88,8 @@ def mpirun_argv(
     forward: Iterable[str],
     loopback: bool,
     one_machine: bool = False,
+    image_mpirun: str | None = None,
+    python: str | None = None,
 ) -> list[str]:
     """The ``mpirun`` command line of one attempt.
 
@@ -102,6 +104,9 @@ def mpirun_argv(
             "hosts" that share one kernel.
         one_machine: Some hosts are one machine (Ray nodes started side by side): keep
             Open MPI off shared memory, whose segments those "hosts" would share.
+        image_mpirun: In a container: the image's ``mpirun`` (checked when the image was
+            probed), run instead of this machine's.
+        python: In a container: the image's Python, which runs the agent and the ranks.
     """
     names = sorted(
         {
@@ -114,9 +119,10 @@ def mpirun_argv(
         & set(env)
     )
     names = [n for n in names if n not in _NODE_LOCAL and not n.startswith(_NODE_LOCAL_PREFIXES)]
-    agent = f"{sys.executable} -m phalanx.launch.mpi_agent"
+    python = python or sys.executable
+    agent = f"{python} -m phalanx.launch.mpi_agent"
     argv = [
-        mpirun_path(),
+        image_mpirun or mpirun_path(),
         "-np",
         str(len(hosts) * procs_per_host),
         "--host",
@@ -137,4 +143,4 @@ def mpirun_argv(
         argv.append("--allow-run-as-root")
     for name in names:
         argv += ["-x", name]
-    return [*argv, sys.executable, "-m", "phalanx.launch.worker", command]
+    return [*argv, python, "-m", "phalanx.launch.worker", command]

@@ -97,6 +97,8 @@ class NodeLaunch:
                 forward=self.user_env.keys(),
                 loopback=all(h.startswith("127.") for h in self.hosts),
                 one_machine=self.shared_machine,
+                image_mpirun=self.image.mpirun if python and self.image else None,
+                python=python,
             )
         return [
             python or sys.executable,
@@ -190,6 +192,7 @@ class NodeLaunch:
             env["PHALANX_TF_CLUSTER"] = json.dumps(self.tf_cluster)
         if self.distribution == "mpi":
             env["PHALANX_NODE_COMMAND"] = self.command
+            env["PHALANX_NODE_WORKDIR"] = str(self.workdir)
         if self.devices is not None:
             # LOCAL_RANK k uses the k-th of the node's own devices.
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self.devices)

@@ -115,7 +115,13 @@ def main(argv: list[str]) -> int:
     started = time.time()
     with open(log_path, "ab", buffering=0) as log:
         proc = subprocess.Popen(
-            [shell, "-c", command], stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env
+            [shell, "-c", command],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=env,
+            # MPI: mpirun gives every rank node 0's folder; a node's own is its daemon's.
+            cwd=env.get("PHALANX_NODE_WORKDIR") or None,
         )
         returncode = proc.wait()
     ended = time.time()

@@ -83,15 +83,19 @@ def _chain() -> None:
     """Import the next ``sitecustomize`` on the path, if there is one."""
     here = os.path.dirname(os.path.abspath(__file__))
     mine = sys.modules.pop("sitecustomize", None)
-    saved = list(sys.path)
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    taken = [(i, p) for i, p in enumerate(sys.path) if os.path.abspath(p or ".") == here]
+    for index, _ in reversed(taken):
+        del sys.path[index]
     try:
         import sitecustomize  # noqa: F401
     except ImportError:
         if mine is not None:
             sys.modules["sitecustomize"] = mine
     finally:
-        sys.path[:] = saved
+        # Back where it was; what the next one added to the path (folders lent to a
+        # container's image) stays.
+        for index, entry in taken:
+            sys.path.insert(index, entry)
 
 
 def _stack_dumps() -> None:
