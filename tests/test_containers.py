@@ -231,6 +231,24 @@ def test_tensorflow_workers_run_in_the_image(cli: Cli, engine: Engine) -> None:
     assert workers is not None
     assert [w.split(":")[0] for w in workers] == ["127.0.0.1", "127.0.0.2"]
     assert _containers(engine, Path(job["job_dir"])) == []
+    # An image with torch of its own is lent nothing: without TensorFlow it is refused.
+    context = cli.write("torch_only/Dockerfile", f"FROM {IMAGE}\n{STUB_TORCH}\n").parent
+    torch_only = f"phalanx-test-torch-only:{uuid.uuid4().hex[:12]}"
+    built = engine.run(["build", "-q", "-t", torch_only, str(context)], timeout=120)
+    assert built.returncode == 0, built.stderr
+    try:
+        proc = cli.run("job", "create", "-f", str(spec), "--set", f"environment.image={torch_only}")
+    finally:
+        assert engine.run(["rmi", torch_only]).returncode == 0
+    assert proc.returncode == 2
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"error: environment.image '{torch_only}' has torch of its own but ")
+    assert "install tensorflow in the image" in line
+
+
+# A package named torch in the image (what the probe looks for), not a working one.
+_TORCH = "/usr/lib/python3/dist-packages/torch"
+STUB_TORCH = f"RUN mkdir -p {_TORCH} && touch {_TORCH}/__init__.py"
 
 
 def _steps_job(cli: Cli, steps: int) -> str:

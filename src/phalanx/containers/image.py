@@ -14,6 +14,7 @@ phalanx's major.minor version.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -33,9 +34,10 @@ _PROBE = (
     "'pythonpath': os.environ.get('PYTHONPATH', ''), "
     "'torch': importlib.util.find_spec('torch') is not None, "
     "'pip': importlib.util.find_spec('pip') is not None, "
+    "'tensorflow': importlib.util.find_spec('tensorflow') is not None, "
     "'mpirun': m, 'open_mpi': 'Open MPI' in v}))"
 )
-_PROBED = ("python", "version", "path", "torch", "mpirun")
+_PROBED = ("python", "version", "path", "torch", "mpirun", "tensorflow")
 """Keys every kept probe answer has; one kept by an older phalanx is asked again."""
 _PYTHONS = ("python3", "python")
 HOST_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -68,6 +70,8 @@ class ImageRef:
     """The image's ``mpirun`` (an absolute path inside it); empty when it has none."""
     open_mpi: bool = False
     """Whether that ``mpirun`` is Open MPI's (phalanx builds Open MPI's command line)."""
+    tensorflow: bool = False
+    """Whether the image has TensorFlow of its own."""
 
     def check_mpi(self, field: str = "environment.image") -> None:
         """Refuse an MPI job in an image without Open MPI's ``mpirun``.
@@ -84,6 +88,28 @@ class ImageRef:
             f"{field} {self.image!r} is an image {what}: distribution type mpi runs the "
             "image's Open MPI; install it in the image (openmpi-bin, with mpi4py or "
             "Horovod built on it), or use type: pytorch"
+        )
+
+    def check_tensorflow(self, field: str = "environment.image") -> None:
+        """Refuse a TensorFlow job in an image without TensorFlow that is lent none
+        (phalanx lends its packages only to an image without torch).
+
+        Raises:
+            PhalanxError: one line naming the image and what to install.
+        """
+        if self.tensorflow:
+            return
+        if not self.torch:
+            if importlib.util.find_spec("tensorflow") is not None:
+                return  # phalanx's is lent, with torch
+            raise PhalanxError(
+                f"{field} {self.image!r} has no TensorFlow, and phalanx has none to lend it: "
+                "install tensorflow in the image, or pip install 'phalanx[tensorflow]'"
+            )
+        raise PhalanxError(
+            f"{field} {self.image!r} has torch of its own but no TensorFlow (phalanx lends "
+            "its packages only to an image without torch): install tensorflow in the "
+            "image, or add it with a pip_file on the image"
         )
 
     def engine_cli(self) -> Engine:
@@ -157,6 +183,7 @@ def ready_image(
         pip=bool(probe.get("pip", True)),
         mpirun=str(probe.get("mpirun") or ""),
         open_mpi=bool(probe.get("open_mpi")),
+        tensorflow=bool(probe.get("tensorflow")),
     )
     if not ref.torch and ref.version != HOST_VERSION:
         raise PhalanxError(

@@ -248,8 +248,8 @@ def check_image(
 
     Raises:
         PhalanxError: no container engine, an image that is not here and cannot be
-            pulled, one without a Python phalanx can run on, a build that fails, or what
-            images do not support yet. One line each.
+            pulled, one without a Python phalanx can run on, a build that fails, or one
+            without what the job's distribution needs (Open MPI, TensorFlow). One line each.
     """
     env = spec.inline_environment
     if env is None or (env.image is None and env.build is None):
@@ -265,6 +265,9 @@ def check_image(
     ref = _ready_image(env, ws.home / "containers", build_log, canceled)
     if ref is not None and spec.distribution_type == "mpi":
         ref.check_mpi("environment.build" if env.build is not None else "environment.image")
+    layer_pending = env.builds and build_log is None  # a pip layer may bring TensorFlow
+    if ref is not None and spec.distribution_type == "tensorflow" and not layer_pending:
+        ref.check_tensorflow("environment.build" if env.build else "environment.image")
     return ref
 
 
@@ -352,7 +355,8 @@ def check_launcher(spec: JobSpec) -> None:
             f"address, at most {MAX_LOCAL_HOSTS}; lower resources.instance_count"
         )
     own_environment = spec.inline_environment is not None and spec.inline_environment.builds
-    if spec.distribution_type == "tensorflow" and not own_environment:
+    # An image's TensorFlow (its own, or phalanx's lent) is checked with the image.
+    if spec.distribution_type == "tensorflow" and not own_environment and not in_image:
         import importlib.util
 
         if importlib.util.find_spec("tensorflow") is None:
