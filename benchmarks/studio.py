@@ -14,6 +14,9 @@ Against a ``phalanx server`` process on a workspace made for the benchmark:
   before, and after every page has shown a new line of a job printing 20 lines
   a second (each page a browser context of its own: its own cookies,
   connections and event stream).
+* **Live log latency:** from a rank printing a line (its own timestamp in the
+  line) to the line shown on a page that follows the log, p50/p99 over every
+  line of 5 s, while the ``--followers`` pages follow the same log. Goal: ≤ 1 s.
 
 Usage::
 
@@ -51,7 +54,7 @@ ARGS = [
 TICKS = """
 command: >-
   python -c "import time;
-  [(print('tick', i, flush=True), time.sleep(0.05)) for i in range(100000)]"
+  [(print('tick', i, repr(time.time()), flush=True), time.sleep(0.05)) for i in range(100000)]"
 """
 
 
@@ -212,6 +215,7 @@ def _followers(browser: Any, url: str, home: Path, pid: int, count: int) -> dict
     for page in pages:
         page.wait_for_selector(f"#log .ln:has-text('{mark}')", timeout=30_000)
     during = rss()
+    latencies = _live_latencies(pages[0], seconds=5.0)
     for c in contexts:
         c.close()
     subprocess.run([PHALANX, "job", "cancel", name], env=_env(home), capture_output=True)
@@ -220,7 +224,32 @@ def _followers(browser: Any, url: str, home: Path, pid: int, count: int) -> dict
         "server_rss_before_mib": round(before / 2**20, 1),
         "server_rss_following_mib": round(during / 2**20, 1),
         "per_follower_kib": round((during - before) / count / 1024, 1),
+        "live_line_lines": len(latencies),
+        "live_line_p50_s": round(statistics.median(latencies), 3),
+        "live_line_p99_s": round(statistics.quantiles(latencies, n=100)[98], 3),
     }
+
+
+# Each log line the page adds from now on: now minus the time the rank printed in it.
+_WATCH = """
+() => {
+  window.lags = [];
+  new MutationObserver((changes) => {
+    const now = Date.now() / 1000;
+    for (const change of changes) for (const node of change.addedNodes) {
+      const m = /tick \\d+ (\\d+\\.\\d+)/.exec(node.textContent || "");
+      if (m) window.lags.push(now - parseFloat(m[1]));
+    }
+  }).observe(document.querySelector("#log"), {childList: true, subtree: true});
+}
+"""
+
+
+def _live_latencies(page: Any, seconds: float) -> list[float]:
+    """Seconds from a rank's print to the page showing the line, for ``seconds`` of lines."""
+    page.evaluate(_WATCH)
+    time.sleep(seconds)
+    return [float(x) for x in page.evaluate("window.lags")]
 
 
 def main() -> None:

@@ -352,6 +352,7 @@ def test_image_errors_are_one_line_at_create(cli: Cli, engine: Engine, tmp_path:
     (line,) = proc.stderr.splitlines()
     assert line.startswith(f"error: environment.image '{nompi}' is an image without ")
     assert "install it in the image (openmpi-bin" in line
+    engine.run(["rmi", "--force", "phalanx-test-nompi", "phalanx-test-nopython"], timeout=60)
     # A conda file on an image: the image's Python is what a pin must name, and conda
     # packages are not layered.
     cli.write("conda.yml", "dependencies:\n  - python=3.9\n  - pip:\n    - six\n")
@@ -405,6 +406,34 @@ def test_run_command_line(tmp_path: Path) -> None:
     assert inside["CUDA_VISIBLE_DEVICES"] == "0,1"  # the node's two GPUs, numbered from 0
     assert inside["PATH"].endswith(":/usr/bin:/bin") and "VIRTUAL_ENV" not in inside
     assert "HOME" not in inside  # the host's own variables stay outside
+
+
+def test_mpi_command_line_on_one_machine(tmp_path: Path) -> None:
+    """No GPU here: the GPUs are declared ids, and the command line is what is checked.
+    Node 0's container runs every local node's daemon, so it gets every node's GPUs and
+    each "host" its own, renumbered inside."""
+    from phalanx.containers.run import run_argv
+
+    ref = ImageRef("docker", "/usr/bin/docker", "img", "abc", "/usr/bin/python3", "3.11",
+                   "/usr/bin:/bin", torch=True, mpirun="/usr/bin/mpirun",
+                   open_mpi=True)  # fmt: skip
+    launch = _launch(
+        tmp_path, distribution="mpi", node_rank=0, hosts=("127.0.0.1", "127.0.0.2"),
+        devices=("2", "3"), node_devices=(("2", "3"), ("5", "6")),
+    )  # fmt: skip
+    env_file = tmp_path / "node.env"
+    argv = run_argv(launch, ref, launch.env(), env_file)  # type: ignore[attr-defined]
+    assert argv[argv.index("--gpus") + 1] == '"device=2,3,5,6"'
+    inner = argv[argv.index("--entrypoint") + 1 :]
+    assert inner[:2] == ["/usr/bin/mpirun", "abc"]  # the image's mpirun, not this machine's
+    assert "/usr/bin/python3 -m phalanx.launch.mpi_agent" in inner
+    assert inner[-3:] == ["-m", "phalanx.launch.worker", "python x.py"]
+    assert inner[-4] == "/usr/bin/python3"
+    inside = dict(line.split("=", 1) for line in env_file.read_text().splitlines())
+    assert inside["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert json.loads(inside["PHALANX_MPI_DEVICES"]) == {"127.0.0.1": "0,1", "127.0.0.2": "2,3"}
+    assert inside["PYTHONPATH"].split(":")[0] == "/opt/phalanx/lib"
+    assert "PHALANX_LENT_PATH" not in inside  # an image with torch borrows nothing
 
 
 def test_engine_choice(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -230,9 +230,41 @@ def test_ray_nodes_run_their_launcher_in_the_image(cli: Cli, ray_cluster: RayClu
         assert f"rank {rank} total 3.0" in log
     out = engine.run(["ps", "-aq", "--filter", f"label=phalanx.job={name}"]).stdout
     assert out.split() == [] and job_containers(engine, job_dir) == []
-    # What Ray nodes do not build says so at create.
-    cli.write("requirements.txt", "six\n")
-    layered = "environment: {image: phalanx-test-bookworm, pip_file: requirements.txt}"
-    spec = _job(cli, ray_cluster.gcs_address, extra=layered)
-    proc = cli.run("job", "create", "-f", str(spec))
-    assert proc.returncode == 2 and "is not built on Ray nodes yet" in proc.stderr
+
+
+def test_ray_nodes_build_the_image_themselves(cli: Cli, ray_cluster: RayCluster) -> None:
+    """A pip layer and a Docker context, built by each node from the files the supervisor
+    sent (no registry between the machines), each node's build log shipped back."""
+    from test_containers import IMAGE, PROBE, _wheel, make_test_image
+
+    make_test_image()
+    value = time.time_ns()  # new content: fresh builds
+    _wheel(cli.workdir / "wheels", value)
+    cli.write("requirements.txt", "./wheels/demo_layer-1.0-py3-none-any.whl\n")
+    cli.write("ctx/Dockerfile", f"FROM {IMAGE}\nCOPY marker.txt /opt/marker\n")
+    cli.write("ctx/marker.txt", f"built {value}\n")
+    cli.write(
+        "src/probe.py", PROBE.replace('"found.json"', "f\"found_{os.environ['NODE_RANK']}.json\"")
+    )
+    for environment, key, expected in (
+        (f"{{image: {IMAGE}, pip_file: requirements.txt}}", "value", value),
+        ("{build: {path: ctx}}", "marker", f"built {value}"),
+    ):
+        extra = f"environment: {environment}"
+        spec = _job(cli, ray_cluster.gcs_address, script="probe.py", extra=extra)
+        job = cli.wait(cli.create(spec), ("Completed", "Failed"), timeout=300)
+        assert job["status"] == "Completed", job
+        job_dir = Path(job["job_dir"])
+        for node in range(2):
+            found = json.loads((job_dir / "outputs" / f"found_{node}.json").read_text())
+            assert found[key] == expected, found
+            built = (job_dir / "system_logs" / f"image_build_node{node}.txt").read_text()
+            assert "phalanx-env:" in built or "STEP" in built, built
+    # A conda file's local path cannot reach the nodes: one line at create.
+    cli.write(
+        "conda.yml", "dependencies:\n  - pip:\n    - ./wheels/demo_layer-1.0-py3-none-any.whl\n"
+    )
+    extra = f"environment: {{image: {IMAGE}, conda_file: conda.yml}}"
+    proc = cli.run("job", "create", "-f", str(_job(cli, ray_cluster.gcs_address, extra=extra)))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "is a path on this machine, which Ray nodes do not see" in proc.stderr

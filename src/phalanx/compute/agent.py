@@ -13,10 +13,11 @@ Before the launcher starts, the agent sets the job up on its node
 node's cache and, with ``files: local``, the job's folder of its own, whose
 changes each poll returns for the supervisor to write into the workspace.
 
-With ``environment.image`` the agent makes the image ready on its node (its engine,
-pulled there if missing) and starts the launcher in a container of it, through the
-same code local compute uses (:mod:`phalanx.containers`); its sweep removes the job's
-containers on the node by label.
+With ``environment.image`` the agent makes the image ready on its node at set-up
+(its engine; pulled there if missing, or built there from the files the supervisor
+sent: :mod:`phalanx.containers.nodebuild`) and starts the launcher in a container of
+it, through the same code local compute uses (:mod:`phalanx.containers`); its sweep
+removes the job's containers on the node by label.
 
 This module is imported inside Ray's worker processes; it imports ``ray`` only
 through the decorator applied by :func:`agent_class`.
@@ -36,8 +37,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from phalanx.compute.nodejob import NodeFolder, NodeJob
+from phalanx.compute.nodejob import NodeFolder, NodeJob, node_home
 from phalanx.compute.ship import Change
+from phalanx.containers.image import ImageRef
 from phalanx.jobs.watchdog import dump_stacks
 from phalanx.launch import procs
 from phalanx.launch.mpi_agent import SOCKET_ENV
@@ -55,6 +57,7 @@ class NodeAgent:
         self._proc: subprocess.Popen[bytes] | None = None
         self._folder: NodeFolder | None = None
         self._armed: tuple[dict[str, str], Path, NodeLaunch] | None = None
+        self._image: ImageRef | None = None
         self._answer: tuple[int, list[Change], bool] = (0, [], False)
         """The last changes sent (sequence number, changes, more): sent again until the
         supervisor says it has them."""
@@ -73,6 +76,22 @@ class NodeAgent:
         if isinstance(checkpoints, ray.ObjectRef):
             checkpoints = ray.get(checkpoints)
         self._folder = NodeFolder(job, node_rank, code=code, checkpoints=checkpoints)
+        if job.image is not None or job.image_build is not None:
+            self._image = self._ready_image(job, node_rank)
+
+    def _ready_image(self, job: NodeJob, node_rank: int) -> ImageRef:
+        """The job's image on this node: there, pulled, or built here (its engine, its
+        store), before the attempt's launcher is started."""
+        from phalanx.containers.image import ready_image
+        from phalanx.containers.nodebuild import ready_on_node
+
+        home = node_home()
+        if job.image_build is None:
+            assert job.image is not None
+            return ready_image(job.image, home / "containers" / "images")
+        assert self._folder is not None
+        log = self._folder.root / "system_logs" / f"image_build_node{node_rank}.txt"
+        return ready_on_node(job.image_build, home, log)
 
     def address(self) -> str:
         """This node's address as Ray knows it (others reach its ranks there)."""
@@ -98,15 +117,11 @@ class NodeAgent:
         log = Path(log_path)
         if self._folder is not None:
             launch, log = self._folder.launch(launch), self._folder.here(log)
-        if launch.image_name is not None and launch.image is None:
-            from phalanx.compute.nodejob import node_home
-            from phalanx.containers.image import ready_image
-
-            # This node's engine and copy of the image (pulled here if it is not).
-            image = ready_image(launch.image_name, node_home() / "containers" / "images")
+        if self._image is not None and launch.image is None:
+            # This node's engine and copy of the image (made ready at set-up).
             if launch.distribution == "mpi":
-                image.check_mpi()
-            launch = replace(launch, image=image)
+                self._image.check_mpi()
+            launch = replace(launch, image=self._image)
         env = launch.env()
         env["PHALANX_RAY_NODE_ID"] = ray.get_runtime_context().get_node_id()
         if launch.distribution == "mpi" and launch.node_rank > 0:

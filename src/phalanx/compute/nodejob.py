@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.compute.ship import Scanner
+from phalanx.containers.nodebuild import NodeBuild
 from phalanx.errors import PhalanxError
 from phalanx.jobs.inputs import InputsReady, is_local_fs, make_ready
 from phalanx.launch.node import NodeLaunch
@@ -68,6 +69,10 @@ class NodeJob:
     """``uri_file`` outputs: the file's name inside its folder."""
     code: Any = None
     """``local``: the code snapshot as a tar archive (bytes, or a Ray object reference)."""
+    image: str | None = None
+    """The image the nodes run in (``environment.image``), made ready by each node."""
+    image_build: NodeBuild | None = None
+    """What each node builds the job's image from (a build context, a pip layer)."""
 
 
 def pack(folder: Path) -> bytes:

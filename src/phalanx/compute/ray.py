@@ -198,6 +198,8 @@ class RayCompute:
             locations=dict(prepared.located),
             output_dirs=dict(prepared.output_dirs),
             output_files=dict(prepared.output_files),
+            image=prepared.image_name,
+            image_build=prepared.image_build,
         )
 
     def connect(self) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.containers.image import ImageRef
+from phalanx.containers.nodebuild import NodeBuild, for_nodes
 from phalanx.errors import PhalanxError
 from phalanx.jobs.inputs import InputsReady, check_inputs, is_local_fs, make_ready
 from phalanx.launch.environment import (
@@ -69,6 +70,8 @@ class Prepared:
     """The image the job's nodes run in (``environment.image``), if any."""
     image_name: str | None = None
     """``on_nodes``: the image each node makes ready itself (Ray)."""
+    image_build: NodeBuild | None = None
+    """``on_nodes``: what each node builds its image from (Ray)."""
 
     def upload(self) -> list[str]:
         """Copy every upload-mode output's new and changed files to its datastore.
@@ -190,7 +193,7 @@ def check(spec: JobSpec, ws: Workspace) -> None:
     spec = with_registered_environment(spec, ws)
     check_launcher(spec)
     on_ray = check_compute(spec, ws)
-    if check_image(spec, ws, on_ray=on_ray) is not None:
+    if check_image(spec, ws, on_ray=on_ray) is not None or has_image(spec):
         pass  # the image is the job's environment
     elif on_ray:
         runtime_env_for(spec)
@@ -199,6 +202,12 @@ def check(spec: JobSpec, ws: Workspace) -> None:
     check_inputs(spec, ws)
     check_outputs(spec, ws)
     check_registrations(spec, ws)
+
+
+def has_image(spec: JobSpec) -> bool:
+    """Whether the job's nodes run in a container image (given, or built)."""
+    env = spec.inline_environment
+    return env is not None and (env.image is not None or env.build is not None)
 
 
 def check_environment(spec: JobSpec) -> EnvironmentRequest | None:
@@ -255,13 +264,10 @@ def check_image(
     if env is None or (env.image is None and env.build is None):
         return None
     if on_ray:
-        if env.build is not None or env.builds:
-            raise PhalanxError(
-                "on a Ray target environment.image runs as it is: a build context or a "
-                "conda_file/pip_file on an image is not built on Ray nodes yet; build the "
-                "image, push it where the nodes pull from, and give environment.image"
-            )
-        return None  # each node makes the image ready itself (its engine, its copy)
+        # Each node makes the image ready itself (its engine, its copy; built there):
+        # what can be checked here is that the files a build needs are there.
+        for_nodes(env)
+        return None
     ref = _ready_image(env, ws.home / "containers", build_log, canceled)
     if ref is not None and spec.distribution_type == "mpi":
         ref.check_mpi("environment.build" if env.build is not None else "environment.image")
@@ -342,9 +348,7 @@ def check_launcher(spec: JobSpec) -> None:
     Raises:
         PhalanxError: naming what to install.
     """
-    env = spec.inline_environment
-    in_image = env is not None and (env.image is not None or env.build is not None)
-    if spec.distribution_type == "mpi" and not in_image:  # an image brings its own
+    if spec.distribution_type == "mpi" and not has_image(spec):  # an image brings its own
         from phalanx.launch.mpi import mpirun_path
 
         mpirun_path()
@@ -356,7 +360,7 @@ def check_launcher(spec: JobSpec) -> None:
         )
     own_environment = spec.inline_environment is not None and spec.inline_environment.builds
     # An image's TensorFlow (its own, or phalanx's lent) is checked with the image.
-    if spec.distribution_type == "tensorflow" and not own_environment and not in_image:
+    if spec.distribution_type == "tensorflow" and not own_environment and not has_image(spec):
         import importlib.util
 
         if importlib.util.find_spec("tensorflow") is None:
@@ -399,10 +403,10 @@ def prepare(
             image.image, image.engine, image.image_id[:12], image.version,
             "" if image.torch else ", phalanx's torch lent read-only",
         )  # fmt: skip
-    if on_nodes:
+    if image is not None or has_image(spec):
+        pass  # the image is the job's environment (on Ray, each node's)
+    elif on_nodes:
         runtime_env = runtime_env_for(spec)
-    elif image is not None:
-        pass  # the image is the job's environment
     elif (request := check_environment(spec)) is not None:
         env_prefix = ensure_environment(
             request, ws.home / "envs", paths.system_logs / "environment.txt", canceled
@@ -486,6 +490,9 @@ def prepare(
         runtime_env=runtime_env,
         image=image,
         image_name=spec.inline_environment.image
+        if on_nodes and spec.inline_environment is not None
+        else None,
+        image_build=for_nodes(spec.inline_environment)
         if on_nodes and spec.inline_environment is not None
         else None,
     )

@@ -349,7 +349,6 @@ class JobRunner:
             devices=self._devices(node_rank),
             node_devices=self._mpi_devices(spec),
             image=prepared.image,
-            image_name=prepared.image_name,
             # A private /dev/shm of that size only where no other node shares the machine.
             shm_size=spec.resources.shm_size
             if not self.compute.shares_machine(spec.instance_count)

@@ -298,6 +298,31 @@ _INCLUDE = re.compile(r"^\s*(?:-r|--requirement|-c|--constraint)\s*=?\s*(\S+)")
 _LOCAL = re.compile(r"^\s*(?:-e\s+|--editable\s+|--find-links\s+|-f\s+)?(\.{1,2}/\S*|/\S+)")
 
 
+def copy_requirements(source: Path, dest: Path) -> Path:
+    """Copy a requirements file and what it names (``-r``/``-c`` files, local packages)
+    into ``dest``, each at its place relative to the file; the copy of the file.
+
+    Only those: the file's folder may be a whole project (or hold the workspace).
+
+    Raises:
+        PhalanxError: something it names lies outside its folder.
+    """
+    base = source.resolve().parent
+    for path in requirement_files(source):
+        if not path.is_relative_to(base):
+            raise PhalanxError(
+                f"environment pip_file {source}: {path} is outside the file's folder; "
+                "keep the files it includes or installs beside it"
+            )
+        target = dest / path.relative_to(base)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_dir():
+            shutil.copytree(path, target, symlinks=True, dirs_exist_ok=True)
+        elif path.is_file():
+            shutil.copy2(path, target)
+    return dest / source.name
+
+
 def requirement_files(path: Path) -> list[Path]:
     """A requirements file and what it needs beside it: the ``-r``/``-c`` files it
     includes (and theirs), and the local files and folders it installs from."""

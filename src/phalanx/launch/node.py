@@ -70,9 +70,6 @@ class NodeLaunch:
     image: ImageRef | None = None
     """The job's image: the launcher and its ranks run in a container of it
     (:mod:`phalanx.containers`)."""
-    image_name: str | None = None
-    """Ray: the job's image, made ready by the node that starts the launcher (its
-    engine, its copy of the image), which then sets :attr:`image`."""
     shm_size: str | None = None
     """A private ``/dev/shm`` of this size for the node's container (``resources.shm_size``,
     given when the node has its machine to itself); otherwise the host's is shared."""

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phalanx.errors import PhalanxError
+from phalanx.launch.environment import copy_requirements
 from phalanx.spec.environment import EnvironmentSpec
 from phalanx.workspace import Workspace
 from phalanx.workspace.names import ASSET_NAME_RE, VERSION_RE
@@ -143,38 +144,11 @@ def _copy_files(environment: EnvironmentSpec, folder: Path) -> dict[str, Any]:
     if isinstance(environment.conda_file, str):
         spec["conda_file"] = str(shutil.copy2(environment.conda_file, folder / "conda.yml"))
     if environment.pip_file is not None:
-        spec["pip_file"] = str(_copy_requirements(Path(environment.pip_file), folder / "pip"))
+        spec["pip_file"] = str(copy_requirements(Path(environment.pip_file), folder / "pip"))
     if environment.build is not None:
         shutil.copytree(environment.build["path"], folder / "context", symlinks=True)
         spec["build"] = {**environment.build, "path": str(folder / "context")}
     return spec
-
-
-def _copy_requirements(source: Path, dest: Path) -> Path:
-    """Copy a requirements file and what it names (``-r``/``-c`` files, local packages)
-    into ``dest``, each at its place relative to the file; the copy of the file.
-
-    Only those: the file's folder may be a whole project (or hold the workspace).
-
-    Raises:
-        PhalanxError: something it names lies outside its folder.
-    """
-    from phalanx.launch.environment import requirement_files
-
-    base = source.resolve().parent
-    for path in requirement_files(source):
-        if not path.is_relative_to(base):
-            raise PhalanxError(
-                f"environment pip_file {source}: {path} is outside the file's folder; "
-                "keep the files it includes or installs beside it"
-            )
-        target = dest / path.relative_to(base)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if path.is_dir():
-            shutil.copytree(path, target, symlinks=True, dirs_exist_ok=True)
-        elif path.is_file():
-            shutil.copy2(path, target)
-    return dest / source.name
 
 
 def get_environment(ws: Workspace, name: str, version: str = "latest") -> RegisteredEnvironment:
