@@ -200,6 +200,36 @@ def blob_datastore(
     return container
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _built_images_removed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The images the session's jobs build (``phalanx-env:<key>``) are removed at its end:
+    those a workspace or Ray node of its tests recorded a use of, and that were not on the
+    machine when it began (a session running beside this one keeps its own)."""
+    from phalanx.containers.build import TAG, USED
+    from phalanx.containers.engine import find_engine
+    from phalanx.errors import PhalanxError
+
+    try:
+        engine = find_engine()
+        listed = engine.run(["images", "--format", "{{.Repository}}:{{.Tag}}"], timeout=60)
+    except PhalanxError:
+        listed = None  # no engine (or none answering): nothing is built
+    if listed is None or listed.returncode != 0:
+        yield
+        return
+    before = {line.strip().removeprefix("localhost/") for line in listed.stdout.splitlines()}
+    yield
+    base = tmp_path_factory.getbasetemp()
+    records = [
+        record
+        for folder in ("*/*", "*/*/*")  # a test's workspace; a Ray node's folder
+        for record in base.glob(f"{folder}/containers/builds/{TAG}-*{USED}")
+    ]
+    used = {f"{TAG}:{r.name[len(TAG) + 1 : -len(USED)]}" for r in records}
+    for tag in sorted(used - before):
+        engine.run(["rmi", tag])  # one gone already, or still in use, stays as it is
+
+
 @pytest.fixture(scope="session")
 def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Azurite]:
     """One Azurite for the session; tests use containers of their own."""

@@ -17,14 +17,13 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
 from conftest import BIN, REPO, Cli
-from phalanx.containers.build import TAG, USED
+from phalanx.containers.build import TAG
 from phalanx.containers.engine import CONTAINERS_CONF, Engine, find_engine
 from phalanx.containers.ignore import ContextIgnore, ignore_file
 from phalanx.containers.image import ImageRef, image_id
@@ -43,27 +42,11 @@ def make_test_image() -> None:
 
 
 @pytest.fixture(scope="session")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    """The engine, with the test image on it.
-
-    The images the session's jobs build are removed at its end: those the workspaces of
-    its tests recorded a use of, and that were not on the machine when it began (a
-    session running beside this one keeps its own)."""
+def engine() -> Engine:
+    """The engine, with the test image on it."""
     found = find_engine()
     make_test_image()
-    before = _built_images(found)
-    yield found
-    records = tmp_path_factory.getbasetemp().glob(f"*/*/containers/builds/{TAG}-*{USED}")
-    used = {f"{TAG}:{r.name[len(TAG) + 1 : -len(USED)]}" for r in records}
-    for tag in sorted(used - before):
-        found.run(["rmi", tag])  # one that is gone already, or still in use, stays as it is
-
-
-def _built_images(engine: Engine) -> set[str]:
-    listed = engine.run(["images", "--format", "{{.Repository}}:{{.Tag}}"], timeout=60)
-    assert listed.returncode == 0, listed.stderr
-    names = (line.strip().removeprefix("localhost/") for line in listed.stdout.splitlines())
-    return {name for name in names if name.startswith(f"{TAG}:")}
+    return found
 
 
 def _containers(engine: Engine, job_dir: Path) -> list[str]:
