@@ -205,7 +205,7 @@ def _built_images_removed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     """The images the session's jobs build (``phalanx-env:<key>``) are removed at its end:
     those a workspace or Ray node of its tests recorded a use of, and that were not on the
     machine when it began (a session running beside this one keeps its own)."""
-    from phalanx.containers.build import TAG, USED
+    from phalanx.containers.build import LABEL, TAG, USED
     from phalanx.containers.engine import find_engine
     from phalanx.errors import PhalanxError
 
@@ -226,8 +226,18 @@ def _built_images_removed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         for record in base.glob(f"{folder}/containers/builds/{TAG}-*{USED}")
     ]
     used = {f"{TAG}:{r.name[len(TAG) + 1 : -len(USED)]}" for r in records}
-    for tag in sorted(used - before):
-        engine.run(["rmi", tag])  # one gone already, or still in use, stays as it is
+    made = sorted(used - before)
+    # A build that lost its tag to another of the same content (two Ray "nodes" of
+    # one machine build side by side): untagged, found by its label.
+    untagged = engine.run(
+        ["images", "--filter", "dangling=true", "--filter", f"label={LABEL}",
+         "--format", f'{{{{.ID}}}} {{{{index .Labels "{LABEL}"}}}}'],
+        timeout=60,
+    ).stdout.split("\n")  # fmt: skip
+    keys = {tag.partition(":")[2] for tag in made}
+    made += [ident for ident, _, key in (ln.partition(" ") for ln in untagged) if key in keys]
+    for image in made:
+        engine.run(["rmi", image])  # one gone already, or still in use, stays as it is
 
 
 @pytest.fixture(scope="session")

@@ -46,6 +46,8 @@ from phalanx.hashing import file_digest
 log = logging.getLogger(__name__)
 
 TAG = "phalanx-env"
+LABEL = "phalanx.env"
+"""The label of every image phalanx builds: its key (``podman images --filter label=…``)."""
 USED = ".used"
 """A build record's suffix: its time is the image's last use by a job of the workspace."""
 LAYER = "/opt/phalanx/packages"
@@ -268,6 +270,7 @@ def _build(
     canceled: Callable[[], bool],
 ) -> None:
     argv = [engine.path, "build", "--network", "host", "-t", tag, "-f", str(dockerfile)]
+    argv += ["--label", f"{LABEL}={tag.partition(':')[2]}"]
     if engine.is_podman:
         argv += ["--layers", *volumes]
         if _CA_BUNDLE.is_file():
