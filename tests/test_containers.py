@@ -484,13 +484,18 @@ def test_docker_context_is_built_once_and_reused(cli: Cli, engine: Engine) -> No
     assert message.startswith("environment: image build failed (exit ")
     assert message.endswith(f"see {cli.home / 'jobs' / failed / 'system_logs' / 'image_build.txt'}")
     assert "\n" not in message
-    # A missing context or Dockerfile is refused at create.
+    # A missing context or Dockerfile, or one outside the context, is refused at create.
     proc = cli.run("job", "create", "-f", str(_probe_job(cli, "{build: {path: nowhere}}")))
     assert proc.returncode == 2 and "environment.build: folder" in proc.stderr
     spec = _probe_job(cli, "{build: {path: ctx, dockerfile_path: nope}}")
     proc = cli.run("job", "create", "-f", str(spec))
     assert proc.returncode == 2
     assert "error: environment.build.dockerfile_path: " in proc.stderr
+    cli.write("Dockerfile", f"FROM {IMAGE}\n")
+    spec = _probe_job(cli, "{build: {path: ctx, dockerfile_path: ../Dockerfile}}")
+    proc = cli.run("job", "create", "-f", str(spec))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "../Dockerfile is outside the build context" in proc.stderr
 
 
 # Docker's rules, not .gitignore's: anchored at the root, `**` for any depth, the last

@@ -107,7 +107,7 @@ def context_build(build: dict[str, object]) -> ContextBuild:
     """``environment.build`` checked: the folder and its Dockerfile exist.
 
     Raises:
-        PhalanxError: one of them is missing.
+        PhalanxError: one of them is missing, or the Dockerfile is outside the folder.
     """
     path = Path(str(build.get("path") or ""))
     if not path.is_dir():
@@ -117,6 +117,11 @@ def context_build(build: dict[str, object]) -> ContextBuild:
         raise PhalanxError(
             f"environment.build.dockerfile_path: {dockerfile} not found; the path is relative "
             "to the build context"
+        )
+    if not dockerfile.resolve().is_relative_to(path.resolve()):
+        raise PhalanxError(
+            f"environment.build.dockerfile_path: {dockerfile} is outside the build context "
+            f"{path}; put the Dockerfile in that folder"
         )
     return ContextBuild(path.resolve(), dockerfile.resolve())
 
