@@ -243,6 +243,9 @@ def test_ray_nodes_build_the_image_themselves(cli: Cli, ray_cluster: RayCluster)
     cli.write("requirements.txt", "./wheels/demo_layer-1.0-py3-none-any.whl\n")
     cli.write("ctx/Dockerfile", f"FROM {IMAGE}\nCOPY marker.txt /opt/marker\n")
     cli.write("ctx/marker.txt", f"built {value}\n")
+    # What the context's .dockerignore leaves out is not sent to the nodes.
+    cli.write("ctx/.dockerignore", "data/\n")
+    cli.write("ctx/data/unsent.bin", f"{value}\n")
     cli.write(
         "src/probe.py", PROBE.replace('"found.json"', "f\"found_{os.environ['NODE_RANK']}.json\"")
     )
@@ -260,6 +263,9 @@ def test_ray_nodes_build_the_image_themselves(cli: Cli, ray_cluster: RayCluster)
             assert found[key] == expected, found
             built = (job_dir / "system_logs" / f"image_build_node{node}.txt").read_text()
             assert "phalanx-env:" in built or "STEP" in built, built
+    contexts = list((ray_cluster.temp_dir / "nodes").glob("*/containers/contexts/*/"))
+    assert [c for c in contexts if (c / "marker.txt").is_file()], contexts
+    assert not [c for c in contexts if (c / "data").exists()]
     # A conda file's local path cannot reach the nodes: one line at create.
     cli.write(
         "conda.yml", "dependencies:\n  - pip:\n    - ./wheels/demo_layer-1.0-py3-none-any.whl\n"

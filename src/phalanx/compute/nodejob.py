@@ -28,6 +28,7 @@ import logging
 import os
 import shutil
 import tarfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -75,16 +76,29 @@ class NodeJob:
     """What each node builds the job's image from (a build context, a pip layer)."""
 
 
-def pack(folder: Path) -> bytes:
-    """``folder`` as an uncompressed tar archive (regular files and folders only)."""
+def pack(folder: Path, only: Iterable[Path] | None = None) -> bytes:
+    """``folder`` as an uncompressed tar archive (regular files and folders only).
+
+    Args:
+        only: Just these files of it (with the folders they are in).
+    """
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         if folder.is_dir():
-            for path in sorted(folder.rglob("*")):
+            paths = folder.rglob("*") if only is None else _with_parents(folder, only)
+            for path in sorted(paths):
                 if path.is_symlink() or not (path.is_file() or path.is_dir()):
                     continue
                 tar.add(path, arcname=path.relative_to(folder).as_posix(), recursive=False)
     return buf.getvalue()
+
+
+def _with_parents(folder: Path, files: Iterable[Path]) -> set[Path]:
+    found: set[Path] = set()
+    for file in files:
+        found.add(file)
+        found.update(p for p in file.parents if p != folder and p.is_relative_to(folder))
+    return found
 
 
 def unpack(data: bytes, dest: Path) -> None:

@@ -54,7 +54,7 @@ LAYER = "/opt/phalanx/packages"
 """Where a derived image's pip packages are installed."""
 _CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 _LENT_PIP = "/opt/phalanx/pip"
-_SKIPPED = (".git", "__pycache__")
+SKIPPED = (".git", "__pycache__")
 """Never hashed: history and caches (a new commit does not rebuild)."""
 _IGNORE_FILES = (".dockerignore", ".containerignore")
 
@@ -77,7 +77,7 @@ class ContextBuild:
         digest.update(str(self.dockerfile.relative_to(self.path)).encode() + b"\0")
         digest.update(file_digest(self.dockerfile).encode())
         ignore = ContextIgnore.read(ignore_file(self.path, self.dockerfile, engine.name))
-        for file in ignore.files(self.path, _SKIPPED):
+        for file in ignore.files(self.path, SKIPPED):
             digest.update(str(file.relative_to(self.path)).encode() + b"\0")
             digest.update(file_digest(file).encode())
         return digest.hexdigest()[:20]
@@ -97,7 +97,7 @@ class LayerBuild:
         digest = hashlib.sha256(f"layer\0{engine.name}\0{self.base.image_id}\0".encode())
         digest.update(self.requirements.encode() + b"\0")
         if self.folder is not None:
-            for file in ContextIgnore(()).files(self.folder, _SKIPPED):
+            for file in ContextIgnore(()).files(self.folder, SKIPPED):
                 stat = file.stat()
                 digest.update(f"{file}:{stat.st_size}:{stat.st_mtime_ns}\0".encode())
         return digest.hexdigest()[:20]
@@ -247,7 +247,7 @@ def _build_layer(
             # Without the folder's ignore files: they are for builds of the user's own,
             # and could leave out the packages file written below.
             shutil.copytree(request.folder, context, symlinks=True,
-                            ignore=shutil.ignore_patterns(*_SKIPPED, *_IGNORE_FILES))  # fmt: skip
+                            ignore=shutil.ignore_patterns(*SKIPPED, *_IGNORE_FILES))  # fmt: skip
         context.mkdir(exist_ok=True)
         (context / ".phalanx-requirements.txt").write_text(request.requirements)
         dockerfile = Path(tmp) / "Dockerfile"

@@ -32,6 +32,7 @@ import yaml
 from phalanx.errors import PhalanxError
 
 if TYPE_CHECKING:
+    from phalanx.containers.build import ContextBuild
     from phalanx.containers.image import ImageRef
     from phalanx.spec.environment import EnvironmentSpec
 
@@ -73,7 +74,7 @@ def for_nodes(env: EnvironmentSpec) -> NodeBuild | None:
     if env.build is not None:
         context = context_build(env.build)
         dockerfile = context.dockerfile.relative_to(context.path).as_posix()
-        return NodeBuild(files=pack(context.path), dockerfile=dockerfile)
+        return NodeBuild(files=pack(context.path, _sent(context)), dockerfile=dockerfile)
     if env.image is None or not env.builds:
         return None
     if env.pip_file is not None:
@@ -105,6 +106,22 @@ def _pip_entries(conda: dict[str, Any]) -> list[str]:
         if isinstance(dep, dict):
             found += [str(entry).strip() for entry in dep.get("pip") or []]
     return found
+
+
+def _sent(context: ContextBuild) -> set[Path]:
+    """The context's files a node's engine may read: those podman or docker keeps (the
+    node's engine is not known here; it applies its own ignore file again), the
+    Dockerfile and the ignore files themselves."""
+    from phalanx.containers.build import SKIPPED
+    from phalanx.containers.ignore import ContextIgnore, ignore_file
+
+    sent = {context.dockerfile}
+    for engine in ("podman", "docker"):
+        found = ignore_file(context.path, context.dockerfile, engine)
+        sent.update(ContextIgnore.read(found).files(context.path, SKIPPED))
+        if found is not None:
+            sent.add(found)
+    return sent
 
 
 def ready_on_node(
