@@ -16,6 +16,13 @@ Reported: medians, the added start-up (image − none) and the steps/s ratio
 (image / none), also as the median of each round's ratio. Goals: added start-up
 ≤ 1 s, ratio ≥ 0.99.
 
+A container's processes run in a control group of their own (the engine makes one
+per container), and the CPU scheduler's accounting for a group costs something by
+itself, with or without an image. Run as root on a machine with cgroup v1's ``cpu``
+controller, a third arm measures it: the job without an image, started inside a
+fresh ``cpu,cpuacct`` group (as a systemd unit, a Slurm job or a Kubernetes pod
+would run it). The image's own cost is then image / (none in a group).
+
 Usage::
 
     make test-image
@@ -32,10 +39,34 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from launch_overhead import BIN, SCRIPT, run_phalanx
+
+_CGROUP_V1 = (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup/cpuacct"))
+
+
+def _cpu_group() -> list[Path]:
+    """A fresh ``cpu,cpuacct`` group (cgroup v1); empty when none can be made here."""
+    made = []
+    for controller in _CGROUP_V1:
+        group = controller / f"phalanx-bench-{os.getpid()}"
+        try:
+            group.mkdir(exist_ok=True)
+        except OSError:
+            return []
+        made.append(group)
+    return made
+
+
+def _join(groups: list[Path]) -> Callable[[], None]:
+    def join() -> None:
+        for group in groups:
+            (group / "cgroup.procs").write_text(str(os.getpid()))
+
+    return join
 
 
 def main() -> None:
@@ -80,16 +111,25 @@ def main() -> None:
         )
         for kind in jobs:  # unmeasured: the image's probe, the page cache
             run_phalanx(jobs[kind], env)
-        results: dict[str, list[tuple[float, float]]] = {"none": [], "image": []}
-        for i in range(args.repeats):
-            for kind in ("none", "image"):  # alternate: load drift hits both alike
-                results[kind].append(run_phalanx(jobs[kind], env))
-            (n_first, n_rate), (i_first, i_rate) = results["none"][-1], results["image"][-1]
-            print(
-                f"round {i + 1}: no image {n_first:.2f} s / {n_rate:.1f} steps/s, "
-                f"image {i_first:.2f} s / {i_rate:.1f} steps/s",
-                file=sys.stderr,
-            )
+        groups = _cpu_group()
+        arms: dict[str, tuple[Path, Callable[[], None] | None]] = {
+            "none": (jobs["none"], None),
+            "image": (jobs["image"], None),
+        }
+        if groups:
+            arms["grouped"] = (jobs["none"], _join(groups))
+        results: dict[str, list[tuple[float, float]]] = {kind: [] for kind in arms}
+        try:
+            for i in range(args.repeats):
+                for kind, (job, preexec) in arms.items():  # alternate: drift hits all alike
+                    results[kind].append(run_phalanx(job, env, preexec))
+                print(f"round {i + 1}: " + ", ".join(
+                    f"{kind} {r[-1][0]:.2f} s / {r[-1][1]:.1f} steps/s"
+                    for kind, r in results.items()
+                ), file=sys.stderr)  # fmt: skip
+        finally:
+            for group in groups:
+                group.rmdir()
         left = subprocess.run(
             [engine.path, "ps", "-aq", "--filter", "label=phalanx.job"],
             env=engine.env(), capture_output=True, text=True, check=False,
@@ -109,10 +149,20 @@ def main() -> None:
     print(f"\ncontainer overhead ({engine.name}, {args.image}), {shape}, medians ({machine})\n")
     print("| environment | time to first step (s) | steady-state steps/s |")
     print("|---|---|---|")
-    for name, label in (("none", "phalanx's Python"), ("image", args.image)):
-        print(f"| {label} | {med[name][0]:.2f} | {med[name][1]:.1f} |")
+    labels = {"none": "phalanx's Python", "image": args.image,
+              "grouped": "phalanx's Python in a cpu,cpuacct group"}  # fmt: skip
+    for name in results:
+        print(f"| {labels[name]} | {med[name][0]:.2f} | {med[name][1]:.1f} |")
     print(f"\nadded start-up: {added:+.2f} s (goal ≤ 1 s)")
     print(f"steps/s ratio image/none: {ratio:.3f} of medians, {paired:.3f} median of rounds")
+    if "grouped" in results:
+        grouped = med["grouped"][1] / med["none"][1]
+        own = statistics.median(
+            m[1] / g[1] for g, m in zip(results["grouped"], results["image"], strict=True)
+        )
+        print(f"steps/s ratio none in a group/none: {grouped:.3f} of medians (the group's cost)")
+        print(f"steps/s ratio image/none in a group: {med['image'][1] / med['grouped'][1]:.3f} "
+              f"of medians, {own:.3f} median of rounds (the image's own cost)")  # fmt: skip
     print(f"(goal ≥ 0.99); containers left: {len(left)}")
 
 

@@ -35,6 +35,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
@@ -106,7 +107,9 @@ def run_torchrun(
     return first - start, rate
 
 
-def run_phalanx(job: Path, env: dict[str, str]) -> tuple[float, float]:
+def run_phalanx(
+    job: Path, env: dict[str, str], preexec: Callable[[], None] | None = None
+) -> tuple[float, float]:
     start = time.time()
     out = subprocess.run(
         [str(BIN / "phalanx"), "run", str(job)],
@@ -114,6 +117,7 @@ def run_phalanx(job: Path, env: dict[str, str]) -> tuple[float, float]:
         capture_output=True,
         text=True,
         timeout=600,
+        preexec_fn=preexec,
     )
     if out.returncode != 0:
         raise RuntimeError(f"phalanx run failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
