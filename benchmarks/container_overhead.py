@@ -50,12 +50,14 @@ _CGROUP_V1 = (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup/cpuacct"))
 
 def _cpu_group() -> list[Path]:
     """A fresh ``cpu,cpuacct`` group (cgroup v1); empty when none can be made here."""
-    made = []
+    made: list[Path] = []
     for controller in _CGROUP_V1:
         group = controller / f"phalanx-bench-{os.getpid()}"
         try:
             group.mkdir(exist_ok=True)
         except OSError:
+            for left in made:
+                left.rmdir()
             return []
         made.append(group)
     return made

@@ -266,6 +266,19 @@ def test_ray_nodes_build_the_image_themselves(cli: Cli, ray_cluster: RayCluster)
     contexts = list((ray_cluster.temp_dir / "nodes").glob("*/containers/contexts/*/"))
     assert [c for c in contexts if (c / "marker.txt").is_file()], contexts
     assert not [c for c in contexts if (c / "data").exists()]
+    # A build that fails on the nodes fails the job in one line naming its log, brought
+    # back into the workspace (the node's folder goes with the attempt).
+    cli.write("ctx/Dockerfile", f"FROM {IMAGE}\nRUN echo node build broke {value}; exit 3\n")
+    spec = _job(
+        cli, ray_cluster.gcs_address, script="probe.py", extra="environment: {build: {path: ctx}}"
+    )
+    job = cli.wait(cli.create(spec), ("Completed", "Failed"), timeout=300)
+    assert job["status"] == "Failed", job
+    message = job["error"]["message"]
+    assert message.startswith("environment: image build failed (exit ") and "\n" not in message
+    assert " on a Ray node; see " in message
+    kept = Path(message.rsplit("; see ", 1)[1])
+    assert kept.is_relative_to(cli.home) and f"node build broke {value}" in kept.read_text()
     # A conda file's local path cannot reach the nodes: one line at create.
     cli.write(
         "conda.yml", "dependencies:\n  - pip:\n    - ./wheels/demo_layer-1.0-py3-none-any.whl\n"

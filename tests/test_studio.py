@@ -266,7 +266,7 @@ def test_a_failed_job_shows_its_root_cause_attempts_and_every_ranks_log(
     _shot(page, "studio-failed-job")
 
 
-def test_a_live_line_shows_within_a_second_and_rank_text_is_only_text(
+def test_live_lines_show_without_a_reload_and_rank_text_is_only_text(
     studio: Studio, page: Any
 ) -> None:
     page.goto(f"{studio.url}/jobs/{studio.live}")

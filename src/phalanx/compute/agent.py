@@ -40,12 +40,15 @@ from typing import Any
 from phalanx.compute.nodejob import NodeFolder, NodeJob, node_home
 from phalanx.compute.ship import Change
 from phalanx.containers.image import ImageRef
+from phalanx.errors import PhalanxError
 from phalanx.jobs.watchdog import dump_stacks
 from phalanx.launch import procs
 from phalanx.launch.mpi_agent import SOCKET_ENV
 from phalanx.launch.node import NodeLaunch
 from phalanx.launch.ports import free_ports
 
+_LOG_KEPT = 1 << 20
+"""The end of a failed build's log sent back to the supervisor (bytes of text)."""
 MPI_HOST = "phalanx-node-"
 """How ``mpirun`` names node K on Ray (``phalanx-node-K``); node 0 is its own address."""
 
@@ -62,6 +65,8 @@ class NodeAgent:
         """The last changes sent (sequence number, changes, more): sent again until the
         supervisor says it has them."""
         self._socket_dir: str | None = None
+        self._closing = threading.Event()
+        """Set by :meth:`close` (the supervisor gave up): a build in progress stops."""
 
     def setup(self, job: NodeJob, node_rank: int, checkpoints: Any = None) -> None:
         """Set the job up on this node: its folder and its inputs (downloads, mounts).
@@ -82,16 +87,25 @@ class NodeAgent:
     def _ready_image(self, job: NodeJob, node_rank: int) -> ImageRef:
         """The job's image on this node: there, pulled, or built here (its engine, its
         store), before the attempt's launcher is started."""
+        import ray
+
         from phalanx.containers.image import ready_image
-        from phalanx.containers.nodebuild import ready_on_node
+        from phalanx.containers.nodebuild import NodeBuildError, ready_on_node
 
         home = node_home()
-        if job.image_build is None:
+        build = job.image_build
+        if build is None:
             assert job.image is not None
             return ready_image(job.image, home / "containers" / "images")
+        if isinstance(build.files, ray.ObjectRef):
+            build = replace(build, files=ray.get(build.files))
         assert self._folder is not None
         log = self._folder.root / "system_logs" / f"image_build_node{node_rank}.txt"
-        return ready_on_node(job.image_build, home, log)
+        try:
+            return ready_on_node(build, home, log, canceled=self._closing.is_set)
+        except PhalanxError as exc:
+            text = log.read_text(errors="replace") if log.is_file() else ""
+            raise NodeBuildError(str(exc), log.name, text[-_LOG_KEPT:]) from None
 
     def address(self) -> str:
         """This node's address as Ray knows it (others reach its ranks there)."""
@@ -230,7 +244,8 @@ class NodeAgent:
         return dump_stacks(self._job_dir(job_dir), attempt)
 
     def close(self) -> None:
-        """Unmount the job's inputs on this node."""
+        """Stop a build in progress; unmount the job's inputs on this node."""
+        self._closing.set()
         folder, self._folder = self._folder, None
         if folder is not None:
             folder.close()

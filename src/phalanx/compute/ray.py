@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from phalanx.compute.nodejob import NodeJob, pack
 from phalanx.compute.ship import apply
 from phalanx.compute.targets import RayTarget
+from phalanx.containers.nodebuild import NodeBuildError
 from phalanx.errors import PhalanxError
 from phalanx.launch import procs
 from phalanx.launch.node import NodeLaunch
@@ -313,6 +314,11 @@ class RayCompute:
         import ray
 
         assert self._job is not None and self._paths is not None
+        build = self._job.image_build
+        if build is not None and not isinstance(build.files, ray.ObjectRef):
+            # Into the object store once: every node (and attempt) reads the same copy.
+            build = replace(build, files=ray.put(build.files))
+            self._job = replace(self._job, image_build=build)
         job, checkpoints = self._job, None
         if job.files == "local":
             if not isinstance(self._code, ray.ObjectRef):
@@ -321,13 +327,19 @@ class RayCompute:
             if any(self._paths.checkpoints.rglob("*")):
                 checkpoints = ray.put(pack(self._paths.checkpoints))
         started = time.monotonic()
+        # A node that pulls or builds an image may take long: only the job's own deadline
+        # (and a cancel) bounds it then.
+        limit = None if job.image is not None or build is not None else SETUP_TIMEOUT_S
         self._gather([a.setup.remote(job, i, checkpoints) for i, a in enumerate(self._agents)],
-                     deadline)  # fmt: skip
+                     deadline, limit)  # fmt: skip
         log.info("the job is set up on %d node(s) in %.1f s", len(self._agents),
                  time.monotonic() - started)  # fmt: skip
 
-    def _gather(self, refs: list[Any], deadline: float | None) -> list[Any]:
-        """The agents' answers; cancel and the job's deadline are honoured while waiting.
+    def _gather(
+        self, refs: list[Any], deadline: float | None, limit_s: float | None = SETUP_TIMEOUT_S
+    ) -> list[Any]:
+        """The agents' answers; cancel, the job's deadline and ``limit_s`` (none when
+        ``None``) are honoured while waiting.
 
         Raises:
             PhalanxError: an agent failed (its node could not build the environment, or
@@ -335,7 +347,7 @@ class RayCompute:
         """
         import ray
 
-        limit = time.monotonic() + SETUP_TIMEOUT_S
+        limit = time.monotonic() + (limit_s if limit_s is not None else float("inf"))
         pending = list(refs)
         while pending:
             _, pending = ray.wait(pending, num_returns=len(pending), timeout=PLACEMENT_POLL_S)
@@ -355,6 +367,8 @@ class RayCompute:
             self.release()
             cause = getattr(exc, "cause", None)
             message = str(cause) if isinstance(cause, PhalanxError) else _last_line(str(exc))
+            if isinstance(cause, NodeBuildError) and self._paths is not None:
+                raise PhalanxError(cause.kept_in(self._paths.system_logs)) from exc
             raise PhalanxError(f"setting the job up on a Ray node failed: {message}") from exc
         except ray.exceptions.RayError as exc:
             self.release()

@@ -160,9 +160,15 @@ class Scanner:
                 dirs[:] = [d for d in dirs if d not in self.skip]
             for name in files:
                 path = here / name
-                if path.is_symlink() or not path.is_file():
+                if _private(name) or path.is_symlink() or not path.is_file():
                     continue
                 yield path.relative_to(base).as_posix(), path
+
+
+def _private(name: str) -> bool:
+    """A file that stays on its node: a container's environment file (0600, the job's
+    variables), which the sweep removes there."""
+    return name.startswith(".container_node_") and name.endswith(".env")
 
 
 def _tail(path: Path, size: int) -> bytes:

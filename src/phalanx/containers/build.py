@@ -147,8 +147,7 @@ def ensure_built(
     """
     engine = find_engine()
     tag = f"{TAG}:{request.key(engine)}"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    (lock_dir / f"{_stem(tag)}{USED}").touch()  # before it is looked for: prune spares it
+    mark_used(lock_dir, tag)  # before it is looked for: prune spares it
     if image_id(engine, tag) is not None:
         log.info("image %s: reused", tag)
         return tag
@@ -212,6 +211,14 @@ def prune(builds: Path, unused_for_s: float | None, *, dry_run: bool = False) ->
         else:
             pruned.kept[tag] = last_line(proc.stderr or proc.stdout)
     return pruned
+
+
+def mark_used(builds: Path, tag: str) -> None:
+    """Record that a job of the workspace uses the built image ``tag`` now (each attempt
+    marks it again: a job that waits in the queue for weeks keeps its image)."""
+    if tag.startswith(f"{TAG}:"):
+        builds.mkdir(parents=True, exist_ok=True)
+        (builds / f"{_stem(tag)}{USED}").touch()
 
 
 def _used_at(record: Path) -> float:

@@ -41,8 +41,9 @@ if TYPE_CHECKING:
 class NodeBuild:
     """What a node needs to build a job's image."""
 
-    files: bytes
-    """A tar archive: the build context, or the pip file and what it names."""
+    files: Any
+    """A tar archive (bytes, or a Ray object reference to them): the build context, or
+    the pip file and what it names."""
     dockerfile: str = ""
     """A build context: the Dockerfile's path inside it."""
     base: str = ""
@@ -60,8 +61,12 @@ class NodeBuild:
         return content.hexdigest()[:20]
 
 
-def for_nodes(env: EnvironmentSpec) -> NodeBuild | None:
+def for_nodes(env: EnvironmentSpec, *, check_only: bool = False) -> NodeBuild | None:
     """What Ray nodes need to build ``env``'s image; ``None`` when it asks for no build.
+
+    Args:
+        check_only: Check that what the build needs is there (at ``job create``),
+            without packing a build context.
 
     Raises:
         PhalanxError: the build context, Dockerfile, pip or conda file is missing or
@@ -74,7 +79,10 @@ def for_nodes(env: EnvironmentSpec) -> NodeBuild | None:
     if env.build is not None:
         context = context_build(env.build)
         dockerfile = context.dockerfile.relative_to(context.path).as_posix()
-        return NodeBuild(files=pack(context.path, _sent(context)), dockerfile=dockerfile)
+        sent = _sent(context)  # the ignore files read: a bad pattern is refused here
+        if check_only:
+            return None
+        return NodeBuild(files=pack(context.path, sent), dockerfile=dockerfile)
     if env.image is None or not env.builds:
         return None
     if env.pip_file is not None:
@@ -97,6 +105,25 @@ def for_nodes(env: EnvironmentSpec) -> NodeBuild | None:
                 "the nodes) or from an index"
             )
     return NodeBuild(files=b"", base=env.image, conda=conda)
+
+
+class NodeBuildError(PhalanxError):
+    """A node's image build failed. It carries the build's log, which would otherwise
+    stay on the node (with ``files: local``, in a folder removed with the attempt)."""
+
+    def __init__(self, message: str, log_name: str, log_text: str) -> None:
+        super().__init__(message, log_name, log_text)  # all in args: it crosses Ray
+        self.message, self.log_name, self.log_text = message, log_name, log_text
+
+    def __str__(self) -> str:
+        return self.message
+
+    def kept_in(self, folder: Path) -> str:
+        """Write the log into the workspace's ``folder``; the one-line error naming it."""
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / self.log_name
+        path.write_text(self.log_text)
+        return f"{self.message.split('; see ')[0]} on a Ray node; see {path}"
 
 
 def _pip_entries(conda: dict[str, Any]) -> list[str]:

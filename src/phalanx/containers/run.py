@@ -96,7 +96,8 @@ def inside_env(launch: NodeLaunch, ref: ImageRef, env: Mapping[str, str]) -> dic
     # site-packages, which its `sitecustomize` puts after the image's own packages.
     parts = [PACKAGE_INSIDE, ref.pythonpath, launch.user_env.get("PYTHONPATH", "")]
     if not ref.torch:
-        parts.append(f"{PACKAGE_INSIDE}/phalanx/containers/lend")
+        # First, so no other sitecustomize shadows it; it runs the next one itself.
+        parts.insert(0, f"{PACKAGE_INSIDE}/phalanx/containers/lend")
         inside[LENT_PATH] = os.pathsep.join(map(str, site_packages()))
     inside["PYTHONPATH"] = os.pathsep.join(p for p in parts if p)
     devices = container_devices(launch)
@@ -267,8 +268,11 @@ def start(
     """
     ref = launch.image
     assert ref is not None  # the caller starts a container only for an image
+    from phalanx.containers.build import mark_used
+
     engine = ref.engine_cli()
     mark(launch.job_dir, engine)  # before the container exists: a sweep must know to look
+    mark_used(launch.job_dir.parent.parent / "containers" / "builds", ref.image)
     argv = run_argv(launch, ref, env, env_file(launch), command)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:

@@ -266,7 +266,7 @@ def check_image(
     if on_ray:
         # Each node makes the image ready itself (its engine, its copy; built there):
         # what can be checked here is that the files a build needs are there.
-        for_nodes(env)
+        for_nodes(env, check_only=True)
         return None
     ref = _ready_image(env, ws.home / "containers", build_log, canceled)
     if ref is not None and spec.distribution_type == "mpi":
