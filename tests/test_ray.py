@@ -287,3 +287,40 @@ def test_ray_nodes_build_the_image_themselves(cli: Cli, ray_cluster: RayCluster)
     proc = cli.run("job", "create", "-f", str(_job(cli, ray_cluster.gcs_address, extra=extra)))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "is a path on this machine, which Ray nodes do not see" in proc.stderr
+
+
+def test_a_cancel_stops_the_nodes_image_builds(cli: Cli, ray_cluster: RayCluster) -> None:
+    """A build that would take long is under way on the nodes; `job cancel` ends the job
+    and the builds on every node, none left running."""
+    import psutil
+
+    from test_containers import IMAGE, make_test_image
+
+    make_test_image()
+    marker = f"phalanx-cancel-{time.time_ns()}"
+    cli.write("slow/Dockerfile", f"FROM {IMAGE}\nRUN echo {marker}; sleep 600\n")
+    spec = _job(cli, ray_cluster.gcs_address, extra="environment: {build: {path: slow}}")
+    name = cli.create(spec)
+    logs = ray_cluster.temp_dir / "nodes"
+    deadline = time.monotonic() + 120
+    while not [p for p in logs.glob(f"*/jobs/{name}-*/system_logs/image_build_node*.txt")
+               if marker in p.read_text()]:  # fmt: skip
+        assert time.monotonic() < deadline, "no node began the build"
+        time.sleep(0.2)
+    cli.run("job", "cancel", name, check=True)
+    assert cli.wait(name, ("Completed", "Failed", "Canceled"), timeout=60)["status"] == "Canceled"
+
+    def building() -> list[psutil.Process]:
+        found = []
+        for proc in psutil.process_iter():
+            try:
+                if marker in " ".join(proc.cmdline()):
+                    found.append(proc)
+            except psutil.Error:
+                continue
+        return found
+
+    deadline = time.monotonic() + 30
+    while building():
+        assert time.monotonic() < deadline, f"builds left running: {building()}"
+        time.sleep(0.2)
