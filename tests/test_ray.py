@@ -299,6 +299,7 @@ def test_a_cancel_stops_the_nodes_image_builds(cli: Cli, ray_cluster: RayCluster
     make_test_image()
     marker = f"phalanx-cancel-{time.time_ns()}"
     cli.write("slow/Dockerfile", f"FROM {IMAGE}\nRUN echo {marker}; sleep 600\n")
+    cli.write("src/ddp.py", DDP)
     spec = _job(cli, ray_cluster.gcs_address, extra="environment: {build: {path: slow}}")
     name = cli.create(spec)
     logs = ray_cluster.temp_dir / "nodes"

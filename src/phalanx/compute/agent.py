@@ -47,6 +47,8 @@ from phalanx.launch.mpi_agent import SOCKET_ENV
 from phalanx.launch.node import NodeLaunch
 from phalanx.launch.ports import free_ports
 
+_BUILD_STOP_S = 20.0
+"""How long :meth:`NodeAgent.close` waits for a canceled build to stop."""
 _LOG_KEPT = 1 << 20
 """The end of a failed build's log sent back to the supervisor (bytes of text)."""
 MPI_HOST = "phalanx-node-"
@@ -67,6 +69,9 @@ class NodeAgent:
         self._socket_dir: str | None = None
         self._closing = threading.Event()
         """Set by :meth:`close` (the supervisor gave up): a build in progress stops."""
+        self._building = threading.Lock()
+        """Held while the node builds the job's image: :meth:`close` waits for it to stop
+        (the agent is killed right after, and the build would outlive it)."""
 
     def setup(self, job: NodeJob, node_rank: int, checkpoints: Any = None) -> None:
         """Set the job up on this node: its folder and its inputs (downloads, mounts).
@@ -102,7 +107,8 @@ class NodeAgent:
         assert self._folder is not None
         log = self._folder.root / "system_logs" / f"image_build_node{node_rank}.txt"
         try:
-            return ready_on_node(build, home, log, canceled=self._closing.is_set)
+            with self._building:
+                return ready_on_node(build, home, log, canceled=self._closing.is_set)
         except PhalanxError as exc:
             text = log.read_text(errors="replace") if log.is_file() else ""
             raise NodeBuildError(str(exc), log.name, text[-_LOG_KEPT:]) from None
@@ -246,6 +252,8 @@ class NodeAgent:
     def close(self) -> None:
         """Stop a build in progress; unmount the job's inputs on this node."""
         self._closing.set()
+        if self._building.acquire(timeout=_BUILD_STOP_S):
+            self._building.release()
         folder, self._folder = self._folder, None
         if folder is not None:
             folder.close()

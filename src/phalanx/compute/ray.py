@@ -36,6 +36,7 @@ import contextlib
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -216,6 +217,10 @@ class RayCompute:
         # Ray Client's proxy sometimes fails to start the server of a new client
         # ("Initialization failure from server", a gRPC fork race): try again.
         tries = CLIENT_TRIES if self.target.address.startswith("ray://") else 1
+        # Ray's driver installs a handler that logs a SIGTERM and ends the process at once;
+        # the supervisor's own (a cancel or a preemption: stop the nodes, end the job) is
+        # put back after it.
+        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
         for attempt in range(1, tries + 1):
             try:
                 ray.init(
@@ -233,6 +238,10 @@ class RayCompute:
                     time.sleep(2.0 * attempt)
                     continue
                 raise self._unreachable(exc) from exc
+        if threading.current_thread() is threading.main_thread():
+            for sig, handler in handlers.items():
+                if callable(handler):
+                    signal.signal(sig, handler)
         self._connected = True
 
     def _unreachable(self, exc: Exception) -> PhalanxError:

@@ -26,8 +26,10 @@ Every job that uses a built image touches its record in the workspace's builds f
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -35,12 +37,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from phalanx.cancelable import held, run_logged
 from phalanx.containers.engine import Engine, find_engine, last_line
 from phalanx.containers.ignore import ContextIgnore, ignore_file
 from phalanx.containers.image import ImageRef, image_id
 from phalanx.containers.run import site_packages
-from phalanx.errors import PhalanxError
+from phalanx.errors import PhalanxError, PreparationCanceled
 from phalanx.hashing import file_digest
 
 log = logging.getLogger(__name__)
@@ -272,6 +276,28 @@ def _build_layer(
         _build(engine, tag, context, dockerfile, volumes, log_path, canceled)
 
 
+def _stop_run_steps(group: str) -> None:
+    """Kill what a killed build's RUN steps left running in the control group ``group``,
+    then remove the group (cgroup v1 or v2, wherever it is mounted)."""
+    marks = (f":/{group}\n", f":/{group}/")
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            text = Path(f"/proc/{proc.pid}/cgroup").read_text()
+        except OSError:
+            continue
+        if any(mark in text for mark in marks):
+            found.append(proc)
+    for proc in found:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(found, timeout=5)
+    root = Path("/sys/fs/cgroup")
+    for folder in [root / group, *root.glob(f"*/{group}")]:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
 def _build(
     engine: Engine,
     tag: str,
@@ -290,8 +316,17 @@ def _build(
     for name in ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE"):
         if _CA_BUNDLE.is_file() and engine.is_podman:
             argv += ["--env", f"{name}={_CA_BUNDLE}"]  # for RUN steps only, not kept
+    # podman runs a RUN step as a container of its own session, which outlives a killed
+    # podman: in a control group named for this build, a cancel finds and stops it.
+    group = f"phalanx-build-{os.getpid()}-{tag.partition(':')[2]}"
+    if engine.is_podman and os.geteuid() == 0:
+        argv += ["--cgroup-parent", f"/{group}"]
     argv.append(str(context))
-    code = run_logged(argv, log_path, canceled, "the image build", env=engine.env())
+    try:
+        code = run_logged(argv, log_path, canceled, "the image build", env=engine.env())
+    except PreparationCanceled:
+        _stop_run_steps(group)
+        raise
     if code != 0:
         try:
             text = log_path.read_text(errors="replace")
