@@ -215,18 +215,28 @@ def test_tensorflow_workers_run_in_the_image(cli: Cli, engine: Engine) -> None:
     assert [w.split(":")[0] for w in workers] == ["127.0.0.1", "127.0.0.2"]
     assert _containers(engine, Path(job["job_dir"])) == []
     # An image with torch of its own is lent nothing: without TensorFlow it is refused.
-    context = cli.write("torch_only/Dockerfile", f"FROM {IMAGE}\n{STUB_TORCH}\n").parent
-    torch_only = f"phalanx-test-torch-only:{uuid.uuid4().hex[:12]}"
-    built = engine.run(["build", "-q", "-t", torch_only, str(context)], timeout=120)
-    assert built.returncode == 0, built.stderr
-    try:
-        proc = cli.run("job", "create", "-f", str(spec), "--set", f"environment.image={torch_only}")
-    finally:
-        assert engine.run(["rmi", torch_only]).returncode == 0
-    assert proc.returncode == 2
-    (line,) = proc.stderr.splitlines()
+    torch_only, line = _refused_in_variant(cli, engine, "torch-only", STUB_TORCH, spec)
     assert line.startswith(f"error: environment.image '{torch_only}' has torch of its own but ")
     assert "install tensorflow in the image" in line
+
+
+def _refused_in_variant(
+    cli: Cli, engine: Engine, what: str, step: str, spec: Path, *sets: str
+) -> tuple[str, str]:
+    """Build the test image with ``step`` added (a tag of this run's own, removed after),
+    have ``job create`` refuse ``spec`` in it; the tag and the one line it printed."""
+    context = cli.write(f"{what}/Dockerfile", f"FROM {IMAGE}\n{step}\n").parent
+    tag = f"phalanx-test-{what}:{uuid.uuid4().hex[:12]}"
+    built = engine.run(["build", "-q", "-t", tag, str(context)], timeout=120)
+    assert built.returncode == 0, built.stderr
+    args = [a for s in (*sets, f"environment.image={tag}") for a in ("--set", s)]
+    try:
+        proc = cli.run("job", "create", "-f", str(spec), *args)
+    finally:
+        assert engine.run(["rmi", tag]).returncode == 0
+    assert proc.returncode == 2
+    (line,) = proc.stderr.splitlines()
+    return tag, line
 
 
 # A package named torch in the image (what the probe looks for), not a working one.
@@ -318,24 +328,12 @@ def test_image_errors_are_one_line_at_create(cli: Cli, engine: Engine, tmp_path:
     # An MPI job in an image without Open MPI (of this test's own, removed once asked).
     cli.env.pop("PHALANX_CONTAINER_ENGINE")
     cli.env["PATH"] = os.environ["PATH"]
-    context = tmp_path / "nompi"
-    context.mkdir()
-    (context / "Dockerfile").write_text(f"FROM {IMAGE}\nRUN rm /usr/bin/mpirun /usr/bin/mpiexec\n")
-    nompi = f"phalanx-test-nompi:{uuid.uuid4().hex[:12]}"
-    built = engine.run(["build", "-q", "-t", nompi, str(context)], timeout=120)
-    assert built.returncode == 0, built.stderr
-    try:
-        proc = cli.run(
-            "job", "create", "-f", str(spec), "--set", "distribution.type=mpi",
-            "--set", f"environment.image={nompi}",
-        )  # fmt: skip
-    finally:
-        assert engine.run(["rmi", nompi]).returncode == 0
-    assert proc.returncode == 2
-    (line,) = proc.stderr.splitlines()
+    nompi, line = _refused_in_variant(
+        cli, engine, "nompi", "RUN rm /usr/bin/mpirun /usr/bin/mpiexec", spec,
+        "distribution.type=mpi",
+    )  # fmt: skip
     assert line.startswith(f"error: environment.image '{nompi}' is an image without ")
     assert "install it in the image (openmpi-bin" in line
-    engine.run(["rmi", "--force", "phalanx-test-nompi", "phalanx-test-nopython"], timeout=60)
     # A conda file on an image: the image's Python is what a pin must name, and conda
     # packages are not layered.
     cli.write("conda.yml", "dependencies:\n  - python=3.9\n  - pip:\n    - six\n")
