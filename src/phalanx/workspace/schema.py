@@ -56,7 +56,11 @@ jobs = Table(
     Column("tier", Integer),
     Column("timeout", Double),
     Column("queue_json", Text),
-    Column("created_by", Text),  # schema 8
+    Column("created_by", Text),  # schema 8: its owner
+    # Schema 10: the lease of the supervisor that runs it (fencing of its state writes).
+    Column("lease_generation", Integer, nullable=False, server_default=text("0")),
+    Column("lease_holder", Text),
+    Column("lease_renewed_at", Double),
     PrimaryKeyConstraint("name", name="pk_jobs"),
 )
 Index("jobs_created", jobs.c.created_at)
@@ -76,6 +80,7 @@ attempts = Table(
     Column("error_json", Text),
     Column("note", Text),  # schema 3
     Column("nodes_json", Text),  # schema 7
+    Column("generation", Integer),  # schema 10: the job's lease generation it ran under
     PrimaryKeyConstraint("job_name", "number", name="pk_attempts"),
     ForeignKeyConstraint(
         ["job_name"], ["jobs.name"], name="fk_attempts_job_name", ondelete="CASCADE"
@@ -89,6 +94,7 @@ datastores = Table(
     Column("type", Text, nullable=False),
     Column("config_json", Text, nullable=False),
     Column("created_at", Double, nullable=False),
+    Column("owner", Text),  # schema 10: the server user who made it
     PrimaryKeyConstraint("name", name="pk_datastores"),
 )
 
@@ -103,6 +109,7 @@ data_assets = Table(
     Column("description", Text),
     Column("tags_json", Text, nullable=False, server_default="{}"),
     Column("created_at", Double, nullable=False),
+    Column("owner", Text),  # schema 10: the server user who made it
     PrimaryKeyConstraint("name", "version", name="pk_data_assets"),
 )
 
@@ -119,6 +126,7 @@ models = Table(
     Column("description", Text),
     Column("tags_json", Text, nullable=False, server_default="{}"),
     Column("created_at", Double, nullable=False),
+    Column("owner", Text),  # schema 10: the server user who made it
     PrimaryKeyConstraint("name", "version", name="pk_models"),
 )
 
@@ -129,6 +137,7 @@ computes = Table(
     Column("type", Text, nullable=False),
     Column("config_json", Text, nullable=False),
     Column("created_at", Double, nullable=False),
+    Column("owner", Text),  # schema 10: the server user who made it
     PrimaryKeyConstraint("name", name="pk_computes"),
 )
 
@@ -167,6 +176,7 @@ tokens = Table(
     Column("hash", Text, nullable=False),
     Column("created_at", Double, nullable=False),
     Column("last_used_at", Double),
+    Column("role", Text, nullable=False, server_default="admin"),  # schema 10
     PrimaryKeyConstraint("name", name="pk_tokens"),
     UniqueConstraint("hash", name="uq_tokens_hash"),
 )
@@ -181,6 +191,7 @@ environments = Table(
     Column("description", Text),
     Column("tags_json", Text, nullable=False, server_default="{}"),
     Column("created_at", Double, nullable=False),
+    Column("owner", Text),  # schema 10: the server user who made it
     PrimaryKeyConstraint("name", "version", name="pk_environments"),
 )
 
