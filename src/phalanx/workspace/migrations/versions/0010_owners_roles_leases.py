@@ -27,9 +27,7 @@ OWNED = ("datastores", "data_assets", "models", "environments", "computes")
 def upgrade() -> None:
     for table in OWNED:
         op.add_column(table, sa.Column("owner", sa.Text))
-    op.add_column(
-        "tokens", sa.Column("role", sa.Text, nullable=False, server_default="admin")
-    )
+    op.add_column("tokens", sa.Column("role", sa.Text, nullable=False, server_default="admin"))
     op.add_column(
         "jobs",
         sa.Column("lease_generation", sa.Integer, nullable=False, server_default=sa.text("0")),
