@@ -91,7 +91,7 @@ import os, sys
 from pathlib import Path
 from phalanx.workspace import Workspace
 ws = Workspace(Path(sys.argv[1]))
-print(ws.claim_supervisor("job", os.getpid(), lambda pid: True))
+print(ws.claim_supervisor("job", os.getpid(), lambda pid: True) is not None)
 """
 
 _VERSIONS = """

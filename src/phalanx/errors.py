@@ -153,3 +153,18 @@ class JobNotFoundError(PhalanxError):
 
     def __init__(self, name: str) -> None:
         super().__init__(f"job {name!r} not found; `phalanx job list` shows the jobs")
+
+
+class DatabaseUnavailable(PhalanxError):
+    """The workspace database cannot be reached now: stopped, restarting, the network
+    gone, or busy past the lock wait. The same request may succeed when repeated; a
+    server answers it with 503 (``database unavailable, retrying``).
+
+    Args:
+        message: The one line, with the fix.
+        reason: What the driver said, without any password.
+    """
+
+    def __init__(self, message: str, *, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason

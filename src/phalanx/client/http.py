@@ -3,8 +3,9 @@
 A 4xx carries the one line the CLI would print (``{"error": …}``) and becomes
 a :class:`~phalanx.errors.PhalanxError` with that line. Requests that are safe
 to repeat (reads, cancel, preempt) are retried while the server is
-unreachable or restarting, for up to :data:`RETRY_S`; a create is retried only
-when it never reached the server.
+unreachable or restarting, or answers 503 because its database is (``database
+unavailable, retrying``, said once on stderr), for up to :data:`RETRY_S`; a
+create is retried only when it never reached the server.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from phalanx.errors import PhalanxError
 
 RETRY_ENV = "PHALANX_SERVER_RETRY_S"
 RETRY_S = 120.0
+DATABASE_UNAVAILABLE = "database unavailable, retrying"
+"""What a server answers (503) while its database cannot be reached."""
 
 
 class ServerSpecError(PhalanxError):
@@ -51,7 +54,7 @@ class ServerClient:
             headers["authorization"] = f"Bearer {config.token}"
         self._http = httpx.Client(base_url=config.url, headers=headers, timeout=timeout)
         self._retry_s = float(os.environ.get(RETRY_ENV, RETRY_S))
-        self._warned = False
+        self._warned: str | None = None
 
     def close(self) -> None:
         self._http.close()
@@ -88,13 +91,13 @@ class ServerClient:
                 delay = min(delay * 2, 2.0)
                 continue
             if response.status_code >= 500 and idempotent and time.monotonic() < deadline:
-                self._wait(delay)
+                self._wait(delay, _why(response))
                 delay = min(delay * 2, 2.0)
                 continue
             if self._warned:
                 print("connected again", file=sys.stderr, flush=True)
-                self._warned = False
-            return self._answer(response)
+                self._warned = None
+            return self._answer(response, idempotent=idempotent)
 
     @contextmanager
     def stream(self, path: str, *, params: dict[str, Any] | None = None) -> Iterator[Any]:
@@ -109,10 +112,12 @@ class ServerClient:
         delay = 0.2
         started = False
         while True:
+            why = "unreachable"
             try:
                 with self._http.stream("GET", "/api/v1" + path, params=params) as response:
                     if response.status_code >= 500 and time.monotonic() < deadline:
-                        pass  # retried below, outside the open response
+                        response.read()
+                        why = _why(response)  # retried below, outside the open response
                     elif not response.is_success:
                         response.read()
                         self._answer(response)
@@ -126,16 +131,21 @@ class ServerClient:
                         f"cannot reach the phalanx server at {self.url} ({SERVER_ENV}): "
                         f"{exc or type(exc).__name__}; is it running?"
                     ) from None
-            self._wait(delay)
+            self._wait(delay, why)
             delay = min(delay * 2, 2.0)
 
-    def _wait(self, delay: float) -> None:
-        if not self._warned:
-            print(f"server {self.url} unreachable; retrying…", file=sys.stderr, flush=True)
-            self._warned = True
+    def _wait(self, delay: float, why: str = "unreachable") -> None:
+        """Say once per cause why the request waits, then wait ``delay``."""
+        if self._warned != why:
+            if why == DATABASE_UNAVAILABLE:
+                line = f"server {self.url}: {DATABASE_UNAVAILABLE}…"
+            else:
+                line = f"server {self.url} {why}; retrying…"
+            print(line, file=sys.stderr, flush=True)
+            self._warned = why
         time.sleep(delay)
 
-    def _answer(self, response: httpx.Response) -> Any:
+    def _answer(self, response: httpx.Response, *, idempotent: bool = True) -> Any:
         try:
             body = response.json()
         except ValueError:
@@ -157,7 +167,28 @@ class ServerClient:
             raise ServerSpecError(str(message), [str(p) for p in body["problems"]])
         if response.status_code == 404:
             raise NotFound(str(message))
+        if response.status_code == 503 and message == DATABASE_UNAVAILABLE:
+            if not idempotent:
+                raise PhalanxError(
+                    f"the phalanx server at {self.url} answered: database unavailable; a "
+                    "create is never sent twice, so run the command again once it is back"
+                )
+            raise PhalanxError(
+                f"the phalanx server at {self.url} answered {DATABASE_UNAVAILABLE!r} for "
+                f"{self._retry_s:.0f} s ({RETRY_ENV}); its database is still away, try again later"
+            )
         raise PhalanxError(str(message))
+
+
+def _why(response: httpx.Response) -> str:
+    """Why a 5xx answer is retried: the server's database, or the server itself."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and body.get("error") == DATABASE_UNAVAILABLE:
+        return DATABASE_UNAVAILABLE
+    return "unreachable"
 
 
 class _Chunks:

@@ -28,6 +28,7 @@ from phalanx.workspace import (
     RootCause,
     Workspace,
 )
+from phalanx.workspace.leases import Holder, take_over
 from phalanx.workspace.snapshot import LIMIT_ENV
 
 if TYPE_CHECKING:
@@ -135,13 +136,28 @@ def spawn_supervisor(ws: Workspace, name: str) -> int:
 
 
 def supervisor_alive(job: JobRecord) -> bool:
-    """Whether the job's supervisor process still runs.
+    """Whether the job's supervisor still runs, as far as this machine can tell.
 
-    A reused pid does not count: the process must be this job's supervisor by
-    its command line. (Start times are no test: psutil derives them from the
-    wall clock, so a clock step would make a live supervisor look dead.)
+    A supervisor of this machine is checked by its process; a reused pid does
+    not count: the process must be this job's supervisor by its command line.
+    (Start times are no test: psutil derives them from the wall clock, so a
+    clock step would make a live supervisor look dead.) One that holds the
+    lease from another machine counts as alive: only its lease's expiry, which
+    the scheduler watches, says otherwise.
     """
-    return job.supervisor_pid is not None and is_supervisor(job.supervisor_pid, job.name)
+    pid = local_supervisor(job)
+    if pid is None:
+        holder = Holder.parse(job.lease_holder)
+        return holder is not None and not holder.local
+    return is_supervisor(pid, job.name)
+
+
+def local_supervisor(job: JobRecord) -> int | None:
+    """The pid of the job's supervisor when it is (or was) a process of this machine."""
+    holder = Holder.parse(job.lease_holder)
+    if holder is not None:
+        return holder.pid if holder.local else None
+    return job.supervisor_pid
 
 
 def refresh(ws: Workspace, job: JobRecord) -> JobRecord:
@@ -164,7 +180,7 @@ _ENSURE_EVERY_S = 5.0
 _ensured: dict[Path, float] = {}
 
 
-def recover_lost(ws: Workspace, job: JobRecord) -> None:
+def recover_lost(ws: Workspace, job: JobRecord, *, expired: bool = False) -> None:
     """End what a dead supervisor left: its processes, mounts and attempt; then retry or fail.
 
     The attempt it was running ends as an ``infrastructure`` failure; the
@@ -173,13 +189,25 @@ def recover_lost(ws: Workspace, job: JobRecord) -> None:
     attempt began (waiting in the queue, or given its devices but not started
     yet) just loses that process: the scheduler starts another when needed,
     and no attempt is counted. A job asked to cancel ends Canceled.
+
+    The supervisor's lease is taken first, as it was when judged (a renewal or a
+    new supervisor since then leaves the job alone), so a supervisor judged
+    lost wrongly can write nothing more.
+
+    Args:
+        job: The job as it was judged.
+        expired: Judged by its lease's expiry (a supervisor of another machine),
+            not by its process.
     """
     from phalanx.compute.local import LocalCompute
     from phalanx.jobs.policy import decide
     from phalanx.spec import JobSpec
 
+    judged = job
     job = ws.get_job(job.name)  # again: it may have ended or been claimed meanwhile
-    if job.status.is_terminal or supervisor_alive(job):
+    if job.status.is_terminal or (not expired and supervisor_alive(job)):
+        return
+    if not take_over(ws, job.name, judged.lease_generation, judged.lease_renewed_at):
         return
     LocalCompute().sweep(Path(job.job_dir), None, grace_s=2.0)
     _unmount_leftovers(Path(job.job_dir))
@@ -240,9 +268,10 @@ def cancel(ws: Workspace, name: str, *, wait_s: float = 30.0) -> JobRecord:
     ws.request_cancel(name)
     ring(job_bell(ws.home, name))  # a supervisor waiting in the queue hears it at once
     if supervisor_alive(job):
-        assert job.supervisor_pid is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(job.supervisor_pid, signal.SIGTERM)
+        pid = local_supervisor(job)
+        if pid is not None:  # one of another machine reads the request within a second
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             job = ws.get_job(name)

@@ -23,6 +23,15 @@ and exit, and starts the next attempt, which resumes from it. ``phalanx job
 preempt`` asks for exactly that; a rank that exits with
 :data:`phalanx.launch.exitcodes.PREEMPTED_EXIT_CODE`, or a node whose
 ranks were all sent SIGTERM from outside, counts as a preemption too.
+
+The job's lease (:mod:`phalanx.workspace.leases`). Every state write of the
+runner is fenced by the generation its supervisor holds; the runner also
+learns of a lease taken from the generation it reads with the requests. Then it
+stops the nodes of its attempt and raises
+:class:`~phalanx.workspace.leases.LeaseLost`, writing nothing. While ranks
+run, it never waits for the database: a read that fails is skipped until the
+next poll, and the ranks keep running until the lease went unrenewed for
+``RANKS_WITHOUT_DB_S``; then the attempt is stopped and ends as preempted.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ from typing import Any
 
 from phalanx.compute.local import LocalCompute, LocalNode
 from phalanx.compute.ray import RayCompute, RayNode
-from phalanx.errors import PhalanxError, PreparationCanceled
+from phalanx.errors import DatabaseUnavailable, PhalanxError, PreparationCanceled
 from phalanx.jobs.policy import decide
 from phalanx.jobs.prepare import Prepared, prepare
 from phalanx.jobs.register import register_outputs
@@ -66,6 +75,7 @@ from phalanx.workspace import (
     RootCause,
     Workspace,
 )
+from phalanx.workspace.leases import RANKS_WITHOUT_DB_S, LeaseKeeper, LeaseLost
 
 log = logging.getLogger(__name__)
 
@@ -89,19 +99,33 @@ class AttemptOutcome:
 
 
 class JobRunner:
-    """Runs the job ``name`` of ``workspace`` on ``compute``."""
+    """Runs the job ``name`` of ``workspace`` on ``compute``.
+
+    Args:
+        lease: The supervisor's lease on the job, whose generation fences the
+            workspace's writes (``None``: nobody else will run the job).
+    """
 
     def __init__(
-        self, workspace: Workspace, name: str, compute: LocalCompute | RayCompute | None = None
+        self,
+        workspace: Workspace,
+        name: str,
+        compute: LocalCompute | RayCompute | None = None,
+        *,
+        lease: LeaseKeeper | None = None,
     ) -> None:
         self.ws = workspace
         self.name = name
         self.compute: LocalCompute | RayCompute = compute or LocalCompute()
         self.paths: JobPaths = workspace.paths(name)
+        self.lease = lease
         self._cancel = False
         self._master_port = 0
         self._grant: tuple[NodeGrant, ...] | None = None
         """What each node holds this attempt (from the scheduler)."""
+        self._has_gpus: bool | None = None
+        self._attempt: int | None = None
+        """The attempt this runner started last (its processes carry its number)."""
 
     def request_cancel(self, *_: object) -> None:
         """Signal handler: stop the job at the next poll."""
@@ -112,9 +136,30 @@ class JobRunner:
         return self._cancelled()
 
     def _cancelled(self) -> bool:
-        if not self._cancel and self.ws.requests(self.name)[0]:
-            self._cancel = True
+        if not self._cancel:
+            self._poll()
         return self._cancel
+
+    def _poll(self) -> bool:
+        """Read the job's requests without waiting for the database; whether a
+        preemption is pending (``False`` too when the database did not answer)."""
+        try:
+            with self.ws.patience(0):
+                polled = self.ws.poll_requests(self.name)
+        except DatabaseUnavailable:
+            return False  # read again at the next poll
+        if self.lease is not None:
+            self.lease.seen(polled.generation)
+        self._cancel = self._cancel or polled.cancel
+        return polled.preempt
+
+    def _lease_lost(self) -> bool:
+        return self.lease is not None and self.lease.lost
+
+    def stop_own_processes(self) -> None:
+        """Stop the processes of this runner's attempt and the supervisor's children
+        (attempt numbers start at 1, so without one only the children)."""
+        self.compute.sweep(self.paths.root, self._attempt or 0, grace_s=2.0, descendants=True)
 
     def run(self) -> JobStatus:
         """Run the job to a terminal state and return it."""
@@ -214,6 +259,7 @@ class JobRunner:
                     message = f"the job's outputs could not be saved: {exc}"
                     return self._finish(JobStatus.FAILED, RootCause(message=message))
                 try:
+                    self.ws.check_lease(self.name)  # a registry write is no job state write
                     register_outputs(spec, self.ws, self.name)
                 except PhalanxError as exc:
                     log.error("%s", exc)
@@ -253,6 +299,9 @@ class JobRunner:
         master_addr = self.compute.master_addr
         master_port = self._master_port = self.compute.free_ports(0, 1)[0]
         grant = self._grant or ()
+        if isinstance(self.compute, LocalCompute) and grant:
+            # Read before any node starts: nothing waits for the database while nodes run.
+            self._has_gpus = self._target_has_gpus()
         attempt = self.ws.start_attempt(
             self.name,
             master_port=master_port,
@@ -261,6 +310,7 @@ class JobRunner:
                 for n in grant
             ],
         )
+        self._attempt = attempt.number
         self.ws.set_status(self.name, JobStatus.RUNNING)
         log.info(
             "attempt %d: %d node(s) x %d process(es), master %s:%d",
@@ -366,7 +416,7 @@ class JobRunner:
             return None
         if node_rank >= len(self._grant):
             return None
-        if not self._grant[node_rank].gpus and not self._target_has_gpus():
+        if not self._grant[node_rank].gpus and not self._has_gpus:
             return None
         return self._grant[node_rank].gpus
 
@@ -393,6 +443,16 @@ class JobRunner:
     def _watch(
         self, spec: JobSpec, attempt: int, nodes: list[Node], deadline: float | None
     ) -> AttemptOutcome:
+        """Poll the attempt until it ends; stops its nodes before raising ``LeaseLost``."""
+        try:
+            return self._watch_nodes(spec, attempt, nodes, deadline)
+        except LeaseLost:
+            self._stop(attempt, nodes, FAILURE_GRACE_S)
+            raise
+
+    def _watch_nodes(
+        self, spec: JobSpec, attempt: int, nodes: list[Node], deadline: float | None
+    ) -> AttemptOutcome:
         attempt_dir = self.paths.attempt_dir(attempt)
         grace = float(spec.retry.preemption_grace)
         watchdog = (
@@ -400,10 +460,7 @@ class JobRunner:
             if spec.limits.stall_timeout
             else None
         )
-        stale = self.ws.take_preemption_request(self.name)  # one meant for an attempt now over
-        if stale and stale.get("for") and is_releasing(self.ws, self.name):
-            # The scheduler's, made while this attempt started: it still wants the devices.
-            self.ws.request_preemption(self.name, None, for_job=str(stale["for"]))
+        stale_read = self._take_stale_request()  # one meant for an attempt now over
         notice: str | None = None  # set once a preemption was requested for this attempt
         polls = 0
         while True:
@@ -422,25 +479,45 @@ class JobRunner:
                 looks_preempted = notice is not None or _preemption_signs(records)
                 self._stop(attempt, nodes, grace if looks_preempted else FAILURE_GRACE_S)
                 return self._ended(attempt, spec.world_size, nodes, codes, notice)
+            if self._lease_lost():
+                raise LeaseLost(self.name, self.lease.generation if self.lease else 0)
+            if self.lease is not None and self.lease.overdue():
+                # Another supervisor may take the lease once it is unrenewed for longer:
+                # the ranks must be gone by then. They get the notice, and save.
+                log.warning("attempt %d: no database for %.0f s; stopping the ranks",
+                            attempt, RANKS_WITHOUT_DB_S)  # fmt: skip
+                for node in nodes:
+                    node.signal(signal.SIGTERM)
+                self._stop(attempt, nodes, grace)
+                message = (
+                    f"the workspace database was unreachable for {RANKS_WITHOUT_DB_S:.0f} s, "
+                    "so the ranks were stopped (a supervisor that cannot renew its lease may "
+                    "not keep them running); the job resumes from its checkpoints"
+                )
+                return AttemptOutcome(
+                    AttemptStatus.FAILED, FailureCause.PREEMPTION, RootCause(message=message)
+                )
             if polls % SCHEDULER_CHECK_EVERY == 0 and not is_running(self.ws.home):
                 # The scheduler died: start another, so that a lost supervisor (this
                 # one's included) is still noticed without anybody running a command.
                 ensure_running(self.ws.home, self.ws.child_env())
             if polls % REQUEST_EVERY == 0:
                 self.compute.reap(nodes)
-                cancel, preempt = self.ws.requests(self.name)
-                self._cancel = self._cancel or cancel
+                if not stale_read:
+                    stale_read = self._take_stale_request()
+                preempt = self._poll() if stale_read else False
                 if preempt and notice is None:
-                    request = self.ws.take_preemption_request(self.name) or {}
-                    which = request.get("nodes")
-                    notice = "every node" if which is None else f"node(s) {which}"
-                    if request.get("for"):
-                        notice = f"for job {request['for']}"  # by the scheduler
-                    log.info("attempt %d: preemption of %s requested", attempt, notice)
-                    # The notice goes to every rank at once, evicted node or not:
-                    # they all take part in the emergency checkpoint.
-                    for node in nodes:
-                        node.signal(signal.SIGTERM)
+                    request = self._take_request()
+                    if request is not None:
+                        which = request.get("nodes")
+                        notice = "every node" if which is None else f"node(s) {which}"
+                        if request.get("for"):
+                            notice = f"for job {request['for']}"  # by the scheduler
+                        log.info("attempt %d: preemption of %s requested", attempt, notice)
+                        # The notice goes to every rank at once, evicted node or not:
+                        # they all take part in the emergency checkpoint.
+                        for node in nodes:
+                            node.signal(signal.SIGTERM)
                 if watchdog is not None and watchdog.stalled():
                     return self._hang(attempt, nodes, watchdog)
             if self._cancel:
@@ -454,6 +531,27 @@ class JobRunner:
                 )
                 return AttemptOutcome(AttemptStatus.FAILED, FailureCause.TIMEOUT, error)
             time.sleep(POLL_S)
+
+    def _take_request(self) -> dict[str, Any] | None:
+        """The pending preemption request, taken; ``None`` when the database did not answer."""
+        try:
+            with self.ws.patience(0):
+                return self.ws.take_preemption_request(self.name) or {}
+        except DatabaseUnavailable:
+            return None
+
+    def _take_stale_request(self) -> bool:
+        """Clear a preemption request meant for the attempt before (keeping the
+        scheduler's, which still wants the devices); whether the database answered."""
+        try:
+            with self.ws.patience(0), self.ws.transaction():  # both, or neither
+                stale = self.ws.take_preemption_request(self.name)
+                if stale and stale.get("for") and is_releasing(self.ws, self.name):
+                    # The scheduler's, made while this attempt started.
+                    self.ws.request_preemption(self.name, None, for_job=str(stale["for"]))
+        except DatabaseUnavailable:
+            return False
+        return True
 
     def _ended(
         self,

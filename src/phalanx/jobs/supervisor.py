@@ -6,9 +6,21 @@ job whose supervisor was lost). It first waits, asleep and light (nothing heavy
 imported yet), until the scheduler gives the job its devices; then it runs the
 job. SIGTERM (from ``phalanx job cancel``) stops the job, waiting or not. Its
 log is the job's ``system_logs/supervisor.txt``. A bug in the runner still ends
-the job, as Failed with a system error, and leaves no process of the job
-behind. Two supervisors of one job never both run it: each claims the job
-first, and one that finds another alive leaves.
+the job, as Failed with a system error, and leaves no process of its attempt
+behind.
+
+Two supervisors of one job never both run it: each first takes the job's
+lease (:mod:`phalanx.workspace.leases`), one that finds it held by a live one
+leaves, and one whose lease was taken stops the processes of its attempt and
+leaves without writing anything more.
+
+The database may blink. The supervisor's reads and writes wait for it, with
+backoff, and its ranks keep running: for up to ``RANKS_WITHOUT_DB_S`` (5
+minutes) after its lease was last renewed. Past that it stops them (the attempt
+ends as preempted once the database is back, and the job resumes from its
+checkpoints); after ``GIVE_UP_S`` (30 minutes) without the database it stops
+everything of its attempt and exits, and the scheduler recovers the job as for
+a lost supervisor. Nothing is marked Failed because the database was away.
 """
 
 from __future__ import annotations
@@ -21,16 +33,20 @@ import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from phalanx.errors import PhalanxError
+from phalanx.errors import DatabaseUnavailable, PhalanxError
 from phalanx.launch.procs import become_subreaper
 from phalanx.scheduler.process import is_supervisor
 from phalanx.scheduler.waiting import wait_for_grant
 from phalanx.storage.redact import RedactingFormatter, redact
 from phalanx.workspace import FailureCause, JobStatus, RootCause, Workspace
+from phalanx.workspace.leases import GIVE_UP_S, LeaseKeeper, LeaseLost
 
 if TYPE_CHECKING:
     from phalanx.compute.local import LocalCompute
     from phalanx.compute.ray import RayCompute
+    from phalanx.jobs.runner import JobRunner
+
+log = logging.getLogger(__name__)
 
 
 def main(argv: list[str]) -> int:
@@ -47,52 +63,112 @@ def main(argv: list[str]) -> int:
     # Cloud SDKs log every HTTP request at INFO: one line per file a mount opens.
     for sdk in ("azure", "botocore", "s3fs", "aiobotocore", "urllib3"):
         logging.getLogger(sdk).setLevel(logging.WARNING)
-    ws = Workspace()
-    if not ws.claim_supervisor(name, os.getpid(), lambda pid: is_supervisor(pid, name)):
-        logging.getLogger(__name__).info("another supervisor runs job %s; leaving", name)
+    try:
+        ws = Workspace(patience_s=GIVE_UP_S)
+        generation = ws.claim_supervisor(name, os.getpid(), lambda pid: is_supervisor(pid, name))
+    except DatabaseUnavailable as exc:
+        log.error("%s; this supervisor gives up", exc)
+        return 1
+    if generation is None:
+        log.info("another supervisor runs job %s; leaving", name)
         return 0
-    if ws.get_job(name).status.is_terminal:
-        return 0  # canceled before this process could claim it
-    become_subreaper()
-    stopping: list[bool] = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    if wait_for_grant(ws, name, lambda: bool(stopping) or ws.requests(name)[0]) is None:
-        if not ws.get_job(name).status.is_terminal:
-            ws.set_status(name, JobStatus.CANCELED)
+    keeper = LeaseKeeper(ws, name, generation).start()
+    supervision = _Supervision(ws, name, keeper)
+    try:
+        return supervision.run()
+    except LeaseLost:
+        log.warning(
+            "job %s: lease generation %d was taken by another supervisor; this one stopped "
+            "the processes it started and leaves without writing anything more",
+            name,
+            generation,
+        )
+        supervision.stop_own_processes()
         return 0
-    # Its turn: only now the runner (and what it imports) is loaded.
-    from phalanx.jobs.runner import JobRunner
+    except DatabaseUnavailable as exc:
+        log.error(
+            "%s; gave up after %.0f s: the processes of this supervisor's attempt are stopped, "
+            "and the scheduler recovers the job once the database is back",
+            exc,
+            GIVE_UP_S,
+        )
+        supervision.stop_own_processes()
+        return 1
+    finally:
+        keeper.stop()
 
-    runner: JobRunner | None = None
-    try:
-        compute = make_compute(
-            ws, name, cancelled=lambda: runner is not None and runner.cancelled()
-        )
-    except PhalanxError as exc:
-        logging.getLogger(__name__).error("%s", exc)
-        ws.set_status(name, JobStatus.FAILED, error=RootCause(message=str(exc)))
-        return 1
-    runner = JobRunner(ws, name, compute)
-    signal.signal(signal.SIGTERM, runner.request_cancel)
-    signal.signal(signal.SIGINT, runner.request_cancel)
-    if stopping:
-        runner.request_cancel()
-    try:
-        status = runner.run()
-    except Exception:
-        tb = redact(traceback.format_exc())
-        logging.getLogger(__name__).error("supervisor failed:\n%s", tb)
-        compute.sweep(ws.paths(name).root, None, grace_s=2.0, descendants=True)
-        error = RootCause(
-            message=f"phalanx supervisor failed ({FailureCause.SYSTEM_ERROR}): "
-            f"{tb.strip().splitlines()[-1]}; see system_logs/supervisor.txt",
-            traceback=tb,
-        )
-        ws.set_status(name, JobStatus.FAILED, error=error)
-        return 1
-    return 0 if status is JobStatus.COMPLETED else 1
+
+class _Supervision:
+    """What one supervisor does with its job once it holds the lease."""
+
+    def __init__(self, ws: Workspace, name: str, keeper: LeaseKeeper) -> None:
+        self.ws = ws
+        self.name = name
+        self.keeper = keeper
+        self.runner: JobRunner | None = None
+        self.compute: LocalCompute | RayCompute | None = None
+
+    def run(self) -> int:
+        ws, name, keeper = self.ws, self.name, self.keeper
+        if ws.get_job(name).status.is_terminal:
+            return 0  # canceled before this process could claim it
+        become_subreaper()
+        stopping: list[bool] = []
+        signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+        signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        stop = lambda: bool(stopping) or keeper.lost or ws.requests(name)[0]  # noqa: E731
+        if wait_for_grant(ws, name, stop) is None:
+            if keeper.lost:
+                raise LeaseLost(name, keeper.generation)
+            if not ws.get_job(name).status.is_terminal:
+                ws.set_status(name, JobStatus.CANCELED)
+            return 0
+        # Its turn: only now the runner (and what it imports) is loaded.
+        from phalanx.jobs.runner import JobRunner
+
+        try:
+            self.compute = make_compute(
+                ws, name, cancelled=lambda: self.runner is not None and self.runner.cancelled()
+            )
+        except PhalanxError as exc:
+            if isinstance(exc, DatabaseUnavailable):
+                raise
+            log.error("%s", exc)
+            ws.set_status(name, JobStatus.FAILED, error=RootCause(message=str(exc)))
+            return 1
+        runner = self.runner = JobRunner(ws, name, self.compute, lease=keeper)
+        signal.signal(signal.SIGTERM, runner.request_cancel)
+        signal.signal(signal.SIGINT, runner.request_cancel)
+        if stopping:
+            runner.request_cancel()
+        try:
+            status = runner.run()
+        except (LeaseLost, DatabaseUnavailable):
+            raise
+        except Exception:
+            tb = redact(traceback.format_exc())
+            log.error("supervisor failed:\n%s", tb)
+            self.stop_own_processes()
+            error = RootCause(
+                message=f"phalanx supervisor failed ({FailureCause.SYSTEM_ERROR}): "
+                f"{tb.strip().splitlines()[-1]}; see system_logs/supervisor.txt",
+                traceback=tb,
+            )
+            ws.set_status(name, JobStatus.FAILED, error=error)
+            return 1
+        return 0 if status is JobStatus.COMPLETED else 1
+
+    def stop_own_processes(self) -> None:
+        """Stop what this supervisor started: its attempt's processes and its children.
+
+        Never every process of the job: once its lease may have been taken, another
+        supervisor's attempt may be running here too.
+        """
+        if self.runner is not None:
+            self.runner.stop_own_processes()
+        elif self.compute is not None:
+            self.compute.sweep(self.ws.paths(self.name).root, 0, grace_s=2.0, descendants=True)
 
 
 def make_compute(

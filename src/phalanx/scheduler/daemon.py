@@ -20,6 +20,13 @@ It exits once the workspace has had nothing queued or holding devices for
 lost when it dies: supervisors keep running their jobs, and the next
 scheduler (started by any supervisor or CLI call) reads everything from the
 database.
+
+A supervisor is lost when its process is gone (on this machine), or when its
+lease has gone unrenewed for ``EXPIRE_S`` as this scheduler saw it
+(:class:`~phalanx.workspace.leases.LeaseWatch`, for a supervisor of another
+machine). While the database is unavailable a round does nothing and the next
+tries again; such time never counts towards a lease's expiry, and nothing
+that fails because the database went away marks a job Failed.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ import time
 from pathlib import Path
 
 from phalanx.compute.targets import LocalTarget, RayTarget, resolve_target
-from phalanx.errors import PhalanxError
+from phalanx.errors import DatabaseUnavailable, PhalanxError
 from phalanx.scheduler import ledger
 from phalanx.scheduler.bell import Bell, job_bell, ring, scheduler_bell
 from phalanx.scheduler.capacity import local_capacity
@@ -44,6 +51,8 @@ from phalanx.scheduler.policy import decide
 from phalanx.scheduler.process import LOCK_FILE
 from phalanx.scheduler.rayprobe import FRESH_S
 from phalanx.workspace import JobRecord, JobStatus, RootCause, Workspace
+from phalanx.workspace.layout import phalanx_home
+from phalanx.workspace.leases import GIVE_UP_S, Holder, LeaseWatch
 
 log = logging.getLogger("phalanx.scheduler")
 
@@ -57,10 +66,12 @@ SPAWN_AFTER_S = 10.0
 class Scheduler:
     """One round of scheduling over a workspace; the server runs the same rounds."""
 
-    def __init__(self, ws: Workspace) -> None:
+    def __init__(self, ws: Workspace, leases: LeaseWatch | None = None) -> None:
         self.ws = ws
         self._probe_started: dict[str, float] = {}
         self._rounds = 0
+        self._leases = leases or LeaseWatch()
+        self._outages = ws.database.outages
 
     def round(self) -> bool:
         """Watch supervisors, then schedule every target; whether anything is queued or held."""
@@ -69,9 +80,11 @@ class Scheduler:
         self._rounds += 1
         # Supervisors of running jobs are checked every round; those only waiting in the
         # queue (hundreds, maybe) every tenth: losing one of them loses no work.
-        for job in self._jobs_to_watch(waiting_too=self._rounds % 10 == 1):
+        for job, expired in self._jobs_to_watch(waiting_too=self._rounds % 10 == 1):
             try:
-                recover_lost(self.ws, job)
+                recover_lost(self.ws, job, expired=expired)
+            except DatabaseUnavailable:
+                raise  # not the job's trouble: the next round tries again
             except Exception as exc:  # one job's trouble must not stop the queue
                 log.exception("recovering job %s failed", job.name)
                 self._fail(job.name, f"phalanx could not recover the job after its supervisor "
@@ -84,6 +97,8 @@ class Scheduler:
         ):
             try:
                 fill_queue_entry(self.ws, row["name"])
+            except DatabaseUnavailable:
+                raise
             except Exception as exc:
                 log.exception("working out what job %s asks for failed", row["name"])
                 self._fail(row["name"], f"phalanx could not queue the job: {exc}")
@@ -91,6 +106,8 @@ class Scheduler:
         for target in targets:
             try:
                 self.schedule(target)
+            except DatabaseUnavailable:
+                raise
             except Exception:  # one target's trouble must not stop the others
                 log.exception("scheduling compute %r failed", target)
         return bool(targets)
@@ -101,10 +118,15 @@ class Scheduler:
         except Exception:
             log.exception("marking job %s Failed failed too", name)
 
-    def _jobs_to_watch(self, waiting_too: bool) -> list[JobRecord]:
-        """Jobs whose supervisor died: their supervisor pid is set and no longer ours."""
+    def _jobs_to_watch(self, waiting_too: bool) -> list[tuple[JobRecord, bool]]:
+        """Jobs whose supervisor is lost, each with whether by its lease's expiry (one of
+        another machine) rather than by its process (one of this machine)."""
         from phalanx.jobs.control import supervisor_alive
 
+        if self.ws.database.outages != self._outages:
+            # Time the database was away says nothing about the supervisors.
+            self._outages = self.ws.database.outages
+            self._leases.forget()
         sql = (
             "SELECT name FROM jobs WHERE supervisor_pid IS NOT NULL"
             " AND (status IN (:preparing, :running, :finalizing)"
@@ -120,8 +142,18 @@ class Scheduler:
         lost = []
         for row in rows:
             job = self.ws.get_job(row["name"])
-            if not job.status.is_terminal and not supervisor_alive(job):
-                lost.append(job)
+            if job.status.is_terminal:
+                continue
+            holder = Holder.parse(job.lease_holder)
+            if holder is not None and not holder.local:
+                if self._leases.expired(job.name, job.lease_generation, job.lease_renewed_at):
+                    log.warning("job %s: the lease of its supervisor %s went unrenewed; "
+                                "recovering the job", job.name, holder)  # fmt: skip
+                    lost.append((job, True))
+            elif not supervisor_alive(job):
+                lost.append((job, False))
+        if waiting_too:
+            self._leases.forget(keep={row["name"] for row in rows})
         return lost
 
     def schedule(self, target_name: str) -> Decision | None:
@@ -204,6 +236,8 @@ class Scheduler:
         for row in rows:
             try:
                 self._wake(row["job_name"])
+            except DatabaseUnavailable:
+                raise
             except Exception as exc:
                 log.exception("starting a supervisor for %s failed", row["job_name"])
                 self._fail(row["job_name"], f"phalanx could not start the job's supervisor: {exc}")
@@ -241,30 +275,48 @@ def main() -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s scheduler[%(process)d] %(message)s"
     )
-    ws = Workspace()
-    lock = os.open(ws.home / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    home = phalanx_home().resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    # The lock first: while the database is away, one scheduler waits for it and the
+    # supervisors that look for a scheduler find this one, instead of starting more.
+    lock = os.open(home / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return 0  # another scheduler runs this workspace
     try:
-        bell = Bell(scheduler_bell(ws.home))
+        bell = Bell(scheduler_bell(home))
     except OSError:
         return 0  # one is just starting
     os.write(lock, json.dumps({"pid": os.getpid()}).encode())
+    try:
+        ws = Workspace(home, patience_s=GIVE_UP_S)
+    except DatabaseUnavailable as exc:
+        log.error("%s; exiting", exc)
+        return 1
     log.info("scheduling workspace %s", ws.home)
     scheduler = Scheduler(ws)
     idle_since = time.monotonic()
+    down = False
     while True:
         if not Path(ws.home / LOCK_FILE).exists():
             log.info("the workspace is gone; exiting")
             return 0
         try:
-            busy = scheduler.round()
-            scheduler.spawn_missing()
+            with ws.patience(0):  # a round never waits: the next one tries again
+                busy = scheduler.round()
+                scheduler.spawn_missing()
+        except DatabaseUnavailable:
+            if not down:
+                log.warning("the workspace database is unavailable; rounds resume when it is back")
+            down = busy = True
         except Exception:  # the database busy past its timeout, a disk full: next round
             log.exception("a scheduling round failed")
             busy = True
+        else:
+            if down:
+                log.info("the workspace database is back; scheduling again")
+            down = False
         now = time.monotonic()
         if busy:
             idle_since = now

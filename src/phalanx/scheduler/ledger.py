@@ -7,7 +7,9 @@ back (after a preemption) or ends (``Workspace.set_status`` deletes them in the
 same transaction as a terminal status, whoever ends the job). A decision is
 applied in one write transaction that checks every job it starts is still
 Queued and holds nothing, so concurrent creates, cancels and supervisors can
-never leave a device with two jobs.
+never leave a device with two jobs. A supervisor's own writes here (giving its
+devices back, recording where its nodes went) are fenced by its job's lease and
+repeated while the database is unavailable, as its other writes are.
 """
 
 from __future__ import annotations
@@ -194,7 +196,12 @@ def is_releasing(ws: Workspace, name: str) -> bool:
 
 def release(ws: Workspace, name: str, *, requeue: bool) -> None:
     """Give the job's devices back; with ``requeue`` it waits in the queue again."""
+    ws.database.retrying(lambda: _release(ws, name, requeue))
+
+
+def _release(ws: Workspace, name: str, requeue: bool) -> None:
     with ws.transaction() as tx:
+        ws.fence(tx, name)
         tx.execute("DELETE FROM allocations WHERE job_name = :name", {"name": name})
         if requeue:
             tx.execute(
@@ -211,7 +218,12 @@ def set_hosts(ws: Workspace, name: str, hosts: list[str]) -> None:
     Device ids on such a target are only counts; each node takes the lowest ids
     no other job holds on its new host, so per-host accounting stays exact.
     """
+    ws.database.retrying(lambda: _set_hosts(ws, name, hosts))
+
+
+def _set_hosts(ws: Workspace, name: str, hosts: list[str]) -> None:
     with ws.transaction() as tx:
+        ws.fence(tx, name)
         rows = tx.all(
             "SELECT node, target, gpus_json FROM allocations WHERE job_name = :name ORDER BY node",
             {"name": name},

@@ -8,9 +8,11 @@ import uuid
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from phalanx import __version__
+from phalanx.errors import DatabaseUnavailable
 from phalanx.server import (
     bench_api,
     compute_api,
@@ -25,7 +27,7 @@ from phalanx.server import (
     sessions,
 )
 from phalanx.server.auth import caller
-from phalanx.server.settings import ServerSettings
+from phalanx.server.settings import ServerSettings, workspace
 
 API_VERSION = "v1"
 # An upload not used by a job within this long is removed.
@@ -48,10 +50,22 @@ def create_app(settings: ServerSettings) -> FastAPI:
                   models_api, compute_api, sessions):  # fmt: skip
         app.include_router(verbs.router)
 
-    @app.get("/api/v1/health", tags=["server"])
-    def health() -> dict[str, Any]:
-        """Whether the server answers; needs no token."""
-        return {"status": "ok", "version": __version__, "api": API_VERSION}
+    @app.get("/api/v1/health", tags=["server"], response_model=None)
+    def health() -> dict[str, Any] | JSONResponse:
+        """Whether the server answers and reaches its database; needs no token.
+
+        503 with ``{"status": "database unavailable", "error": …}`` while the
+        workspace database cannot be reached.
+        """
+        answer: dict[str, Any] = {"status": "ok", "version": __version__, "api": API_VERSION}
+        try:
+            workspace(settings).query("SELECT 1 AS up")
+        except DatabaseUnavailable:
+            answer.update(status="database unavailable", error=errors.DATABASE_UNAVAILABLE)
+            return JSONResponse(
+                answer, status_code=503, headers={"Retry-After": str(errors.RETRY_AFTER_S)}
+            )
+        return answer
 
     @app.get("/api/v1/whoami", tags=["server"])
     def whoami(request: Request) -> dict[str, Any]:

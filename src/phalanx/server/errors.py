@@ -1,12 +1,15 @@
 """phalanx's errors as HTTP answers: ``{"error": <the CLI's one line>}`` and a 4xx.
 
 A client prints the same line the CLI would have printed on the server's
-machine. Anything else is a bug: a 500 with no detail (the server logs it).
+machine. A database that cannot be reached now is a 503 with one line,
+:data:`DATABASE_UNAVAILABLE` (and ``Retry-After``): the request may be
+repeated. Anything else is a bug: a 500 with no detail (the server logs it).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import traceback
 
 from fastapi import FastAPI, Request
@@ -14,11 +17,23 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from phalanx.errors import JobNotFoundError, PhalanxError, SpecError, UnsetVariableError
+from phalanx.errors import (
+    DatabaseUnavailable,
+    JobNotFoundError,
+    PhalanxError,
+    SpecError,
+    UnsetVariableError,
+)
 from phalanx.server.uploads import UploadError
 from phalanx.storage.redact import redact
 
 log = logging.getLogger("phalanx.server")
+
+DATABASE_UNAVAILABLE = "database unavailable, retrying"
+"""The 503's line: the workspace database cannot be reached now."""
+RETRY_AFTER_S = 2
+_LOG_OUTAGE_EVERY_S = 30.0
+_outage_logged = [-_LOG_OUTAGE_EVERY_S]
 
 
 def error_body(message: str, **extra: object) -> dict[str, object]:
@@ -43,6 +58,10 @@ def install(app: FastAPI) -> None:
     async def _unset(_: Request, exc: UnsetVariableError) -> JSONResponse:
         return JSONResponse(error_body(exc.on_server()), status_code=400)
 
+    @app.exception_handler(DatabaseUnavailable)
+    async def _database(_: Request, exc: DatabaseUnavailable) -> JSONResponse:
+        return database_unavailable(exc)
+
     @app.exception_handler(PhalanxError)
     async def _user(_: Request, exc: PhalanxError) -> JSONResponse:
         return JSONResponse(error_body(str(exc)), status_code=400)
@@ -62,6 +81,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception) -> JSONResponse:
+        from phalanx.workspace.database import unavailable
+
+        if unavailable(exc):  # a driver's error that reached past the workspace's calls
+            return database_unavailable(exc)
         # A cloud SDK's message may quote a credential: masked before it is logged.
         trace = redact("".join(traceback.format_exception(exc)))
         log.error("%s %s failed\n%s", request.method, request.url.path, trace)
@@ -69,3 +92,16 @@ def install(app: FastAPI) -> None:
             error_body("internal server error; the server's log has the details"),
             status_code=500,
         )
+
+
+def database_unavailable(exc: Exception) -> JSONResponse:
+    """The 503 for a database that cannot be reached now (logged at most every 30 s)."""
+    now = time.monotonic()
+    if now - _outage_logged[0] >= _LOG_OUTAGE_EVERY_S:
+        _outage_logged[0] = now
+        log.warning("answering 503: %s", redact(str(exc)))
+    return JSONResponse(
+        error_body(DATABASE_UNAVAILABLE),
+        status_code=503,
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+    )

@@ -21,21 +21,35 @@ advisory lock (:data:`WRITE_LOCK`) that every phalanx write transaction takes,
 so a read-then-write (a job's claim, the scheduler's decision, the next version
 number) never interleaves with another. Reads take no lock. Both wait up to
 30 s for the lock (SQLite's busy timeout, PostgreSQL's ``lock_timeout``).
+
+A database that cannot be reached (stopped, restarting, the network gone, or
+locked past that wait) raises :class:`~phalanx.errors.DatabaseUnavailable`, a
+one-line error, instead of the driver's. How long a process waits for it
+first is its *patience* (``Database(patience_s=…)``, or for a block of code
+:meth:`Database.patience`): reads, the start of a write transaction and
+:meth:`Database.retrying` calls are repeated with backoff (0.2 s doubling to
+5 s) until the database answers or it has been unavailable that long. A
+command or a server request has none (it answers at once); a supervisor waits
+(see :mod:`phalanx.workspace.leases`). A transaction that fails half-way is
+rolled back and raises; only its caller can run it again (``retrying``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import os
 import re
 import sqlite3
+import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     Connection,
@@ -48,14 +62,24 @@ from sqlalchemy import (
 )
 from sqlalchemy import text as sql_text
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DBAPIError
 
-from phalanx.errors import PhalanxError
+from phalanx.errors import DatabaseUnavailable, PhalanxError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DB_ENV = "PHALANX_DB"
 WRITE_LOCK = 0x70_68_61_6C_61_6E_78  # "phalanx": the advisory lock of write transactions
 LOCK_WAIT_S = 30
 _POSTGRES_SCHEMES = ("postgresql", "postgres")
+_FIRST_DELAY_S = 0.2
+_MOST_DELAY_S = 5.0
+# PostgreSQL's answers that mean "not now" rather than "never": the server shutting
+# down, starting up or out of connections, a lock not granted within lock_timeout.
+# (Class 08, connection exceptions, counts too; so does no answer at all.)
+_TRANSIENT_STATES = frozenset({"57P01", "57P02", "57P03", "53300", "55P03"})
+_PASSING_REFUSALS = ("the database system is", "too many", "due to administrator command")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -87,15 +111,22 @@ class Database:
         url: Where the database is (see the module docstring).
         setting: Where ``url`` came from (``--db``, ``PHALANX_DB``), named in messages;
             ``None`` for the default SQLite file.
+        patience_s: How long a call waits for a database that is unavailable, counted
+            from its first failure (see the module docstring); 0: not at all.
 
     Raises:
         PhalanxError: a URL phalanx cannot use, or psycopg missing for PostgreSQL.
     """
 
-    def __init__(self, url: URL, setting: str | None) -> None:
+    def __init__(self, url: URL, setting: str | None, patience_s: float = 0.0) -> None:
         self.url = url
         self.setting = setting
         self.is_sqlite = url.get_backend_name() == "sqlite"
+        self.patience_s = patience_s
+        self.outages = 0
+        """How many times the database became unavailable (a watcher's clock resets)."""
+        self._down_since: float | None = None
+        self._down_lock = threading.Lock()
         self._local = threading.local()
         if self.is_sqlite:
             self.engine = _sqlite_engine(url)
@@ -129,38 +160,157 @@ class Database:
 
         A transaction opened inside another on the same thread joins it (as one
         connection would), so helpers that write may be called from within one.
+        Starting it waits for an unavailable database (the patience); a failure
+        once it began raises :class:`~phalanx.errors.DatabaseUnavailable`.
         """
         outer: Tx | None = getattr(self._local, "tx", None)
         if outer is not None:
             yield outer
             return
-        with self.engine.connect() as connection:
+        connection = self.retrying(self._begin)
+        tx = Tx(connection)
+        self._local.tx = tx
+        try:
+            yield tx
+            connection.commit()
+        except BaseException as exc:
+            with contextlib.suppress(Exception):  # a connection that is gone rolls back itself
+                connection.rollback()
+            if isinstance(exc, DBAPIError) and unavailable(exc):
+                raise self._unavailable(exc) from exc
+            raise
+        finally:
+            self._local.tx = None
+            with contextlib.suppress(Exception):
+                connection.close()
+
+    def _begin(self) -> Connection:
+        """A connection holding the write lock, in its transaction."""
+        connection = self.engine.connect()
+        try:
             if self.is_sqlite:
                 connection.exec_driver_sql("BEGIN IMMEDIATE")
             else:
                 connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
-            tx = Tx(connection)
-            self._local.tx = tx
-            try:
-                yield tx
-            except BaseException:
-                connection.rollback()
-                raise
-            else:
-                connection.commit()
-            finally:
-                self._local.tx = None
+        except BaseException:
+            with contextlib.suppress(Exception):
+                connection.close()
+            raise
+        return connection
 
     def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[RowMapping]:
         """Rows of one read (inside this thread's transaction when there is one)."""
         tx: Tx | None = getattr(self._local, "tx", None)
         if tx is not None:
             return tx.all(sql, params)
+        return self.retrying(lambda: self._read(sql, params))
+
+    def _read(self, sql: str, params: Mapping[str, Any] | None) -> list[RowMapping]:
         with self.engine.connect() as connection:
             return Tx(connection).all(sql, params)
 
+    def retrying(self, call: Callable[[], T]) -> T:
+        """``call()``, repeated with backoff while the database is unavailable, until it
+        has been so for the patience; inside a transaction, called once (the outermost
+        caller repeats the whole).
+
+        Raises:
+            DatabaseUnavailable: still unavailable when the patience ran out.
+        """
+        if getattr(self._local, "tx", None) is not None:
+            return call()
+        delay = _FIRST_DELAY_S
+        while True:
+            try:
+                result = call()
+            except DatabaseUnavailable as exc:
+                failure = exc
+            except DBAPIError as exc:
+                if not unavailable(exc):
+                    raise
+                failure = self._unavailable(exc)
+            else:
+                self._reachable()
+                return result
+            left = self._left(failure)
+            if left <= 0:
+                raise failure
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, _MOST_DELAY_S)
+
+    @contextmanager
+    def patience(self, seconds: float) -> Iterator[None]:
+        """Within the block, this thread waits at most ``seconds`` for the database."""
+        before = getattr(self._local, "patience", None)
+        self._local.patience = seconds
+        try:
+            yield
+        finally:
+            self._local.patience = before
+
+    def _left(self, failure: DatabaseUnavailable) -> float:
+        """Seconds this thread may still wait, counting from the outage's first failure."""
+        patience = getattr(self._local, "patience", None)
+        patience = self.patience_s if patience is None else patience
+        now = time.monotonic()
+        with self._down_lock:
+            if self._down_since is None:
+                self._down_since = now
+                self.outages += 1
+                if self.patience_s > 0:  # a process that waits says why, once
+                    log.warning("%s; waiting for it up to %.0f s", failure, self.patience_s)
+        return self._down_since + patience - now
+
+    def _reachable(self) -> None:
+        if self._down_since is None:
+            return
+        with self._down_lock:
+            if self._down_since is not None and self.patience_s > 0:
+                log.warning(
+                    "the workspace database answers again (unavailable for %.0f s)",
+                    time.monotonic() - self._down_since,
+                )
+            self._down_since = None
+
+    def _unavailable(self, exc: DBAPIError) -> DatabaseUnavailable:
+        text = str(exc.orig if exc.orig is not None else exc).strip()
+        reason = self.redact(text.splitlines()[0] if text else type(exc).__name__)
+        if self.is_sqlite:
+            message = (
+                f"the workspace database {self.describe()} stayed locked ({reason}); another "
+                "process holds its write lock; run the command again"
+            )
+        else:
+            message = (
+                f"the workspace database stopped answering ({reason}); check that it runs "
+                f"and that {self.setting} reaches it, then run the command again"
+            )
+        return DatabaseUnavailable(message, reason=reason)
+
     def close(self) -> None:
         self.engine.dispose()
+
+
+def unavailable(exc: BaseException) -> bool:
+    """Whether a driver's error means the database cannot be reached now, rather than
+    a statement, a setting or a password that will never work."""
+    if not isinstance(exc, DBAPIError):
+        return False
+    if exc.connection_invalidated:
+        return True
+    orig = exc.orig
+    if isinstance(orig, sqlite3.OperationalError):
+        return "locked" in str(orig) or "busy" in str(orig)
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None or not isinstance(orig, (psycopg.OperationalError, psycopg.InterfaceError)):
+        return False
+    state = getattr(orig, "sqlstate", None)
+    if state is not None:
+        return state.startswith("08") or state in _TRANSIENT_STATES
+    # No state: the connection failed or broke. The server's own refusals say FATAL
+    # (a wrong password, no such database); only some of those pass with time.
+    text = str(orig)
+    return "FATAL:" not in text or any(words in text for words in _PASSING_REFUSALS)
 
 
 def resolve_url(home: Path, db: str | None) -> tuple[URL, str | None]:

@@ -96,6 +96,8 @@ class AttemptRecord:
     error: RootCause | None = None
     nodes: tuple[dict[str, Any], ...] = ()
     """Each node's host and devices (``{"host", "gpus", "cpus"}``), in node order."""
+    generation: int | None = None
+    """The job's lease generation its supervisor held (``None`` before leases)."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,12 @@ class JobRecord:
     logs: dict[str, list[str]] | None = None
     """Read over the API only: the server's ``user_logs``/``system_logs`` file lists
     (a client cannot look into the job folder)."""
+    lease_generation: int = 0
+    """Raised by one each time a supervisor takes the job (:mod:`phalanx.workspace.leases`)."""
+    lease_holder: str | None = None
+    """``HOST:PID`` of the supervisor holding the lease; ``None`` when free."""
+    lease_renewed_at: float | None = None
+    """When the holder last renewed it (its clock)."""
 
     @property
     def duration(self) -> float | None:

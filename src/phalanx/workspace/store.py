@@ -6,20 +6,29 @@ holds the engine and its serialised write transactions,
 :mod:`phalanx.workspace.schema` the tables, and :mod:`phalanx.workspace.migrate`
 brings an older database up to date when it is opened. SQLAlchemy is imported
 only when a workspace is opened, so importing this package stays light.
+
+A supervisor holds its job's lease (:mod:`phalanx.workspace.leases`): once it
+claimed the job, every write of this workspace about that job is fenced by the
+generation it holds. The writes a supervisor makes are repeated whole while the
+database is unavailable, within the workspace's patience.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
-from phalanx.errors import JobNotFoundError, PhalanxError
+from phalanx.errors import DatabaseUnavailable, JobNotFoundError, PhalanxError
+from phalanx.workspace import leases
 from phalanx.workspace.layout import JobPaths, phalanx_home
 from phalanx.workspace.names import NAME_RE, generate_name
 from phalanx.workspace.records import (
@@ -43,6 +52,37 @@ def _dumps(value: Any) -> str | None:
     return None if value is None else json.dumps(value, sort_keys=True)
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _retried(
+    method: Callable[Concatenate[Workspace, P], R],
+) -> Callable[Concatenate[Workspace, P], R]:
+    """A write repeated whole while the database is unavailable, within the patience.
+
+    Each is one transaction, so a repeat never applies half of one; all of them
+    may be repeated after a commit whose answer was lost (``start_attempt`` finds
+    the attempt it already started).
+    """
+
+    @functools.wraps(method)
+    def retried(self: Workspace, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.database.retrying(lambda: method(self, *args, **kwargs))
+
+    return retried
+
+
+@dataclass(frozen=True)
+class Requests:
+    """What a running job's supervisor reads every half second."""
+
+    cancel: bool
+    preempt: bool
+    generation: int
+    """The job's lease generation now (another than the supervisor's: it was taken)."""
+
+
 class Workspace:
     """A ``PHALANX_HOME`` folder: its database and job folders.
 
@@ -50,13 +90,18 @@ class Workspace:
         home: The workspace folder; ``$PHALANX_HOME`` or ``~/.phalanx`` when ``None``.
         db: The database URL (``postgresql://USER:PASSWORD@HOST:PORT/DBNAME``);
             ``$PHALANX_DB``, else ``home/phalanx.db``, when ``None``.
+        patience_s: How long its calls (its opening included) wait for a database that
+            is unavailable (:mod:`phalanx.workspace.database`); 0: not at all.
 
     Raises:
         PhalanxError: the folder cannot be made, or the database cannot be reached,
-            read or brought to this phalanx's schema.
+            read or brought to this phalanx's schema (``DatabaseUnavailable`` when it
+            cannot be reached now).
     """
 
-    def __init__(self, home: Path | None = None, db: str | None = None) -> None:
+    def __init__(
+        self, home: Path | None = None, db: str | None = None, *, patience_s: float = 0.0
+    ) -> None:
         self.home = (home or phalanx_home()).resolve()
         self.jobs_dir = self.home / "jobs"
         try:
@@ -67,7 +112,9 @@ class Workspace:
                 "set PHALANX_HOME to a writable folder"
             ) from exc
         self.db_path = self.home / "phalanx.db"
-        self._db = _open(self.home, db)
+        self._db = _open(self.home, db, patience_s)
+        self.leases: dict[str, int] = {}
+        """The lease generation this process holds, per job it supervises."""
 
     def close(self) -> None:
         self._db.close()
@@ -95,6 +142,33 @@ class Workspace:
     def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[RowMapping]:
         """Rows of one read-only statement (``:name`` parameters)."""
         return self._db.query(sql, params)
+
+    def patience(self, seconds: float) -> contextlib.AbstractContextManager[None]:
+        """Within the block, this thread waits at most ``seconds`` for the database."""
+        return self._db.patience(seconds)
+
+    # -- leases -------------------------------------------------------------
+
+    def fence(self, tx: Tx, name: str) -> None:
+        """In a write transaction about job ``name``: go on only while this process
+        still holds its lease, when it holds one.
+
+        Raises:
+            LeaseLost: another took the lease; nothing of the transaction is written.
+        """
+        generation = self.leases.get(name)
+        if generation is not None:
+            leases.fence(tx, name, generation)
+
+    def check_lease(self, name: str) -> None:
+        """Raise :class:`~phalanx.workspace.leases.LeaseLost` unless this process still
+        holds the job's lease (or holds none)."""
+        if name in self.leases:
+            self.database.retrying(lambda: self._fenced_nothing(name))
+
+    def _fenced_nothing(self, name: str) -> None:
+        with self.transaction() as tx:
+            self.fence(tx, name)
 
     # -- jobs ---------------------------------------------------------------
 
@@ -251,12 +325,17 @@ class Workspace:
             target=row["target"] or "local",
             queue=json.loads(row["queue_json"]) if row["queue_json"] else None,
             created_by=row["created_by"],
+            lease_generation=row["lease_generation"],
+            lease_holder=row["lease_holder"],
+            lease_renewed_at=row["lease_renewed_at"],
         )
 
+    @_retried
     def set_waiting(self, name: str, reason: str) -> None:
         """Show a job that holds its grant but waits for its nodes (a pending Ray
         placement group) as Queued, with ``reason``; its next attempt makes it Running."""
         with self.transaction() as tx:
+            self.fence(tx, name)
             tx.execute(
                 "UPDATE jobs SET status = :queued, queue_json = :queue WHERE name = :name"
                 " AND status IN (:preparing, :running)",
@@ -269,31 +348,33 @@ class Workspace:
                 },
             )
 
+    @_retried
     def clear_supervisor(self, name: str) -> None:
         """Forget a supervisor that died (the scheduler starts another when it is needed)."""
         with self.transaction() as tx:
+            self.fence(tx, name)
             tx.execute(
                 "UPDATE jobs SET supervisor_pid = NULL, supervisor_started = NULL"
                 " WHERE name = :name",
                 {"name": name},
             )
 
-    def claim_supervisor(self, name: str, pid: int, alive: Callable[[int], bool]) -> bool:
-        """Record ``pid`` as the job's supervisor unless another live one is recorded."""
-        with self.transaction() as tx:
-            row = tx.first("SELECT supervisor_pid FROM jobs WHERE name = :name", {"name": name})
-            if row is None:
-                raise JobNotFoundError(name)
-            current = row["supervisor_pid"]
-            if current is not None and current != pid and alive(current):
-                return False
-            tx.execute(
-                "UPDATE jobs SET supervisor_pid = :pid, supervisor_started = :now"
-                " WHERE name = :name",
-                {"pid": pid, "now": time.time(), "name": name},
-            )
-        return True
+    @_retried
+    def claim_supervisor(
+        self, name: str, pid: int, alive: Callable[[int], bool], *, host: str | None = None
+    ) -> int | None:
+        """Take the job's lease for the supervisor ``pid`` of ``host`` (this machine);
+        the generation it holds from now, or ``None`` when another live one holds it.
 
+        Args:
+            alive: Whether a pid of this machine is a live supervisor of the job.
+        """
+        generation = leases.claim(self, name, pid, alive, host)
+        if generation is not None:
+            self.leases[name] = generation
+        return generation
+
+    @_retried
     def set_status(self, name: str, status: JobStatus, *, error: RootCause | None = None) -> bool:
         """Move a job to ``status``; a terminal job never moves again.
 
@@ -305,6 +386,7 @@ class Workspace:
             row = tx.first("SELECT status, started_at FROM jobs WHERE name = :name", {"name": name})
             if row is None:
                 raise JobNotFoundError(name)
+            self.fence(tx, name)
             if JobStatus(row["status"]).is_terminal:
                 return False
             started = row["started_at"]
@@ -348,19 +430,30 @@ class Workspace:
                 )
         return True
 
+    @_retried
     def request_cancel(self, name: str) -> None:
         with self.transaction() as tx:
             tx.execute("UPDATE jobs SET cancel_requested = 1 WHERE name = :name", {"name": name})
 
     def requests(self, name: str) -> tuple[bool, bool]:
         """Whether a cancel, and whether a preemption, is pending for the job (one cheap read)."""
+        polled = self.poll_requests(name)
+        return polled.cancel, polled.preempt
+
+    def poll_requests(self, name: str) -> Requests:
+        """The requests pending for the job and its lease generation (one cheap read)."""
         rows = self.query(
-            "SELECT cancel_requested, preempt_json FROM jobs WHERE name = :name", {"name": name}
+            "SELECT cancel_requested, preempt_json, lease_generation FROM jobs WHERE name = :name",
+            {"name": name},
         )
         if not rows:
-            return False, False
-        return bool(rows[0]["cancel_requested"]), rows[0]["preempt_json"] is not None
+            return Requests(False, False, 0)
+        row = rows[0]
+        return Requests(
+            bool(row["cancel_requested"]), row["preempt_json"] is not None, row["lease_generation"]
+        )
 
+    @_retried
     def request_preemption(
         self, name: str, nodes: list[int] | None, *, for_job: str | None = None
     ) -> None:
@@ -374,14 +467,17 @@ class Workspace:
         if for_job is not None:
             request["for"] = for_job
         with self.transaction() as tx:
+            self.fence(tx, name)
             tx.execute(
                 "UPDATE jobs SET preempt_json = :request WHERE name = :name",
                 {"request": json.dumps(request), "name": name},
             )
 
+    @_retried
     def take_preemption_request(self, name: str) -> dict[str, Any] | None:
         """The pending preemption request, cleared as it is read."""
         with self.transaction() as tx:
+            self.fence(tx, name)
             row = tx.first("SELECT preempt_json FROM jobs WHERE name = :name", {"name": name})
             if row is None or row["preempt_json"] is None:
                 return None
@@ -391,6 +487,7 @@ class Workspace:
 
     # -- attempts -----------------------------------------------------------
 
+    @_retried
     def start_attempt(
         self,
         name: str,
@@ -398,8 +495,23 @@ class Workspace:
         master_port: int | None,
         nodes: list[dict[str, Any]] | None = None,
     ) -> AttemptRecord:
-        """Record a new running attempt; ``nodes`` is each node's host and devices."""
+        """Record a new running attempt; ``nodes`` is each node's host and devices.
+
+        A lease holder's attempt records the generation it runs under; a holder never
+        has two running, so one found running under its generation is the one it
+        started (a repeat after a commit whose answer was lost).
+        """
+        generation = self.leases.get(name)
         with self.transaction() as tx:
+            self.fence(tx, name)
+            if generation is not None:
+                started = tx.first(
+                    "SELECT number FROM attempts WHERE job_name = :name AND status = :running"
+                    " AND generation = :gen",
+                    {"name": name, "running": AttemptStatus.RUNNING.value, "gen": generation},
+                )
+                if started is not None:
+                    return self._attempt(name, int(started["number"]))
             row = tx.first(
                 "SELECT COALESCE(MAX(number), 0) + 1 AS next FROM attempts WHERE job_name = :name",
                 {"name": name},
@@ -407,7 +519,8 @@ class Workspace:
             number = int(row["next"]) if row else 1
             tx.execute(
                 "INSERT INTO attempts (job_name, number, status, started_at, master_port,"
-                " nodes_json) VALUES (:name, :number, :status, :now, :port, :nodes)",
+                " nodes_json, generation) VALUES (:name, :number, :status, :now, :port, :nodes,"
+                " :gen)",
                 {
                     "name": name,
                     "number": number,
@@ -415,10 +528,15 @@ class Workspace:
                     "now": time.time(),
                     "port": master_port,
                     "nodes": _dumps(nodes),
+                    "gen": generation,
                 },
             )
-        return self.list_attempts(name)[-1]
+        return self._attempt(name, number)
 
+    def _attempt(self, name: str, number: int) -> AttemptRecord:
+        return next(a for a in self.list_attempts(name) if a.number == number)
+
+    @_retried
     def end_attempt(
         self,
         name: str,
@@ -430,6 +548,7 @@ class Workspace:
         error: RootCause | None = None,
     ) -> None:
         with self.transaction() as tx:
+            self.fence(tx, name)
             tx.execute(
                 "UPDATE attempts SET status = :status, cause = :cause, exit_code = :exit_code,"
                 " ended_at = :now, error_json = :error WHERE job_name = :name AND number = :number",
@@ -444,9 +563,11 @@ class Workspace:
                 },
             )
 
+    @_retried
     def set_attempt_note(self, name: str, number: int, note: str) -> None:
         """Record what followed an attempt (retried, or why not)."""
         with self.transaction() as tx:
+            self.fence(tx, name)
             tx.execute(
                 "UPDATE attempts SET note = :note WHERE job_name = :name AND number = :number",
                 {"note": note, "name": name, "number": number},
@@ -468,6 +589,7 @@ class Workspace:
                 master_port=row["master_port"],
                 note=row["note"],
                 nodes=tuple(json.loads(row["nodes_json"])) if row["nodes_json"] else (),
+                generation=row["generation"],
                 error=RootCause.from_dict(json.loads(row["error_json"]))
                 if row["error_json"]
                 else None,
@@ -476,11 +598,12 @@ class Workspace:
         ]
 
 
-def _open(home: Path, db: str | None) -> Database:
+def _open(home: Path, db: str | None, patience_s: float) -> Database:
     """The workspace's database, reached and at this phalanx's schema.
 
     Raises:
-        PhalanxError: a bad URL, an unreachable or unreadable database, or a newer schema.
+        PhalanxError: a bad URL, an unreadable database or a newer schema;
+            ``DatabaseUnavailable`` when it cannot be reached within ``patience_s``.
     """
     from sqlalchemy.exc import DBAPIError
 
@@ -488,12 +611,17 @@ def _open(home: Path, db: str | None) -> Database:
     from phalanx.workspace.migrate import ensure_schema
 
     url, setting = resolve_url(home, db)
-    database = Database(url, setting)
+    database = Database(url, setting, patience_s)
+    where = str(home) if setting is None else database.describe()
     try:
-        ensure_schema(database, str(home) if setting is None else database.describe())
-    except DBAPIError as exc:
+        database.retrying(lambda: ensure_schema(database, where))
+    except (DBAPIError, DatabaseUnavailable) as exc:
         database.close()
-        reason = database.redact(str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc))
+        if isinstance(exc, DatabaseUnavailable):
+            reason = exc.reason
+        else:
+            text = str(exc.orig).strip() if exc.orig else str(exc)
+            reason = database.redact(text.splitlines()[0] if text else type(exc).__name__)
         if setting is None:
             fix = "restore it or point PHALANX_HOME at another folder"
         elif database.is_sqlite:
@@ -503,9 +631,10 @@ def _open(home: Path, db: str | None) -> Database:
                 f"check that the server runs, the user, password and database in {setting}, "
                 f"or unset {setting} to use the SQLite file in PHALANX_HOME"
             )
-        raise PhalanxError(
-            f"cannot open the workspace database {database.describe()}: {reason}; {fix}"
-        ) from None
+        message = f"cannot open the workspace database {database.describe()}: {reason}; {fix}"
+        if isinstance(exc, DatabaseUnavailable):
+            raise DatabaseUnavailable(message, reason=reason) from None
+        raise PhalanxError(message) from None
     except BaseException:
         database.close()
         raise
