@@ -8,11 +8,14 @@ runs as it. Durability is off (``fsync``): the data lives as long as the session
 
 A test that needs a database gets one of its own (``CREATE DATABASE``, cheap)
 and loses it after (``DROP DATABASE … WITH (FORCE)``, which also ends the
-connections a test's processes left behind).
+connections a test's processes left behind). A test that stops the server
+(:func:`pause`, :func:`resume`: a database that blinks) starts one of its own
+(:func:`own_server`), so no other test's database goes away with it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import secrets
@@ -20,6 +23,7 @@ import shutil
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -37,6 +41,8 @@ class Postgres:
     bin: Path
     port: int
     password: str
+    options: str
+    """``postgres`` settings it runs with (again after :func:`resume`)."""
 
     def url(self, database: str = "postgres", password: str | None = None) -> str:
         secret = quote(self.password if password is None else password, safe="")
@@ -118,17 +124,45 @@ def start() -> Postgres:
             "max_connections=300",
         )
     )
+    server = Postgres(root=root, bin=bindir, port=port, password=password, options=options)
+    resume(server)
+    return server
+
+
+def pause(server: Postgres) -> None:
+    """Stop the server, keeping its data (``pg_ctl stop -m fast``: every connection is
+    ended, as a restart or a failover does); :func:`resume` starts it again."""
     _run(
-        [str(bindir / "pg_ctl"), "-D", str(data), "-l", str(root / "server.log"), "-w",
-         "-t", "60", "-o", options, "start"],
-        root,
+        [str(server.bin / "pg_ctl"), "-D", str(server.root / "data"), "-m", "fast", "-w",
+         "-t", "60", "stop"],
+        server.root,
     )  # fmt: skip
-    return Postgres(root=root, bin=bindir, port=port, password=password)
+
+
+def resume(server: Postgres) -> None:
+    """Start the server (again) on its port, waiting until it accepts connections."""
+    _run(
+        [str(server.bin / "pg_ctl"), "-D", str(server.root / "data"), "-l",
+         str(server.root / "server.log"), "-w", "-t", "60", "-o", server.options, "start"],
+        server.root,
+    )  # fmt: skip
+
+
+@contextlib.contextmanager
+def own_server() -> Iterator[Postgres]:
+    """A server for one test alone (one it may stop), removed after."""
+    server = start()
+    try:
+        yield server
+    finally:
+        stop(server)
 
 
 def stop(server: Postgres) -> None:
-    """Stop the server at once and remove its folder."""
+    """Stop the server at once (unless a test left it paused) and remove its folder."""
     try:
+        if not (server.root / "data" / "postmaster.pid").exists():
+            return
         _run(
             [str(server.bin / "pg_ctl"), "-D", str(server.root / "data"), "-m", "immediate",
              "-w", "stop"],

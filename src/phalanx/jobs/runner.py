@@ -136,9 +136,11 @@ class JobRunner:
         return self._cancelled()
 
     def _cancelled(self) -> bool:
+        """Whether to stop: asked to, or the lease was taken (then the first write that
+        follows raises ``LeaseLost``, and nothing is written)."""
         if not self._cancel:
             self._poll()
-        return self._cancel
+        return self._cancel or self._lease_lost()
 
     def _poll(self) -> bool:
         """Read the job's requests without waiting for the database; whether a

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from phalanx.errors import PhalanxError
+from phalanx.errors import DatabaseUnavailable, PhalanxError
 from phalanx.server.settings import ServerSettings
 from phalanx.workspace import JobStatus, Workspace
 from phalanx.workspace.layout import HOME_ENV
@@ -97,6 +97,8 @@ def _keep_scheduler(home: Path) -> None:
         try:
             if ws.query(f"SELECT 1 FROM jobs WHERE status IN ({marks}) LIMIT 1", live):
                 ensure_running(ws.home, ws.child_env())
+        except DatabaseUnavailable:
+            pass  # requests answer 503 meanwhile; supervisors and the scheduler wait it out
         except Exception:  # the next round tries again; the server keeps serving
             log.exception("could not check on the scheduler")
         time.sleep(KEEP_EVERY_S)
