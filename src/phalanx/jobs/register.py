@@ -8,10 +8,12 @@ was written.
 
 from __future__ import annotations
 
+import functools
 import logging
 
-from phalanx.errors import PhalanxError
+from phalanx.errors import DatabaseUnavailable, PhalanxError
 from phalanx.spec import JobSpec
+from phalanx.spec.parts import OutputSpec
 from phalanx.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,8 @@ def check_registrations(spec: JobSpec, ws: Workspace) -> None:
         lookup = get_model if out.type == "custom_model" else get_asset
         try:
             lookup(ws, out.name, out.version)
+        except DatabaseUnavailable:
+            raise
         except PhalanxError:
             continue
         kind = "model" if out.type == "custom_model" else "data asset"
@@ -62,32 +66,39 @@ def register_outputs(spec: JobSpec, ws: Workspace, job_name: str) -> list[str]:
     from phalanx.registry.sources import job_output
     from phalanx.storage.assets import create_asset
 
+    def register(key: str, out: OutputSpec, name: str) -> str:
+        if out.type == "custom_model":
+            model = register_model(
+                ws,
+                name=name,
+                version=out.version,
+                path=f"azureml://jobs/{job_name}/outputs/{key}",
+                description=f"outputs.{key} of job {job_name}",
+            )
+            return f"model {model.name}:{model.version}"
+        path = out.path if out.path is not None else job_output(ws, job_name, key).path
+        asset = create_asset(
+            ws,
+            name=name,
+            version=out.version,
+            path=path,
+            type=out.type,
+            description=f"outputs.{key} of job {job_name}",
+        )
+        return f"data asset {asset.name}:{asset.version}"
+
     done: list[str] = []
     for key, out in spec.outputs.items():
-        if out.name is None:
+        name = out.name
+        if name is None:
             continue
         try:
-            if out.type == "custom_model":
-                model = register_model(
-                    ws,
-                    name=out.name,
-                    version=out.version,
-                    path=f"azureml://jobs/{job_name}/outputs/{key}",
-                    description=f"outputs.{key} of job {job_name}",
-                )
-                done.append(f"model {model.name}:{model.version}")
-            else:
-                path = out.path if out.path is not None else job_output(ws, job_name, key).path
-                asset = create_asset(
-                    ws,
-                    name=out.name,
-                    version=out.version,
-                    path=path,
-                    type=out.type,
-                    description=f"outputs.{key} of job {job_name}",
-                )
-                done.append(f"data asset {asset.name}:{asset.version}")
+            # One record per output, written in one transaction: repeated whole
+            # while the database is unavailable (within the workspace's patience).
+            done.append(ws.database.retrying(functools.partial(register, key, out, name)))
+        except DatabaseUnavailable:
+            raise
         except PhalanxError as exc:
-            raise PhalanxError(f"outputs.{key}: registering {out.name} failed: {exc}") from exc
+            raise PhalanxError(f"outputs.{key}: registering {name} failed: {exc}") from exc
         log.info("outputs.%s: registered as %s", key, done[-1])
     return done

@@ -196,6 +196,7 @@ class JobRunner:
         except PreparationCanceled:
             return self._finish(JobStatus.CANCELED, None)
         except PhalanxError as exc:
+            _raise_if_database(exc)
             log.error("preparing failed: %s", exc)
             return self._finish(JobStatus.FAILED, RootCause(message=str(exc)))
         self.compute.attach(prepared, self.paths)
@@ -241,6 +242,7 @@ class JobRunner:
                     set_hosts(self.ws, self.name, self.compute.node_ids)
                     self._grant = grant_of(self.ws, self.name)
             except PhalanxError as exc:
+                _raise_if_database(exc)
                 if self._cancelled():
                     return self._finish(JobStatus.CANCELED, None)
                 log.error("allocating nodes failed: %s", exc)
@@ -264,6 +266,7 @@ class JobRunner:
                     self.ws.check_lease(self.name)  # a registry write is no job state write
                     register_outputs(spec, self.ws, self.name)
                 except PhalanxError as exc:
+                    _raise_if_database(exc)
                     log.error("%s", exc)
                     return self._finish(JobStatus.FAILED, RootCause(message=str(exc)))
                 return self._finish(JobStatus.COMPLETED, None)
@@ -481,8 +484,8 @@ class JobRunner:
                 looks_preempted = notice is not None or _preemption_signs(records)
                 self._stop(attempt, nodes, grace if looks_preempted else FAILURE_GRACE_S)
                 return self._ended(attempt, spec.world_size, nodes, codes, notice)
-            if self._lease_lost():
-                raise LeaseLost(self.name, self.lease.generation if self.lease else 0)
+            if self.lease is not None and self.lease.lost:
+                raise LeaseLost(self.name, self.lease.generation)
             if self.lease is not None and self.lease.overdue():
                 # Another supervisor may take the lease once it is unrenewed for longer:
                 # the ranks must be gone by then. They get the notice, and save.
@@ -640,6 +643,16 @@ class JobRunner:
             log.warning("killed %d process(es) still running after the stop", stragglers)
         for node in nodes:
             node.wait(5.0)
+
+
+def _raise_if_database(exc: BaseException) -> None:
+    """Raise the database's unavailability behind ``exc`` (itself, or wrapped with the
+    name of an input or output): not the job's fault, so never a reason to fail it."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, DatabaseUnavailable):
+            raise cause
+        cause = cause.__cause__
 
 
 def _time_used(attempts: tuple[AttemptRecord, ...]) -> float:

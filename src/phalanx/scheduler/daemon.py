@@ -163,6 +163,8 @@ class Scheduler:
             return None
         try:
             target = resolve_target(target_name, self.ws)
+        except DatabaseUnavailable:
+            raise
         except PhalanxError as exc:
             for job in queued:
                 self.ws.set_status(job.name, JobStatus.FAILED, error=RootCause(message=str(exc)))
