@@ -40,6 +40,15 @@ def server_group() -> None:
     help="Ask for API tokens (the default unless --host is a loopback address).",
 )
 @click.option("--max-upload", default="1G", show_default=True, help="Largest upload (code, data).")
+@click.option(
+    "--datastore-root",
+    "datastore_roots",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="A folder of this machine that `local` datastores made through the server may "
+    "name (itself or inside it; an admin's token only). Repeat for several; none: no "
+    "`local` datastore can be made through the server.",
+)
 @click.option("--tls-cert", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--tls-key", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
@@ -55,6 +64,7 @@ def start_cmd(
     db: str | None,
     auth: bool | None,
     max_upload: str,
+    datastore_roots: tuple[Path, ...],
     tls_cert: Path | None,
     tls_key: Path | None,
     workers: int | None,
@@ -77,6 +87,7 @@ def start_cmd(
         port=port,
         auth=auth,
         max_upload=upload_limit,
+        datastore_roots=datastore_roots,
         tls_cert=tls_cert,
         tls_key=tls_key,
         workers=default_workers() if workers is None else workers,
@@ -90,17 +101,28 @@ def token_group() -> None:
 
 
 @token_group.command("create")
-@click.option("--user", required=True, help="Who the token is for; jobs record it.")
+@click.option("--user", required=True, help="Who the token is for; what it makes is theirs.")
 @click.option("--name", help="A name to revoke it by (default: USER-xxxxxx).")
-def token_create_cmd(user: str, name: str | None) -> int:
+@click.option(
+    "--role",
+    type=click.Choice(["admin", "member", "viewer"]),
+    default=None,
+    help="admin: everything, tokens and the server's own paths and variables included; "
+    "member: creates jobs, assets and datastores, acts on its own; viewer: reads only. "
+    "Default: admin for the workspace's first admin token, else member.",
+)
+def token_create_cmd(user: str, name: str | None, role: str | None) -> int:
     """Make a token; it is printed once and only its hash is kept."""
-    from phalanx.workspace.tokens import create_token
+    from phalanx.workspace.tokens import create_token, list_tokens
 
-    info, token = create_token(Workspace(), user, name)
+    ws = Workspace()
+    if role is None:
+        role = "member" if any(t.role == "admin" for t in list_tokens(ws)) else "admin"
+    info, token = create_token(ws, user, name, role)
     click.echo(token)
     click.echo(
-        f"token {info.name} for {info.user}: keep it now, it is not shown again "
-        "(clients: PHALANX_TOKEN=… or phalanx login)",
+        f"token {info.name} for {info.user} ({info.role}): keep it now, it is not shown "
+        "again (clients: PHALANX_TOKEN=… or phalanx login)",
         err=True,
     )
     return 0
@@ -112,11 +134,15 @@ def token_list_cmd() -> int:
     from phalanx.workspace.tokens import list_tokens
 
     table = Table(show_edge=False)
-    for column in ("name", "user", "created", "last used"):
+    for column in ("name", "user", "role", "created", "last used"):
         table.add_column(column)
     for info in list_tokens(Workspace()):
         table.add_row(
-            info.name, info.user, local_time(info.created_at), local_time(info.last_used_at)
+            info.name,
+            info.user,
+            info.role,
+            local_time(info.created_at),
+            local_time(info.last_used_at),
         )
     console.print(table)
     return 0

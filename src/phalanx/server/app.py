@@ -55,13 +55,14 @@ def create_app(settings: ServerSettings) -> FastAPI:
 
     @app.get("/api/v1/whoami", tags=["server"])
     def whoami(request: Request) -> dict[str, Any]:
-        """The user the token belongs to (``null`` on a server without auth)."""
-        return {"user": caller(request), "auth": settings.auth}
+        """The user the token belongs to (``null`` on a server without auth) and its role."""
+        who = caller(request)
+        return {"user": who.user, "role": who.role.value, "auth": settings.auth}
 
     @app.put("/api/v1/uploads", status_code=201, tags=["jobs"])
     async def upload(request: Request) -> dict[str, Any]:
         """Receive a tar archive (the body); its id goes into ``POST /api/v1/jobs``."""
-        caller(request)
+        caller(request).require_member("upload")
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > settings.max_upload:
             raise HTTPException(413, _too_large(settings))
