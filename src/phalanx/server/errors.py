@@ -14,7 +14,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from phalanx.errors import JobNotFoundError, PhalanxError, SpecError, UnsetVariableError
+from phalanx.errors import (
+    Forbidden,
+    JobNotFoundError,
+    PhalanxError,
+    SpecError,
+    UnsetVariableError,
+)
 from phalanx.server.uploads import UploadError
 from phalanx.storage.redact import redact
 
@@ -34,6 +40,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(JobNotFoundError)
     async def _missing(_: Request, exc: JobNotFoundError) -> JSONResponse:
         return JSONResponse(error_body(str(exc)), status_code=404)
+
+    @app.exception_handler(Forbidden)
+    async def _forbidden(_: Request, exc: Forbidden) -> JSONResponse:
+        return JSONResponse(error_body(str(exc)), status_code=403)
 
     @app.exception_handler(UploadError)
     async def _upload(_: Request, exc: UploadError) -> JSONResponse:
