@@ -376,12 +376,18 @@ def _tar(files: dict[str, bytes]) -> bytes:
 
 
 def test_a_job_spec_names_no_path_or_credential_of_the_server(team: Team) -> None:
+    store = team.unique("inputs")
+    (team.data_root / store).mkdir()
+    with team.api("root") as root:
+        body = {"name": store, "type": "local", "path": str(team.data_root / store)}
+        assert root.post("/datastores", json=body).status_code == 201
     attacks = {
         "inputs.d.path": "inputs:\n  d: {type: uri_folder, path: /etc}",
         "code": "code: /",
         "outputs.o.path": "outputs:\n  o: {type: uri_folder, path: /tmp/planted, mode: upload}",
         "inputs.s.path": "inputs:\n  s: {type: uri_folder, path: 's3://loot/x', mode: direct}",
         "environment.pip_file": "environment: {pip_file: /etc/passwd}",
+        "compute: ray://": "compute: ray://127.0.0.1:9",
     }
     with team.api("bob") as bob:
         for field_name, text in attacks.items():
@@ -392,8 +398,8 @@ def test_a_job_spec_names_no_path_or_credential_of_the_server(team: Team) -> Non
         upload = bob.put("/uploads", content=_tar({"src/train.py": b"print('ok')\n"}))
         assert upload.status_code == 201
         fine = {
-            "spec": "command: python train.py\ncode: src\ninputs:\n"
-            "  d: {type: uri_folder, path: 'azureml://datastores/default/paths/', mode: direct}\n",
+            "spec": "command: python train.py\ncode: src\ninputs:\n  d: {type: uri_folder, "
+            f"path: 'azureml://datastores/{store}/paths/', mode: direct}}\n",
             "upload": upload.json()["upload"],
             "places": {"code": "src"},
             "validate_only": True,
@@ -417,3 +423,30 @@ def test_targets_tokens_and_prune_are_an_admins(team: Team) -> None:
         assert alice.get("/whoami").json() == {"user": "alice", "role": "member", "auth": True}
     with team.api("root") as root:
         assert root.post("/environments/prune", json={"dry_run": True}).status_code == 200
+
+
+def test_no_member_makes_lists_or_revokes_tokens(team: Team) -> None:
+    # Privilege escalation: a member minting an admin token for itself.
+    escalate = team.cli("bob", "server", "token", "create", "--user", "bob", "--role", "admin")
+    _cli_refused(escalate, "token create: only an admin may do this")
+    with team.api("bob") as bob:
+        _refused(bob.post("/tokens", json={"user": "bob", "role": "admin"}), 403, "only an admin")
+        _refused(bob.get("/tokens"), 403, "only an admin")
+        listed = bob.get("/tokens").text
+        _refused(bob.delete("/tokens/whatever"), 403, "only an admin")
+    assert "alice" not in listed  # nothing about the other tokens came back
+    # An admin does it through the server; the new token works, with its role, at once.
+    name = team.unique("carol")
+    made = team.cli("root", "server", "token", "create", "--user", "carol", "--name", name,
+                    "--role", "viewer")  # fmt: skip
+    assert made.returncode == 0 and "(viewer)" in made.stderr, made.stderr
+    carol = made.stdout.strip()
+    with httpx.Client(base_url=team.server.url + "/api/v1", timeout=60) as client:
+        who = client.get("/whoami", headers={"authorization": f"Bearer {carol}"})
+        assert who.json() == {"user": "carol", "role": "viewer", "auth": True}
+        listing = team.cli("root", "server", "token", "list")
+        assert name in listing.stdout and "viewer" in listing.stdout
+        assert carol not in listing.stdout
+        assert team.cli("root", "server", "token", "revoke", name).returncode == 0
+        gone = client.get("/whoami", headers={"authorization": f"Bearer {carol}"})
+        assert gone.status_code == 401

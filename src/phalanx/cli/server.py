@@ -11,7 +11,6 @@ from rich.table import Table
 from phalanx.cli.render import local_time
 from phalanx.errors import PhalanxError
 from phalanx.sizes import parse_size
-from phalanx.workspace import Workspace
 
 console = Console()
 
@@ -97,7 +96,8 @@ def start_cmd(
 
 @server_group.group("token")
 def token_group() -> None:
-    """API tokens (run on the server's machine, against its workspace)."""
+    """API tokens: on the server's machine against its workspace, or through the server
+    PHALANX_SERVER names with an admin's token."""
 
 
 @token_group.command("create")
@@ -113,16 +113,13 @@ def token_group() -> None:
 )
 def token_create_cmd(user: str, name: str | None, role: str | None) -> int:
     """Make a token; it is printed once and only its hash is kept."""
-    from phalanx.workspace.tokens import create_token, list_tokens
+    from phalanx.client.backends import tokens
 
-    ws = Workspace()
-    if role is None:
-        role = "member" if any(t.role == "admin" for t in list_tokens(ws)) else "admin"
-    info, token = create_token(ws, user, name, role)
+    info, token = tokens().create(user, name, role)
     click.echo(token)
     click.echo(
-        f"token {info.name} for {info.user} ({info.role}): keep it now, it is not shown "
-        "again (clients: PHALANX_TOKEN=… or phalanx login)",
+        f"token {info['name']} for {info['user']} ({info['role']}): keep it now, it is not "
+        "shown again (clients: PHALANX_TOKEN=… or phalanx login)",
         err=True,
     )
     return 0
@@ -130,19 +127,19 @@ def token_create_cmd(user: str, name: str | None, role: str | None) -> int:
 
 @token_group.command("list")
 def token_list_cmd() -> int:
-    """The tokens (names and users, never the tokens)."""
-    from phalanx.workspace.tokens import list_tokens
+    """The tokens (names, users and roles, never the tokens)."""
+    from phalanx.client.backends import tokens
 
     table = Table(show_edge=False)
     for column in ("name", "user", "role", "created", "last used"):
         table.add_column(column)
-    for info in list_tokens(Workspace()):
+    for info in tokens().list_all():
         table.add_row(
-            info.name,
-            info.user,
-            info.role,
-            local_time(info.created_at),
-            local_time(info.last_used_at),
+            info["name"],
+            info["user"],
+            info["role"],
+            local_time(info["created_at"]),
+            local_time(info["last_used_at"]),
         )
     console.print(table)
     return 0
@@ -152,8 +149,8 @@ def token_list_cmd() -> int:
 @click.argument("name")
 def token_revoke_cmd(name: str) -> int:
     """Forget a token; requests carrying it are refused from now on."""
-    from phalanx.workspace.tokens import revoke_token
+    from phalanx.client.backends import tokens
 
-    revoke_token(Workspace(), name)
+    tokens().revoke(name)
     console.print(f"token {name} revoked")
     return 0

@@ -23,6 +23,7 @@ from phalanx.server import (
     jobs_api,
     models_api,
     sessions,
+    tokens_api,
 )
 from phalanx.server.auth import caller
 from phalanx.server.settings import ServerSettings
@@ -45,7 +46,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
     app.include_router(joblogs_api.router)
     app.include_router(jobs_api.router)
     for verbs in (bench_api, jobfiles_api, datastores_api, data_api, environments_api,
-                  models_api, compute_api, sessions):  # fmt: skip
+                  models_api, compute_api, tokens_api, sessions):  # fmt: skip
         app.include_router(verbs.router)
 
     @app.get("/api/v1/health", tags=["server"])

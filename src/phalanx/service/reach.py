@@ -11,7 +11,9 @@ means to share:
   folder of its own and points the spec there);
 - anything else (a path on the server's disk, ``file://``, ``az://``,
   ``abfs://``, ``s3://`` or a blob URL read with the server's ambient
-  credentials) only with an admin's token.
+  credentials) only with an admin's token;
+- a job runs on a compute target an admin registered, not on a Ray cluster
+  named by its address (which would be sent the job's code and credentials).
 
 On this machine's own workspace (no server) nothing is confined.
 """
@@ -69,6 +71,13 @@ def check_spec(caller: Caller, spec: JobSpec, placed: Collection[str]) -> None:
     """
     if caller.server is None or caller.is_admin:
         return
+    compute = spec.compute.removeprefix("azureml:")
+    if compute.startswith("ray://") or ":" in compute:
+        caller.require_admin(
+            f"compute: {spec.compute}",
+            "a cluster named by its address would be sent the job's code and credentials; "
+            "name a compute target an admin registered (phalanx compute list)",
+        )
     local = "a path on the server's disk"
     if spec.code is not None and "code" not in placed:
         check_uri(caller, f"{spec.code} ({local})", "code")
