@@ -42,6 +42,8 @@ class RegisteredEnvironment:
     description: str | None
     created_at: float
     tags: dict[str, str] = field(default_factory=dict)
+    owner: str | None = None
+    """The server's user who registered it (``None``: on this machine, or before owners)."""
 
     @property
     def uri(self) -> str:
@@ -221,4 +223,5 @@ def _environment(row: RowMapping) -> RegisteredEnvironment:
         description=row["description"],
         created_at=row["created_at"],
         tags=json.loads(row["tags_json"]),
+        owner=row["owner"],
     )

@@ -55,6 +55,8 @@ class ModelVersion:
     created_at: float
     folder: Path
     tags: dict[str, str] = field(default_factory=dict)
+    owner: str | None = None
+    """The server's user who registered it (``None``: on this machine, or before owners)."""
 
     @property
     def size(self) -> int:
@@ -268,4 +270,5 @@ def _model(ws: Workspace, row: RowMapping) -> ModelVersion:
         created_at=row["created_at"],
         folder=models_root(ws) / row["name"] / row["version"],
         tags=json.loads(row["tags_json"]),
+        owner=row["owner"],
     )

@@ -187,10 +187,13 @@ class WorkspaceDatastores:
 
     def list_all(self) -> list[dict[str, Any]]:
         """Every datastore, ``default`` first: ``{"show": describe(d), "where": …}``."""
-        return [{"show": describe(d), "where": where(d)} for d in list_datastores(self.ws)]
+        return [
+            {"show": {**describe(d), "owner": datastore_owner(self.ws, d.name)}, "where": where(d)}
+            for d in list_datastores(self.ws)
+        ]
 
     def show(self, name: str) -> dict[str, Any]:
-        return describe(get_datastore(self.ws, name))
+        return {**describe(get_datastore(self.ws, name)), "owner": datastore_owner(self.ws, name)}
 
     def delete(self, name: str) -> None:
         get_datastore(self.ws, name)  # an unknown name is that error, not a refusal

@@ -44,6 +44,7 @@ def environment_json(env: RegisteredEnvironment) -> dict[str, Any]:
         "description": env.description,
         "tags": env.tags,
         "created_at": created.isoformat(timespec="seconds"),
+        "owner": env.owner,
     }
 
 

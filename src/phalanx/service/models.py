@@ -56,6 +56,7 @@ def model_json(model: ModelVersion) -> dict[str, Any]:
         "metrics": model.metrics,
         "files": [f.to_json() for f in model.files],
         "folder": str(model.folder),
+        "owner": model.owner,
     }
 
 

@@ -31,6 +31,8 @@ class DataAsset:
     description: str | None
     created_at: float
     tags: dict[str, str] = field(default_factory=dict)
+    owner: str | None = None
+    """The server's user who registered it (``None``: on this machine, or before owners)."""
 
     @property
     def uri(self) -> str:
@@ -141,4 +143,5 @@ def _asset(row: RowMapping) -> DataAsset:
         description=row["description"],
         created_at=row["created_at"],
         tags=json.loads(row["tags_json"]),
+        owner=row["owner"],
     )
