@@ -153,7 +153,7 @@ class WorkspaceTargets:
 
     def show(self, name: str) -> dict[str, Any]:
         """A target's settings, what it has, what runs on it where, and its queue."""
-        from phalanx.cli.queue import queue_view
+        from phalanx.service.queue import queue_view
 
         target = resolve_target(name, self.ws) if name == LOCAL else get_target(self.ws, name)
         return {"settings": settings_json(target), **queue_view(self.ws, target)}
@@ -165,8 +165,8 @@ class WorkspaceTargets:
     def queue(self, name: str | None) -> list[dict[str, Any]]:
         """The queue view of every target (or of ``name``); starts the scheduler if it is
         not running: the command to run after a reboot."""
-        from phalanx.cli.queue import queue_view
         from phalanx.scheduler.process import ensure_running
+        from phalanx.service.queue import queue_view
 
         ensure_running(self.ws.home, self.ws.child_env())
         if name is not None:
