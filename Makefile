@@ -10,7 +10,7 @@ AZURITE_VERSION := 3.37.0
 TOOLS := .tools
 AZURITE := $(TOOLS)/node_modules/.bin/azurite-blob
 
-.PHONY: demo test lint format typecheck pytest bench clean fuse mpi postgresql chromium \
+.PHONY: demo test check lint format typecheck pytest bench clean fuse mpi postgresql chromium \
 	containers test-image
 
 $(STAMP): pyproject.toml constraints.txt | mpi
@@ -75,6 +75,16 @@ demo: $(STAMP)
 
 ## test: lint, type-check and the whole test suite
 test: lint typecheck pytest
+
+# The tests that start no job, no server (PostgreSQL included) and no container.
+UNIT_TESTS := tests/test_access.py tests/test_cache.py tests/test_images.py \
+	tests/test_logpages.py tests/test_logs.py tests/test_migrations.py tests/test_nets.py \
+	tests/test_redact.py tests/test_rootcause.py tests/test_scheduler_policy.py \
+	tests/test_ship.py tests/test_spec.py tests/test_store.py
+
+## check: the edit-test loop: lint, type-check and the unit tests (a few minutes at most)
+check: lint typecheck
+	$(BIN)/python -m pytest -q -p no:cacheprovider -k "not postgresql" $(UNIT_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests examples benchmarks

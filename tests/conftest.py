@@ -96,6 +96,8 @@ class Cli:
     workdir: Path
     server: servers.PhalanxServer | None = None
     """The server every command goes through, when the test runs through one."""
+    server_args: tuple[str, ...] = ()
+    """What the server was started with (again on a restart)."""
 
     def export(self, **variables: str) -> None:
         """Set variables where the workspace is: this CLI's environment and, through a
@@ -112,7 +114,9 @@ class Cli:
     def _restart_server(self) -> None:
         if self.server is not None:
             servers.kill_phalanx_server(self.server)
-            self.server = servers.start_phalanx_server(self.home, self.env, port=self.server.port)
+            self.server = servers.start_phalanx_server(
+                self.home, self.env, *self.server_args, port=self.server.port
+            )
 
     def run(
         self, *args: str, timeout: float = 120, check: bool = False
@@ -346,10 +350,12 @@ def cli(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cli]:
     if "db" in request.fixturenames and (url := request.getfixturevalue("db")):
         env["PHALANX_DB"] = url
     server = None
+    # Local datastores through the server: in the test's own folder (never the workspace).
+    server_args = ("--datastore-root", str(tmp_path))
     if getattr(request, "param", "local") == "server":
-        server = servers.start_phalanx_server(home, env)
+        server = servers.start_phalanx_server(home, env, *server_args)
         env.update(PHALANX_SERVER=server.url, PHALANX_HOME=str(tmp_path / "laptop"))
-    made = Cli(home, env, workdir, server)
+    made = Cli(home, env, workdir, server, server_args)
     yield made
     if made.server is not None:
         servers.kill_phalanx_server(made.server)

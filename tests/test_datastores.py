@@ -66,10 +66,12 @@ def test_default_and_local_datastores(cli: Cli, tmp_path: Path) -> None:
             check=True)  # fmt: skip
     assert _read(cli, "azureml://datastores/nfs/paths/x/f.bin") == b"local bytes"
 
-    again = cli.run("datastore", "create", "--name", "nfs", "--type", "local", "--path", "/tmp")
+    again = cli.run("datastore", "create", "--name", "nfs", "--type", "local", "--path",
+                    str(folder / "x"))  # fmt: skip
     assert again.returncode == 2 and "already exists" in again.stderr
-    gone = cli.run("datastore", "create", "--name", "x", "--type", "local", "--path", "/nope/x")
-    assert gone.returncode == 2 and "/nope/x not found" in gone.stderr
+    nowhere = tmp_path / "nope" / "x"
+    gone = cli.run("datastore", "create", "--name", "x", "--type", "local", "--path", str(nowhere))
+    assert gone.returncode == 2 and f"{nowhere} not found" in gone.stderr
     builtin = cli.run("datastore", "delete", "default")
     assert builtin.returncode == 2 and "built in" in builtin.stderr
     cli.run("datastore", "delete", "nfs", check=True)

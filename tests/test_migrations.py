@@ -76,3 +76,28 @@ def test_a_database_at_revision_7_keeps_its_records_through_the_upgrade(
     assert ledger.holding(ws, "local")[0].nodes[0].memory == 80 << 30
     assert ws.query("SELECT name FROM tokens") == []  # the table schema 8 added
     assert ws.query("SELECT name FROM environments") == []  # the table schema 9 added
+
+
+def test_tokens_of_a_schema_9_workspace_become_admins_and_records_have_no_owner(
+    tmp_path: Path, db: str | None
+) -> None:
+    from phalanx.workspace.tokens import identity_of, token_hash
+
+    database = _database(tmp_path / "home")
+    with database.transaction() as tx:
+        _alembic(tx.connection, "upgrade", "0009")
+        tx.execute(
+            "INSERT INTO tokens (name, user_name, hash, created_at)"
+            " VALUES ('laptop', 'alice', :hash, 1.0)",
+            {"hash": token_hash("phx_old")},
+        )
+        tx.execute(
+            "INSERT INTO datastores (name, type, config_json, created_at)"
+            " VALUES ('blobs', 'local', '{}', 1.0)"
+        )
+    database.close()
+    ws = Workspace(tmp_path / "home")
+    identity = identity_of(ws, "phx_old")
+    assert identity is not None and (identity.user, identity.role) == ("alice", "admin")
+    assert ws.query("SELECT owner FROM datastores") == [{"owner": None}]
+    assert ws.query("SELECT lease_generation FROM jobs") == []

@@ -71,7 +71,7 @@ def test_tokens_wrong_or_missing_get_the_same_401_and_are_kept_hashed(
     assert missing.status_code == bad.status_code == scheme.status_code == 401
     assert missing.json() == bad.json() == scheme.json()
     with _api(authed, token) as ok:
-        assert ok.get("/whoami").json() == {"user": "alice", "auth": True}
+        assert ok.get("/whoami").json() == {"user": "alice", "role": "admin", "auth": True}
     # The token opens the server, so no file of the workspace holds it.
     for path in cli.home.rglob("*"):
         if path.is_file():

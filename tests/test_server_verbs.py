@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 import servers
-from conftest import Cli
+from conftest import LOCAL_AND_SERVER, Cli
 from phalanx.launch.ports import free_port
 from servers import AZURITE_ACCOUNT, AZURITE_KEY, Azurite
 
@@ -339,3 +339,20 @@ def test_tensorboard_runs_here_on_a_copy_of_the_servers_event_files(
     assert not list(temp.glob("phalanx-tensorboard-*"))  # the copy is removed afterwards
     with pytest.raises(httpx.HTTPError):  # and TensorBoard stopped with it
         httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
+
+
+@LOCAL_AND_SERVER
+def test_job_create_and_validate_print_the_same_notes_here_and_through_a_server(
+    cli: Cli,
+) -> None:
+    from phalanx.launch.environment import environment_notes
+
+    spec = cli.write("job.yml", "command: echo hi\nenvironment: azureml:AzureML-pytorch:3\n")
+    expected = [f"note: {n}" for n in environment_notes("azureml:AzureML-pytorch:3")]
+    assert expected  # an unregistered environment is noted
+    for verb in ("validate", "create"):
+        proc = cli.run("job", verb, "-f", str(spec), check=True)
+        # A note may wrap at the terminal's width: rejoin the lines after each "note:".
+        notes = " ".join(proc.stderr.split()).replace(" note: ", "\nnote: ").splitlines()
+        assert [n for n in notes if n.startswith("note:")] == expected, proc.stderr
+    cli.wait(proc.stdout.strip(), ("Completed",))

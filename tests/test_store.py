@@ -29,7 +29,13 @@ from phalanx.storage.assets import create_asset, get_asset, list_assets
 from phalanx.storage.datastores import LocalDatastore
 from phalanx.storage.registry import create_datastore, delete_datastore, get_datastore
 from phalanx.workspace import JobStatus, QueueEntry, Workspace
-from phalanx.workspace.tokens import create_token, list_tokens, revoke_token, touch, user_of
+from phalanx.workspace.tokens import (
+    create_token,
+    identity_of,
+    list_tokens,
+    revoke_token,
+    touch,
+)
 
 SPEC = {"command": "true"}
 GIB = 1 << 30
@@ -42,16 +48,22 @@ def ws(tmp_path: Path, db: str | None) -> Workspace:
 
 def test_tokens_are_kept_as_hashes_and_revoked(ws: Workspace) -> None:
     info, token = create_token(ws, "alice", "laptop")
-    assert user_of(ws, token) == "alice" and user_of(ws, token + "x") is None
+    identity = identity_of(ws, token)
+    assert identity is not None and (identity.user, identity.role) == ("alice", "member")
+    assert identity_of(ws, token + "x") is None
+    _, viewer = create_token(ws, "carol", role="viewer")
+    assert getattr(identity_of(ws, viewer), "role", None) == "viewer"
+    with pytest.raises(PhalanxError, match="--role 'owner': choose one of admin, member, viewer"):
+        create_token(ws, "dave", role="owner")
     assert token not in str(ws.query("SELECT * FROM tokens"))
     with pytest.raises(PhalanxError, match="already exists"):
         create_token(ws, "bob", "laptop")
     touch(ws, token)
-    [listed] = list_tokens(ws)
-    assert listed.name == "laptop" and listed.last_used_at is not None
+    listed = next(t for t in list_tokens(ws) if t.name == "laptop")
+    assert listed.last_used_at is not None and listed.role == "member"
     assert listed.created_at == info.created_at
     revoke_token(ws, "laptop")
-    assert user_of(ws, token) is None
+    assert identity_of(ws, token) is None
     with pytest.raises(PhalanxError, match="no token named"):
         revoke_token(ws, "laptop")
 

@@ -464,6 +464,39 @@ def test_behind_auth_a_token_signs_in_to_an_http_only_session(studio: Studio, br
         servers.kill_phalanx_server(server)
 
 
+def test_a_members_page_offers_no_cancel_of_anothers_job(studio: Studio, browser: Any) -> None:
+    spec = studio.cli.write("others.yml", "command: sleep 300\n")
+    other = studio.cli.create(spec)  # made on the server's machine: nobody's but an admin's
+    studio.cli.run("server", "token", "create", "--user", "root-of-it", "--role", "admin",
+                   check=True)  # fmt: skip
+    made = studio.cli.run("server", "token", "create", "--user", "dora", "--role", "member",
+                          check=True)  # fmt: skip
+    server = servers.start_phalanx_server(studio.cli.home, studio.cli.env, "--auth")
+    context = browser.new_context(bypass_csp=True)
+    try:
+        studio.cli.wait(other, ("Running",))
+        page = context.new_page()
+        page.goto(server.url + "/signin")
+        page.fill("#token", made.stdout.strip())
+        page.click("#signin")
+        page.wait_for_selector(f'tr[data-job="{other}"]')
+        assert page.inner_text("#who").startswith("dora (member)")
+        page.goto(f"{server.url}/jobs/{other}")
+        page.wait_for_selector("h1 .status.Running")
+        assert page.locator("#cancel").count() == 0 and page.locator("#preempt").count() == 0
+        # The page's own CSRF value does not make the server do it either.
+        answer = page.evaluate(
+            f"fetch('/api/v1/jobs/{other}/cancel', {{method: 'POST', headers: "
+            "{'X-Phalanx-CSRF': CSRF}}).then(async r => [r.status, (await r.json()).error])"
+        )
+        assert answer[0] == 403 and "only its owner or an admin" in answer[1], answer
+        assert studio.cli.show(other)["status"] == "Running"
+    finally:
+        context.close()
+        servers.kill_phalanx_server(server)
+        studio.cli.run("job", "cancel", other, timeout=60)
+
+
 def test_phalanx_studio_serves_this_machines_workspace_on_loopback(studio: Studio) -> None:
     from phalanx.launch.ports import free_port
 

@@ -196,7 +196,7 @@ def test_a_schema_7_workspace_is_upgraded_in_place_with_its_records(tmp_path: Pa
     from phalanx.registry import list_models
     from phalanx.scheduler import ledger
     from phalanx.storage.assets import get_asset
-    from phalanx.workspace.tokens import create_token, user_of
+    from phalanx.workspace.tokens import create_token, identity_of
 
     home = tmp_path / "home"
     home.mkdir()
@@ -215,7 +215,7 @@ def test_a_schema_7_workspace_is_upgraded_in_place_with_its_records(tmp_path: Pa
     assert get_asset(ws, "imagenet").path == "/data/imagenet"
     # What schema 8 added works on the upgraded workspace.
     _, token = create_token(ws, "alice")
-    assert user_of(ws, token) == "alice"
+    assert getattr(identity_of(ws, token), "user", None) == "alice"
     assert ws.create_job(SPEC, spec_text="", created_by="alice").created_by == "alice"
     # Alembic's revision and the old version number both say 8 (an older phalanx refuses it).
     db = sqlite3.connect(home / "phalanx.db")

@@ -43,6 +43,11 @@ class UnsetVariableError(PhalanxError):
         )
 
 
+class Forbidden(PhalanxError):
+    """The caller's role, or who owns the record, does not allow what was asked
+    (HTTP 403; :mod:`phalanx.service.access` decides)."""
+
+
 class PreparationCanceled(PhalanxError):
     """The job was canceled while it was being prepared (inputs, its environment)."""
 

@@ -16,7 +16,7 @@ from pydantic import SecretStr, ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from phalanx.cli.where import targets
+from phalanx.client.backends import targets
 from phalanx.errors import PhalanxError
 from phalanx.service.targets import TargetCreate, check_request
 

@@ -14,7 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from phalanx.cli.where import data_assets
+from phalanx.client.backends import data_assets
 from phalanx.errors import PhalanxError
 from phalanx.storage.errors import storage_errors
 from phalanx.storage.uri import is_uri, resolve

@@ -21,7 +21,7 @@ from pydantic import SecretStr, ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from phalanx.cli.where import datastores, remote
+from phalanx.client.backends import datastores, remote
 from phalanx.errors import PhalanxError
 from phalanx.service.datastores import AZURE_AUTH, S3_AUTH, DatastoreCreate, credentials_needed
 

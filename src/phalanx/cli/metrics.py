@@ -42,7 +42,7 @@ def sparkline(values: list[float | None], width: int = 24) -> str:
 def metrics_cmd(name: str, as_json: bool) -> int:
     """Latest value of each metric the job logged (and of the system metrics sampled
     during it), with a compact history."""
-    from phalanx.cli.backend import jobs_backend
+    from phalanx.client.backends import jobs_backend
 
     history, system = jobs_backend().metrics(name)
     if as_json:
@@ -131,8 +131,7 @@ def event_folders(names: tuple[str, ...]) -> Iterator[dict[str, Path]]:
     Raises:
         PhalanxError: an unknown job, or one without event files.
     """
-    from phalanx.cli.backend import jobs_backend
-    from phalanx.cli.where import remote
+    from phalanx.client.backends import jobs_backend, remote
 
     jobs = jobs_backend()
     config = remote()

@@ -14,7 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from phalanx.cli.where import models
+from phalanx.client.backends import models
 from phalanx.errors import PhalanxError
 from phalanx.sizes import human_size
 from phalanx.storage.uri import is_uri

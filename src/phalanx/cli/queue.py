@@ -6,82 +6,15 @@ With ``PHALANX_SERVER`` set, the queues are the server's scheduler's.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from phalanx.compute.targets import LocalTarget, Target
-from phalanx.scheduler import ledger
-from phalanx.scheduler.capacity import local_capacity
 from phalanx.scheduler.model import gib
-from phalanx.workspace import JobStatus, Workspace
 
 console = Console()
-
-
-def queue_view(ws: Workspace, target: Target) -> dict[str, Any]:
-    """What ``target`` has, what holds it (job, node, host, devices) and its queue in order."""
-    capacity: dict[str, Any] | None = None
-    if isinstance(target, LocalTarget):
-        cap = local_capacity(target, ws)
-        capacity = {
-            "hosts": [
-                {"host": h.name, "gpus": list(h.gpus), "cpus": h.cpus, "memory": h.memory}
-                for h in cap.hosts
-            ]
-        }
-    else:
-        rows = ws.query(
-            "SELECT hosts_json, read_at FROM capacities WHERE target = :target",
-            {"target": target.name},
-        )
-        if rows:
-            hosts = json.loads(rows[0]["hosts_json"])
-            capacity = {
-                "hosts": [
-                    {"host": h["host"], "gpus": [str(i) for i in range(h["gpus"])],
-                     "cpus": h["cpus"], "memory": h.get("memory", 0)}
-                    for h in hosts
-                ],
-                "read_s_ago": round(time.time() - rows[0]["read_at"], 1),
-            }  # fmt: skip
-    running = []
-    for job in ledger.holding(ws, target.name):
-        for node, grant in enumerate(job.nodes):
-            running.append(
-                {
-                    "job": job.name,
-                    "node": node,
-                    "host": grant.host,
-                    "gpus": list(grant.gpus),
-                    "cpus": grant.cpus,
-                    "memory": grant.memory,
-                    "leaving": job.releasing,
-                }
-            )
-    rows = ws.query(
-        "SELECT name, created_at, queue_json, request_json FROM jobs WHERE status = :queued"
-        " AND COALESCE(target, 'local') = :target AND NOT EXISTS (SELECT 1 FROM allocations a"
-        " WHERE a.job_name = jobs.name)",
-        {"queued": JobStatus.QUEUED.value, "target": target.name},
-    )
-    queued = []
-    for row in rows:
-        queue = json.loads(row["queue_json"]) if row["queue_json"] else {}
-        queued.append(
-            {
-                "job": row["name"],
-                "position": queue.get("position"),
-                "waiting_s": round(time.time() - row["created_at"], 1),
-                "request": json.loads(row["request_json"]) if row["request_json"] else None,
-                "reason": queue.get("reason") or "not looked at yet",
-            }
-        )
-    queued.sort(key=lambda q: (q["position"] is None, q["position"] or 0, q["job"]))
-    return {"target": target.name, "capacity": capacity, "running": running, "queued": queued}
 
 
 def render_queue(out: Console, view: dict[str, Any]) -> None:
@@ -123,7 +56,7 @@ def render_queue(out: Console, view: dict[str, Any]) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def queue_cmd(name: str | None, as_json: bool) -> int:
     """Every compute target: what it has, what runs where, and its queue."""
-    from phalanx.cli.where import targets
+    from phalanx.client.backends import targets
 
     # The command to run after a reboot: it starts the scheduler, which recovers what died.
     views = targets().queue(name)

@@ -11,7 +11,6 @@ from rich.table import Table
 from phalanx.cli.render import local_time
 from phalanx.errors import PhalanxError
 from phalanx.sizes import parse_size
-from phalanx.workspace import Workspace
 
 console = Console()
 
@@ -40,6 +39,15 @@ def server_group() -> None:
     help="Ask for API tokens (the default unless --host is a loopback address).",
 )
 @click.option("--max-upload", default="1G", show_default=True, help="Largest upload (code, data).")
+@click.option(
+    "--datastore-root",
+    "datastore_roots",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="A folder of this machine that `local` datastores made through the server may "
+    "name (itself or inside it; an admin's token only). Repeat for several; none: no "
+    "`local` datastore can be made through the server.",
+)
 @click.option("--tls-cert", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--tls-key", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
@@ -55,6 +63,7 @@ def start_cmd(
     db: str | None,
     auth: bool | None,
     max_upload: str,
+    datastore_roots: tuple[Path, ...],
     tls_cert: Path | None,
     tls_key: Path | None,
     workers: int | None,
@@ -77,6 +86,7 @@ def start_cmd(
         port=port,
         auth=auth,
         max_upload=upload_limit,
+        datastore_roots=datastore_roots,
         tls_cert=tls_cert,
         tls_key=tls_key,
         workers=default_workers() if workers is None else workers,
@@ -86,21 +96,30 @@ def start_cmd(
 
 @server_group.group("token")
 def token_group() -> None:
-    """API tokens (run on the server's machine, against its workspace)."""
+    """API tokens: on the server's machine against its workspace, or through the server
+    PHALANX_SERVER names with an admin's token."""
 
 
 @token_group.command("create")
-@click.option("--user", required=True, help="Who the token is for; jobs record it.")
+@click.option("--user", required=True, help="Who the token is for; what it makes is theirs.")
 @click.option("--name", help="A name to revoke it by (default: USER-xxxxxx).")
-def token_create_cmd(user: str, name: str | None) -> int:
+@click.option(
+    "--role",
+    type=click.Choice(["admin", "member", "viewer"]),
+    default=None,
+    help="admin: everything, tokens and the server's own paths and variables included; "
+    "member: creates jobs, assets and datastores, acts on its own; viewer: reads only. "
+    "Default: admin for the workspace's first admin token, else member.",
+)
+def token_create_cmd(user: str, name: str | None, role: str | None) -> int:
     """Make a token; it is printed once and only its hash is kept."""
-    from phalanx.workspace.tokens import create_token
+    from phalanx.client.backends import tokens
 
-    info, token = create_token(Workspace(), user, name)
+    info, token = tokens().create(user, name, role)
     click.echo(token)
     click.echo(
-        f"token {info.name} for {info.user}: keep it now, it is not shown again "
-        "(clients: PHALANX_TOKEN=… or phalanx login)",
+        f"token {info['name']} for {info['user']} ({info['role']}): keep it now, it is not "
+        "shown again (clients: PHALANX_TOKEN=… or phalanx login)",
         err=True,
     )
     return 0
@@ -108,15 +127,19 @@ def token_create_cmd(user: str, name: str | None) -> int:
 
 @token_group.command("list")
 def token_list_cmd() -> int:
-    """The tokens (names and users, never the tokens)."""
-    from phalanx.workspace.tokens import list_tokens
+    """The tokens (names, users and roles, never the tokens)."""
+    from phalanx.client.backends import tokens
 
     table = Table(show_edge=False)
-    for column in ("name", "user", "created", "last used"):
+    for column in ("name", "user", "role", "created", "last used"):
         table.add_column(column)
-    for info in list_tokens(Workspace()):
+    for info in tokens().list_all():
         table.add_row(
-            info.name, info.user, local_time(info.created_at), local_time(info.last_used_at)
+            info["name"],
+            info["user"],
+            info["role"],
+            local_time(info["created_at"]),
+            local_time(info["last_used_at"]),
         )
     console.print(table)
     return 0
@@ -126,8 +149,8 @@ def token_list_cmd() -> int:
 @click.argument("name")
 def token_revoke_cmd(name: str) -> int:
     """Forget a token; requests carrying it are refused from now on."""
-    from phalanx.workspace.tokens import revoke_token
+    from phalanx.client.backends import tokens
 
-    revoke_token(Workspace(), name)
+    tokens().revoke(name)
     console.print(f"token {name} revoked")
     return 0

@@ -9,10 +9,10 @@ from rich.console import Console
 from rich.segment import Segment, Segments
 from rich.style import Style
 
-from phalanx.cli.backend import Jobs
 from phalanx.cli.render import duration, error_panel, status_text
 from phalanx.cli.termsafe import rank_segments
 from phalanx.jobs.logs import LogLine
+from phalanx.service.jobs import Jobs
 from phalanx.workspace import JobRecord, JobStatus
 from phalanx.workspace.layout import JobPaths
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from phalanx.service.jobs import Jobs
     from phalanx.service.models import Models
     from phalanx.service.targets import Targets
+    from phalanx.service.tokens import Tokens
 
 
 def remote() -> ServerConfig | None:
@@ -97,3 +98,17 @@ def environments() -> Environments:
     from phalanx.client.environments import RemoteEnvironments
 
     return RemoteEnvironments(config)
+
+
+def tokens() -> Tokens:
+    """The server's API tokens (an admin's token) when one is configured, else the
+    workspace's own (``phalanx server token …`` on the server's machine)."""
+    config = server_config()
+    if config is None:
+        from phalanx.service.tokens import WorkspaceTokens
+        from phalanx.workspace import Workspace
+
+        return WorkspaceTokens(Workspace())
+    from phalanx.client.tokens import RemoteTokens
+
+    return RemoteTokens(config)

@@ -54,9 +54,10 @@ class RemoteJobs:
             "validate_only": validate_only,
         }
         answer = self.client.request("POST", "/jobs", json=body, idempotent=False)
+        notes = [str(n) for n in answer.pop("notes", None) or []]
         if validate_only:
-            return Submission(validation=answer)
-        return Submission(job=job_from_wire(answer))
+            return Submission(validation=answer, notes=notes)
+        return Submission(job=job_from_wire(answer), notes=notes)
 
     def get(self, name: str) -> JobRecord:
         return job_from_wire(self.client.request("GET", f"/jobs/{name}"))

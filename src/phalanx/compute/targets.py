@@ -144,8 +144,9 @@ def target_for(compute: str, ws: Workspace) -> RayTarget | None:
     return target if isinstance(target, RayTarget) else None
 
 
-def create_target(ws: Workspace, target: Target) -> None:
-    """Record ``target``; a Ray target's token must already be a reference.
+def create_target(ws: Workspace, target: Target, *, owner: str | None = None) -> None:
+    """Record ``target``; a Ray target's token must already be a reference. ``owner``:
+    the server's admin who made it (``None`` on this machine).
 
     Raises:
         PhalanxError: the name is invalid or taken, or ``local`` is not a local target,
@@ -167,10 +168,11 @@ def create_target(ws: Workspace, target: Target) -> None:
     try:
         with ws.transaction() as tx:
             tx.execute(
-                "INSERT INTO computes (name, type, config_json, created_at)"
-                " VALUES (:name, :type, :config, :now)",
+                "INSERT INTO computes (name, type, config_json, created_at, owner)"
+                " VALUES (:name, :type, :config, :now, :owner)",
                 {"name": target.name, "type": target.type,
-                 "config": target.model_dump_json(exclude_none=True), "now": time.time()},
+                 "config": target.model_dump_json(exclude_none=True), "now": time.time(),
+                 "owner": owner},
             )  # fmt: skip
     except IntegrityError as exc:
         raise PhalanxError(

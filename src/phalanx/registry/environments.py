@@ -25,6 +25,7 @@ from phalanx.launch.environment import copy_requirements
 from phalanx.spec.environment import EnvironmentSpec
 from phalanx.workspace import Workspace
 from phalanx.workspace.names import ASSET_NAME_RE, VERSION_RE
+from phalanx.workspace.owners import check_publisher
 
 if TYPE_CHECKING:
     from sqlalchemy import RowMapping
@@ -41,6 +42,8 @@ class RegisteredEnvironment:
     description: str | None
     created_at: float
     tags: dict[str, str] = field(default_factory=dict)
+    owner: str | None = None
+    """The server's user who registered it (``None``: on this machine, or before owners)."""
 
     @property
     def uri(self) -> str:
@@ -74,14 +77,19 @@ def create_environment(
     version: str | None = None,
     description: str | None = None,
     tags: dict[str, str] | None = None,
+    owner: str | None = None,
+    admin: bool = True,
 ) -> RegisteredEnvironment:
     """Record a new version of ``name`` (its files copied in); versions are never overwritten.
 
     ``version=None`` takes the next integer after the highest integer version.
+    ``owner`` registers it (a server's user); unless ``admin``, a name another
+    registered first is refused.
 
     Raises:
         PhalanxError: a bad name or version, the version exists, or the environment
             names no image, build or packages file.
+        Forbidden: the name is another's and the caller no admin.
     """
     if not ASSET_NAME_RE.fullmatch(name):
         raise PhalanxError(
@@ -101,6 +109,7 @@ def create_environment(
     folder: Path | None = None
     try:
         with ws.transaction() as tx:
+            check_publisher(tx, "environments", name, owner, admin)
             rows = tx.all(
                 "SELECT version, seq FROM environments WHERE name = :name", {"name": name}
             )
@@ -114,10 +123,11 @@ def create_environment(
             spec = _copy_files(environment, folder)
             tx.execute(
                 "INSERT INTO environments (name, version, seq, spec_json, description, "
-                "tags_json, created_at) VALUES (:name, :version, :seq, :spec, :description, "
-                ":tags, :now)",
+                "tags_json, created_at, owner) VALUES (:name, :version, :seq, :spec, "
+                ":description, :tags, :now, :owner)",
                 {"name": name, "version": version, "seq": seq, "spec": json.dumps(spec),
-                 "description": description, "tags": json.dumps(tags or {}), "now": time.time()},
+                 "description": description, "tags": json.dumps(tags or {}), "now": time.time(),
+                 "owner": owner},
             )  # fmt: skip
     except BaseException as exc:
         existing = isinstance(exc, PhalanxError) and str(exc) == _exists(name, version)
@@ -213,4 +223,5 @@ def _environment(row: RowMapping) -> RegisteredEnvironment:
         description=row["description"],
         created_at=row["created_at"],
         tags=json.loads(row["tags_json"]),
+        owner=row["owner"],
     )

@@ -30,6 +30,7 @@ from phalanx.registry.sources import resolve_source
 from phalanx.workspace import Workspace
 from phalanx.workspace.metrics import latest_metrics
 from phalanx.workspace.names import ASSET_NAME_RE, VERSION_RE
+from phalanx.workspace.owners import check_name_owner, check_publisher
 
 if TYPE_CHECKING:
     from sqlalchemy import RowMapping
@@ -54,6 +55,8 @@ class ModelVersion:
     created_at: float
     folder: Path
     tags: dict[str, str] = field(default_factory=dict)
+    owner: str | None = None
+    """The server's user who registered it (``None``: on this machine, or before owners)."""
 
     @property
     def size(self) -> int:
@@ -97,6 +100,8 @@ def register_model(
     description: str | None = None,
     tags: dict[str, str] | None = None,
     recorded_as: str | None = None,
+    owner: str | None = None,
+    admin: bool = True,
 ) -> ModelVersion:
     """Copy the files at ``path`` into the registry as a new version of ``name``.
 
@@ -105,14 +110,19 @@ def register_model(
         version: ``None`` takes the next integer after the highest integer version.
         recorded_as: The source to record instead of ``path`` (a client's own path,
             for files it uploaded to a server).
+        owner: Who registers it (a server's user; ``None`` on this machine).
+        admin: Whether they may publish under a name another registered first.
 
     Raises:
         PhalanxError: a bad name, version or path; the version exists; the files
             cannot be read.
+        Forbidden: the name is another's and the caller no admin.
     """
     from sqlalchemy.exc import SQLAlchemyError  # loaded where the database is written
 
     check_name(name, version)
+    # Before any file is copied; again when the version is recorded.
+    check_name_owner(ws.query, "models", name, owner, admin)
     if version is not None and _row(ws, name, version) is not None:
         raise _exists(name, version)
     source = resolve_source(path, ws)
@@ -123,6 +133,7 @@ def register_model(
         recorded = copy_in(files, staging / "files")
         metrics = latest_metrics(ws.paths(source.job_name).root) if source.job_name else {}
         with ws.transaction() as tx:
+            check_publisher(tx, "models", name, owner, admin)
             rows = tx.all("SELECT version, seq FROM models WHERE name = :name", {"name": name})
             if version is None:
                 numbers = [int(r["version"]) for r in rows if r["version"].isdigit()]
@@ -137,8 +148,9 @@ def register_model(
             try:
                 tx.execute(
                     "INSERT INTO models (name, version, seq, source, job_name, files_json, "
-                    "metrics_json, description, tags_json, created_at) VALUES (:name, :version,"
-                    " :seq, :source, :job_name, :files, :metrics, :description, :tags, :now)",
+                    "metrics_json, description, tags_json, created_at, owner) VALUES (:name, "
+                    ":version, :seq, :source, :job_name, :files, :metrics, :description, :tags,"
+                    " :now, :owner)",
                     {
                         "name": name,
                         "version": version,
@@ -150,6 +162,7 @@ def register_model(
                         "description": description,
                         "tags": json.dumps(tags or {}),
                         "now": time.time(),
+                        "owner": owner,
                     },
                 )
             except SQLAlchemyError:  # the row is not in: the folder goes back to staging
@@ -257,4 +270,5 @@ def _model(ws: Workspace, row: RowMapping) -> ModelVersion:
         created_at=row["created_at"],
         folder=models_root(ws) / row["name"] / row["version"],
         tags=json.loads(row["tags_json"]),
+        owner=row["owner"],
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from phalanx.scheduler.model import Decision, NodeGrant, QueuedJob, Request, RunningJob
@@ -261,3 +262,43 @@ def record_capacity(ws: Workspace, target: str, hosts: list[dict[str, Any]]) -> 
             " read_at = excluded.read_at",
             {"target": target, "hosts": json.dumps(hosts), "now": time.time()},
         )
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A job waiting in a target's queue, as the queue's views show it."""
+
+    name: str
+    created_at: float
+    queue: dict[str, Any]
+    """Its place and why it waits (``position``, ``reason``), once the scheduler looked."""
+    request: dict[str, Any] | None
+
+
+def waiting(ws: Workspace, target: str) -> list[Waiting]:
+    """The jobs Queued on ``target`` that hold nothing, with their place and reason."""
+    rows = ws.query(
+        "SELECT name, created_at, queue_json, request_json FROM jobs WHERE status = :queued"
+        " AND COALESCE(target, 'local') = :target AND NOT EXISTS (SELECT 1 FROM allocations a"
+        " WHERE a.job_name = jobs.name)",
+        {"queued": JobStatus.QUEUED.value, "target": target},
+    )
+    return [
+        Waiting(
+            name=r["name"],
+            created_at=r["created_at"],
+            queue=json.loads(r["queue_json"]) if r["queue_json"] else {},
+            request=json.loads(r["request_json"]) if r["request_json"] else None,
+        )
+        for r in rows
+    ]
+
+
+def capacity_reading(ws: Workspace, target: str) -> tuple[list[dict[str, Any]], float] | None:
+    """A probe's last reading of a cluster's nodes, and when it was made; ``None`` if none."""
+    rows = ws.query(
+        "SELECT hosts_json, read_at FROM capacities WHERE target = :target", {"target": target}
+    )
+    if not rows:
+        return None
+    return json.loads(rows[0]["hosts_json"]), float(rows[0]["read_at"])

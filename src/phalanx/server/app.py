@@ -25,6 +25,7 @@ from phalanx.server import (
     jobs_api,
     models_api,
     sessions,
+    tokens_api,
 )
 from phalanx.server.auth import caller
 from phalanx.server.settings import ServerSettings, workspace
@@ -47,7 +48,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
     app.include_router(joblogs_api.router)
     app.include_router(jobs_api.router)
     for verbs in (bench_api, jobfiles_api, datastores_api, data_api, environments_api,
-                  models_api, compute_api, sessions):  # fmt: skip
+                  models_api, compute_api, tokens_api, sessions):  # fmt: skip
         app.include_router(verbs.router)
 
     @app.get("/api/v1/health", tags=["server"], response_model=None)
@@ -69,13 +70,14 @@ def create_app(settings: ServerSettings) -> FastAPI:
 
     @app.get("/api/v1/whoami", tags=["server"])
     def whoami(request: Request) -> dict[str, Any]:
-        """The user the token belongs to (``null`` on a server without auth)."""
-        return {"user": caller(request), "auth": settings.auth}
+        """The user the token belongs to (``null`` on a server without auth) and its role."""
+        who = caller(request)
+        return {"user": who.user, "role": who.role.value, "auth": settings.auth}
 
     @app.put("/api/v1/uploads", status_code=201, tags=["jobs"])
     async def upload(request: Request) -> dict[str, Any]:
         """Receive a tar archive (the body); its id goes into ``POST /api/v1/jobs``."""
-        caller(request)
+        caller(request).require_member("upload")
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > settings.max_upload:
             raise HTTPException(413, _too_large(settings))

@@ -3,7 +3,9 @@ or a studio browser session (:mod:`phalanx.server.sessions`) made from one.
 
 A missing, malformed, unknown or revoked token all get the same 401: nothing
 tells a caller which part was wrong. A browser's request must also pass the
-session module's CSRF check (403), with or without auth.
+session module's CSRF check (403), with or without auth. What the caller may
+do is not decided here: the route hands the :class:`~phalanx.service.access.Caller`
+(user, the token's role, the server's limits) to the service it calls.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from starlette.exceptions import HTTPException
 
 from phalanx.server.sessions import check_browser, session_of
 from phalanx.server.settings import settings_of, workspace
+from phalanx.service.access import Caller, Role
 from phalanx.workspace import Workspace
-from phalanx.workspace.tokens import PREFIX, touch, user_of, user_of_hash
+from phalanx.workspace.tokens import PREFIX, identity_of, identity_of_hash, touch
 
 UNAUTHORIZED = "a valid API token is required (Authorization: Bearer <token>; PHALANX_TOKEN)"
 
@@ -35,8 +38,9 @@ def _touch_now_and_then(ws: Workspace, token: str) -> None:
         touch(ws, token)
 
 
-def caller(request: Request) -> str | None:
-    """The user behind the request; ``None`` on a server without auth.
+def caller(request: Request) -> Caller:
+    """Who is behind the request: the token's user and role, with the server's limits.
+    On a server without auth (loopback only) the caller has no name and is an admin.
 
     Raises:
         HTTPException: 401; 403 for a browser's request without the studio's CSRF value.
@@ -44,21 +48,21 @@ def caller(request: Request) -> str | None:
     settings = settings_of(request)
     check_browser(request)
     if not settings.auth:
-        return None
+        return Caller(user=None, role=Role.ADMIN, server=settings.limits)
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    user = None
+    identity = None
     if scheme.lower() == "bearer" and token.startswith(PREFIX):
         ws = workspace(settings)
-        user = user_of(ws, token.strip())
-        if user is not None:
+        identity = identity_of(ws, token.strip())
+        if identity is not None:
             _touch_now_and_then(ws, token.strip())
     elif (session := session_of(request)) is not None:
         # The token's hash, checked again each time: revoking it ends the session.
-        user = user_of_hash(workspace(settings), session.token_hash)
-    if user is None:
+        identity = identity_of_hash(workspace(settings), session.token_hash)
+    if identity is None:
         raise HTTPException(401, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
-    return user
+    return Caller(user=identity.user, role=Role(identity.role), server=settings.limits)
 
 
-# A route's parameter for its caller: ``_: User`` makes the route ask for a token.
-User = Annotated[str | None, Depends(caller)]
+# A route's parameter for its caller: ``who: User`` makes the route ask for a token.
+User = Annotated[Caller, Depends(caller)]

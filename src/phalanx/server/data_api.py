@@ -42,10 +42,11 @@ class DataCreate(BaseModel):
 
 
 @router.post("", status_code=201)
-def create_data(body: DataCreate, request: Request, _: User) -> dict[str, Any]:
+def create_data(body: DataCreate, request: Request, who: User) -> dict[str, Any]:
     """Register a new version of a data asset (versions are immutable)."""
     settings = settings_of(request)
-    data = WorkspaceData(workspace(settings))
+    data = WorkspaceData(workspace(settings), who)
+    who.require_member("data create")  # before an upload is unpacked
     if (body.path is None) == (body.upload is None):
         raise PhalanxError("give either path (a URI) or upload (from PUT /api/v1/uploads)")
     if body.path is not None:
@@ -82,12 +83,12 @@ def create_data(body: DataCreate, request: Request, _: User) -> dict[str, Any]:
 
 
 @router.get("")
-def list_data(request: Request, _: User, name: str | None = None) -> dict[str, Any]:
+def list_data(request: Request, who: User, name: str | None = None) -> dict[str, Any]:
     """Every data asset version (or those of ``name``), oldest first."""
-    return {"assets": WorkspaceData(request_workspace(request)).list_all(name)}
+    return {"assets": WorkspaceData(request_workspace(request), who).list_all(name)}
 
 
 @router.get("/{name:path}")
-def show_data(name: str, request: Request, _: User, version: str = "latest") -> dict[str, Any]:
+def show_data(name: str, request: Request, who: User, version: str = "latest") -> dict[str, Any]:
     """One version of an asset (``latest``: the newest)."""
-    return WorkspaceData(request_workspace(request)).show(name, version)
+    return WorkspaceData(request_workspace(request), who).show(name, version)

@@ -32,16 +32,17 @@ class EnvironmentCreate(BaseModel):
 
 
 @router.post("", status_code=201)
-def create_environment(body: EnvironmentCreate, request: Request, _: User) -> dict[str, Any]:
+def create_environment(body: EnvironmentCreate, request: Request, who: User) -> dict[str, Any]:
     """Register a new version of an environment (versions are immutable)."""
     settings = settings_of(request)
+    who.require_member("environment create")  # before the upload is unpacked
     dest = settings.home / "server" / "environment-uploads" / uuid.uuid4().hex
     receive(settings.uploads, body.upload, dest, settings.max_upload)
     try:
         document = dest / DOCUMENT
         if not document.is_file() or document.is_symlink():
             raise UploadError(f"upload: no {DOCUMENT} in it")
-        environments = WorkspaceEnvironments(workspace(settings))
+        environments = WorkspaceEnvironments(workspace(settings), who)
         return environments.create(document, name=body.name, version=body.version)
     finally:
         shutil.rmtree(dest, ignore_errors=True)
@@ -56,21 +57,21 @@ class Prune(BaseModel):
 
 
 @router.post("/prune")
-def prune_images(body: Prune, request: Request, _: User) -> dict[str, Any]:
+def prune_images(body: Prune, request: Request, who: User) -> dict[str, Any]:
     """Remove the images the workspace's jobs built, unused for ``unused_for_s``."""
-    environments = WorkspaceEnvironments(request_workspace(request))
+    environments = WorkspaceEnvironments(request_workspace(request), who)
     return environments.prune(body.unused_for_s, dry_run=body.dry_run)
 
 
 @router.get("")
-def list_environments(request: Request, _: User, name: str | None = None) -> dict[str, Any]:
+def list_environments(request: Request, who: User, name: str | None = None) -> dict[str, Any]:
     """Every environment version (or those of ``name``), oldest first."""
-    return {"environments": WorkspaceEnvironments(request_workspace(request)).list_all(name)}
+    return {"environments": WorkspaceEnvironments(request_workspace(request), who).list_all(name)}
 
 
 @router.get("/{name:path}")
 def show_environment(
-    name: str, request: Request, _: User, version: str = "latest"
+    name: str, request: Request, who: User, version: str = "latest"
 ) -> dict[str, Any]:
     """One version of an environment (``latest``: the newest)."""
-    return WorkspaceEnvironments(request_workspace(request)).show(name, version)
+    return WorkspaceEnvironments(request_workspace(request), who).show(name, version)

@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException
 
 from phalanx.errors import (
     DatabaseUnavailable,
+    Forbidden,
     JobNotFoundError,
     PhalanxError,
     SpecError,
@@ -49,6 +50,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(JobNotFoundError)
     async def _missing(_: Request, exc: JobNotFoundError) -> JSONResponse:
         return JSONResponse(error_body(str(exc)), status_code=404)
+
+    @app.exception_handler(Forbidden)
+    async def _forbidden(_: Request, exc: Forbidden) -> JSONResponse:
+        return JSONResponse(error_body(str(exc)), status_code=403)
 
     @app.exception_handler(UploadError)
     async def _upload(_: Request, exc: UploadError) -> JSONResponse:

@@ -25,6 +25,7 @@ from phalanx.jobs.logs import LogFollower
 from phalanx.server.auth import User
 from phalanx.server.logread import parse_offsets, rank_of, read_back, search
 from phalanx.server.settings import request_workspace, settings_of, workspace
+from phalanx.service.jobs import LocalJobs
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
@@ -49,16 +50,14 @@ def _ranks(paths: Any, rank: str) -> list[int]:
 def log_page(
     name: str,
     request: Request,
-    _: User,
+    who: User,
     rank: RankQuery = "0",
     before: Annotated[int | None, Query(ge=0)] = None,
     kib: Annotated[int, Query(ge=1, le=4096)] = 256,
 ) -> dict[str, Any]:
     """The lines of a rank's log (or of each rank's) ending before byte ``before``
     (default: the end), about ``kib`` KiB in all: the newest first, then older pages."""
-    ws = request_workspace(request)
-    ws.get_job(name)
-    paths = ws.paths(name)
+    paths = LocalJobs(request_workspace(request), who).paths(name)
     ranks = _ranks(paths, rank)
     share = max(4 << 10, (kib << 10) // max(1, len(ranks)))
     return {"pages": [read_back(paths.rank_log(r), r, before=before, nbytes=share) for r in ranks]}
@@ -68,22 +67,21 @@ def log_page(
 def log_search(
     name: str,
     request: Request,
-    _: User,
+    who: User,
     q: Annotated[str, Query(min_length=1, max_length=200)],
     rank: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=5000)] = 500,
 ) -> dict[str, Any]:
     """The first ``limit`` lines of rank ``rank``'s log holding ``q`` (any case)."""
-    ws = request_workspace(request)
-    ws.get_job(name)
-    return search(ws.paths(name).rank_log(rank), rank, q, limit=limit)
+    paths = LocalJobs(request_workspace(request), who).paths(name)
+    return search(paths.rank_log(rank), rank, q, limit=limit)
 
 
 @router.get("/{name}/logs/events")
 async def log_events(
     name: str,
     request: Request,
-    _: User,
+    who: User,
     rank: RankQuery = "0",
     at: Annotated[str, Query(max_length=100_000, pattern=r"^[0-9:,]*$")] = "",
 ) -> StreamingResponse:

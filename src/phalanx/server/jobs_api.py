@@ -1,4 +1,9 @@
-"""``/api/v1/jobs``: create, list, show, cancel, preempt, logs and metrics of jobs."""
+"""``/api/v1/jobs``: create, list, show, cancel, preempt, logs and metrics of jobs.
+
+Only HTTP lives here (the caller, uploads, the wire format): every verb is
+:class:`phalanx.service.jobs.LocalJobs`'s, the one the CLI calls on this machine,
+asked by the request's caller (who may do what is decided there).
+"""
 
 from __future__ import annotations
 
@@ -16,7 +21,9 @@ from phalanx.server.auth import User
 from phalanx.server.logread import parse_offsets, read_logs
 from phalanx.server.settings import ServerSettings, request_workspace, settings_of, workspace
 from phalanx.server.uploads import UploadError, unpack
-from phalanx.workspace import JobRecord, JobStatus, Workspace
+from phalanx.service.access import Caller
+from phalanx.service.jobs import LocalJobs, SpecText
+from phalanx.workspace import JobRecord, JobStatus
 from phalanx.workspace.layout import JobPaths
 from phalanx.workspace.wire import job_to_wire
 
@@ -83,130 +90,99 @@ def _placed(body: JobCreate, settings: ServerSettings) -> tuple[list[str], Path 
     return items, folder
 
 
-def _validate_and_submit(ws: Workspace, body: JobCreate, user: str | None,
-                         settings: ServerSettings) -> dict[str, Any]:  # fmt: skip
-    from phalanx.jobs.control import submit
-    from phalanx.jobs.prepare import check
-    from phalanx.spec import load_spec_text
+def _jobs(request: Request, who: Caller) -> LocalJobs:
+    return LocalJobs(request_workspace(request), who)
 
+
+@router.post("", status_code=201)
+def create_job(body: JobCreate, request: Request, who: User) -> dict[str, Any]:
+    """Create a job (or, with ``validate_only``, only check it); the answer carries the
+    notes a local ``job create`` prints (``notes``)."""
+    settings = settings_of(request)
+    jobs = LocalJobs(workspace(settings), who)
+    who.require_member("job create")  # before an upload is unpacked
     placed, folder = _placed(body, settings)
+    spec = SpecText(body.spec, body.source, folder or settings.bundles, tuple(placed))
     try:
-        spec = load_spec_text(
-            body.spec,
-            source=body.source,
-            base_dir=folder or settings.bundles,
-            overrides=[*body.overrides, *placed],
-        )
-        spec.check_supported()
-        check(spec, ws)
-        if body.validate_only:
-            if folder is not None:
-                shutil.rmtree(folder, ignore_errors=True)
-            return {"valid": True, "nodes": spec.instance_count,
-                    "processes_per_node": spec.process_count_per_instance,
-                    "compute": spec.compute}  # fmt: skip
-        text = body.spec
-        if body.overrides:
-            text += "".join(f"\n# --set {item}" for item in body.overrides) + "\n"
-        return _wire(submit(ws, spec, text, created_by=user))
+        submission = jobs.create(spec, body.overrides, validate_only=body.validate_only)
     except BaseException:
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
         raise
-
-
-@router.post("", status_code=201)
-def create_job(body: JobCreate, request: Request, user: User) -> dict[str, Any]:
-    """Create a job (or, with ``validate_only``, only check it)."""
-    settings = settings_of(request)
-    return _validate_and_submit(workspace(settings), body, user, settings)
+    if submission.validation is not None:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+        return {**submission.validation, "notes": submission.notes}
+    return {**_wire(submission.created()), "notes": submission.notes}
 
 
 @router.get("")
 def list_jobs(
     request: Request,
-    _: User,
+    who: User,
     limit: Annotated[int, Query(ge=1, le=10000)] = 50,
     status: JobStatus | None = None,
     experiment: str | None = None,
 ) -> dict[str, Any]:
     """The newest jobs first."""
-    from phalanx.jobs.control import refresh
-
-    ws = request_workspace(request)
-    jobs = ws.list_jobs(limit=limit, status=status, experiment=experiment)
-    return {"jobs": [job_to_wire(refresh(ws, j)) for j in jobs]}
+    jobs = _jobs(request, who).list_jobs(limit=limit, status=status, experiment=experiment)
+    return {"jobs": [job_to_wire(j) for j in jobs]}
 
 
 @router.get("/{name}")
-def show_job(name: str, request: Request, _: User) -> dict[str, Any]:
+def show_job(name: str, request: Request, who: User) -> dict[str, Any]:
     """One job: its record, attempts and log files."""
-    from phalanx.jobs.control import refresh
-
-    ws = request_workspace(request)
-    return _wire(refresh(ws, ws.get_job(name)))
+    return _wire(_jobs(request, who).get(name))
 
 
 @router.get("/{name}/spec")
-def job_spec(name: str, request: Request, _: User) -> dict[str, Any]:
+def job_spec(name: str, request: Request, who: User) -> dict[str, Any]:
     """The spec as submitted (the YAML text, ``--set`` items noted) and as resolved."""
-    ws = request_workspace(request)
-    job = ws.get_job(name)
-    try:
-        text = ws.paths(name).spec_yaml.read_text()
-    except FileNotFoundError:
-        text = None
-    return {"submitted": text, "resolved": job.spec}
+    submitted, resolved = _jobs(request, who).submitted(name)
+    return {"submitted": submitted, "resolved": resolved}
 
 
 @router.post("/{name}/cancel")
-def cancel_job(name: str, request: Request, _: User) -> dict[str, Any]:
+def cancel_job(name: str, request: Request, who: User) -> dict[str, Any]:
     """Stop every process of the job; answers once it has ended (or 30 s passed)."""
-    from phalanx.jobs.control import cancel
-
-    ws = request_workspace(request)
-    before = ws.get_job(name).status
-    return {"already_ended": before.is_terminal, "job": _wire(cancel(ws, name))}
+    already_ended, job = _jobs(request, who).cancel(name)
+    return {"already_ended": already_ended, "job": _wire(job)}
 
 
 @router.post("/{name}/preempt")
-def preempt_job(name: str, body: Preempt, request: Request, _: User) -> dict[str, Any]:
+def preempt_job(name: str, body: Preempt, request: Request, who: User) -> dict[str, Any]:
     """Evict some or all nodes of a running job, as a spot reclaim would."""
-    from phalanx.jobs.control import preempt
-
-    ws = request_workspace(request)
-    return _wire(preempt(ws, name, body.nodes or None))
+    return _wire(_jobs(request, who).preempt(name, body.nodes or None))
 
 
 @router.get("/{name}/logs")
 def job_logs(
     name: str,
     request: Request,
-    _: User,
+    who: User,
     all_ranks: bool = False,
     at: Annotated[str, Query(max_length=100_000, pattern=r"^[0-9:,]*$")] = "",
 ) -> dict[str, Any]:
     """Bytes of rank 0's log (or every rank's) from the offsets ``at`` (``rank:offset,…``)."""
-    ws = request_workspace(request)
-    ws.get_job(name)
+    paths = _jobs(request, who).paths(name)
     try:
         offsets = parse_offsets(at)
     except ValueError:
         raise PhalanxError("at: give rank:offset pairs, e.g. at=0:1200,1:0") from None
-    return {"files": read_logs(ws.paths(name), all_ranks=all_ranks, offsets=offsets)}
+    return {"files": read_logs(paths, all_ranks=all_ranks, offsets=offsets)}
 
 
 @router.get("/{name}/metrics")
 def job_metrics(
     name: str,
     request: Request,
-    _: User,
+    who: User,
     points: Annotated[int | None, Query(ge=10, le=1_000_000)] = None,
 ) -> dict[str, Any]:
     """Every metric's history (``[step, value]`` pairs), the job's and the system's;
     with ``points``, each series downsampled on the server to about that many (a
     chart of 100,000 steps draws from 2,000 that show its shape, spikes included)."""
-    from phalanx.workspace.metrics import SYSTEM_METRICS_FILE, downsample, read_metrics
+    from phalanx.workspace.metrics import downsample
 
     def wire(history: dict[str, list[tuple[int | None, float | None]]]) -> dict[str, Any]:
         return {
@@ -214,9 +190,5 @@ def job_metrics(
             for k, v in history.items()
         }
 
-    ws = request_workspace(request)
-    job_dir = Path(ws.get_job(name).job_dir)
-    return {
-        "metrics": wire(read_metrics(job_dir)),
-        "system": wire(read_metrics(job_dir, SYSTEM_METRICS_FILE)),
-    }
+    metrics, system = _jobs(request, who).metrics(name)
+    return {"metrics": wire(metrics), "system": wire(system)}

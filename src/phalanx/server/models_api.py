@@ -23,6 +23,7 @@ from phalanx.registry.files import check_no_links, inside, safe_relpath
 from phalanx.server.auth import User
 from phalanx.server.settings import ServerSettings, settings_of, workspace
 from phalanx.server.uploads import UploadError, receive
+from phalanx.service.access import Caller
 from phalanx.service.models import WorkspaceModels
 from phalanx.storage.uri import is_uri
 
@@ -44,15 +45,16 @@ class ModelCreate(BaseModel):
     tags: dict[str, str] = Field(default_factory=dict, max_length=1000)
 
 
-def _models(request: Request) -> tuple[WorkspaceModels, ServerSettings]:
+def _models(request: Request, who: Caller) -> tuple[WorkspaceModels, ServerSettings]:
     settings = settings_of(request)
-    return WorkspaceModels(workspace(settings)), settings
+    return WorkspaceModels(workspace(settings), who), settings
 
 
 @router.post("", status_code=201)
-def create_model(body: ModelCreate, request: Request, _: User) -> dict[str, Any]:
+def create_model(body: ModelCreate, request: Request, who: User) -> dict[str, Any]:
     """Copy a model's files into the registry as a new, immutable version."""
-    models, settings = _models(request)
+    models, settings = _models(request, who)
+    who.require_member("model create")  # before an upload is unpacked
     if (body.path is None) == (body.upload is None):
         raise PhalanxError("give either path (a URI or job output) or upload")
     if body.path is not None:
@@ -78,27 +80,28 @@ def create_model(body: ModelCreate, request: Request, _: User) -> dict[str, Any]
         return models.create(
             name=body.name, path=str(path), version=body.version,
             description=body.description, tags=body.tags, recorded_as=body.source or "upload",
+            uploaded=True,
         )  # fmt: skip
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
 @router.get("")
-def list_all(request: Request, _: User, name: str | None = None) -> dict[str, Any]:
+def list_all(request: Request, who: User, name: str | None = None) -> dict[str, Any]:
     """Registered model versions (or those of ``name``), by name then oldest first."""
-    return {"models": _models(request)[0].list_all(name)}
+    return {"models": _models(request, who)[0].list_all(name)}
 
 
 @router.get("/{name:path}/file")
 def model_file(
     name: str,
     request: Request,
-    _: User,
+    who: User,
     path: Annotated[str, Query(max_length=4096)],
     version: str = "latest",
 ) -> FileResponse:
     """One file of a version, as the registry keeps it (the client checks its sha256)."""
-    models, _settings = _models(request)
+    models, _settings = _models(request, who)
     model = get_model(models.ws, name, version)
     if not any(f.path == path for f in model.files):
         raise PhalanxError(f"model {model.name}:{model.version} has no file {path!r}")
@@ -111,6 +114,6 @@ def model_file(
 
 
 @router.get("/{name:path}")
-def show(name: str, request: Request, _: User, version: str = "latest") -> dict[str, Any]:
+def show(name: str, request: Request, who: User, version: str = "latest") -> dict[str, Any]:
     """One version (``latest``: the newest registered)."""
-    return _models(request)[0].show(name, version)
+    return _models(request, who)[0].show(name, version)

@@ -81,6 +81,26 @@ def check_auth(host: str, auth: bool | None, ws: Workspace) -> bool:
     return auth
 
 
+def check_roots(roots: tuple[Path, ...]) -> tuple[Path, ...]:
+    """The ``--datastore-root`` folders, resolved (links followed once, here).
+
+    Raises:
+        PhalanxError: one is not an existing folder, or is ``/``.
+    """
+    resolved = []
+    for root in roots:
+        folder = root.expanduser().resolve()
+        if not folder.is_dir():
+            raise PhalanxError(f"--datastore-root {root}: no such folder; create it first")
+        if folder == Path(folder.anchor):
+            raise PhalanxError(
+                f"--datastore-root {root}: the whole file system would be shared "
+                "(the server's secrets and database included); name a data folder"
+            )
+        resolved.append(folder)
+    return tuple(resolved)
+
+
 def _keep_scheduler(home: Path) -> None:
     """While any job is not over, make sure the workspace's scheduler runs.
 
@@ -144,6 +164,7 @@ def serve(
     port: int,
     auth: bool | None,
     max_upload: int,
+    datastore_roots: tuple[Path, ...] = (),
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
     workers: int = 1,
@@ -168,11 +189,22 @@ def serve(
     # Supervisors and the scheduler started from here find the same workspace.
     os.environ[HOME_ENV] = str(home)
     check_port(host, port)
+    roots = check_roots(datastore_roots)
     ws = Workspace(home)
-    settings = ServerSettings(home=ws.home, auth=check_auth(host, auth, ws), max_upload=max_upload)
+    settings = ServerSettings(
+        home=ws.home,
+        auth=check_auth(host, auth, ws),
+        max_upload=max_upload,
+        datastore_roots=roots,
+    )
     ws.close()
     os.environ[SETTINGS_ENV] = json.dumps(
-        {"home": str(settings.home), "auth": settings.auth, "max_upload": settings.max_upload}
+        {
+            "home": str(settings.home),
+            "auth": settings.auth,
+            "max_upload": settings.max_upload,
+            "datastore_roots": [str(r) for r in settings.datastore_roots],
+        }
     )
     scheme = "https" if tls_cert else "http"
     shown = f"[{host}]" if ":" in host else host
@@ -217,7 +249,10 @@ def serving_app() -> FastAPI:
         raise RuntimeError(f"{SETTINGS_ENV} is not set: start the server with serve()")
     values = json.loads(raw)
     settings = ServerSettings(
-        home=Path(values["home"]), auth=bool(values["auth"]), max_upload=int(values["max_upload"])
+        home=Path(values["home"]),
+        auth=bool(values["auth"]),
+        max_upload=int(values["max_upload"]),
+        datastore_roots=tuple(Path(r) for r in values.get("datastore_roots", ())),
     )
     _end_with_parent()
     threading.Thread(

@@ -167,7 +167,7 @@ class SignIn(BaseModel):
 def sign_in(body: SignIn, request: Request, response: Response) -> dict[str, Any]:
     """Trade an API token for a browser session (an HttpOnly cookie)."""
     from phalanx.server.auth import UNAUTHORIZED
-    from phalanx.workspace.tokens import token_hash, user_of_hash
+    from phalanx.workspace.tokens import identity_of_hash, token_hash
 
     if cross_site(request):
         raise HTTPException(403, "refused: sign in from the studio's own page")
@@ -175,8 +175,8 @@ def sign_in(body: SignIn, request: Request, response: Response) -> dict[str, Any
     if not settings.auth:
         return {"user": None, "auth": False}
     digest = token_hash(body.token.strip())
-    user = user_of_hash(workspace(settings), digest)
-    if user is None:
+    identity = identity_of_hash(workspace(settings), digest)
+    if identity is None:
         raise HTTPException(401, UNAUTHORIZED)
     response.set_cookie(
         COOKIE,
@@ -187,7 +187,7 @@ def sign_in(body: SignIn, request: Request, response: Response) -> dict[str, Any
         path="/",
         max_age=LIFETIME_S,
     )
-    return {"user": user, "auth": True}
+    return {"user": identity.user, "role": identity.role, "auth": True}
 
 
 @router.delete("")

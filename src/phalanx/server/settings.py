@@ -8,6 +8,7 @@ from pathlib import Path
 
 from starlette.requests import Request
 
+from phalanx.service.access import ServerLimits
 from phalanx.workspace import Workspace
 
 DEFAULT_MAX_UPLOAD = 1 << 30
@@ -21,6 +22,14 @@ class ServerSettings:
     """Every request but ``/api/v1/health`` needs a token."""
     max_upload: int = DEFAULT_MAX_UPLOAD
     """The most bytes one upload may hold, packed or unpacked."""
+    datastore_roots: tuple[Path, ...] = ()
+    """The folders a ``local`` datastore made through the server may name
+    (``--datastore-root``)."""
+
+    @property
+    def limits(self) -> ServerLimits:
+        """What callers may reach on the server's machine."""
+        return ServerLimits(datastore_roots=self.datastore_roots)
 
     @property
     def uploads(self) -> Path:

@@ -11,6 +11,8 @@ from dataclasses import asdict
 from typing import Any, Protocol
 
 from phalanx.errors import PhalanxError
+from phalanx.service.access import LOCAL, Caller
+from phalanx.service.reach import check_uri
 from phalanx.storage.assets import DataAsset, create_asset, get_asset, list_assets
 from phalanx.storage.errors import storage_errors
 from phalanx.storage.uri import resolve
@@ -58,10 +60,13 @@ def check_kind(url: str, found: str, kind: str) -> None:
 
 
 class WorkspaceData:
-    """The data assets of a workspace on this machine."""
+    """The data assets of a workspace on this machine, as ``caller`` may use them: all
+    read; members register (new versions of names they registered first), naming only
+    what the server shares (:mod:`phalanx.service.reach`)."""
 
-    def __init__(self, ws: Workspace) -> None:
+    def __init__(self, ws: Workspace, caller: Caller = LOCAL) -> None:
         self.ws = ws
+        self.caller = caller
 
     def create(
         self,
@@ -78,15 +83,19 @@ class WorkspaceData:
         Raises:
             PhalanxError: the path is missing or of the other type, a bad name or
                 version, or the version exists.
+            Forbidden: a viewer, another's name, or a path the caller may not name.
         """
+        self.caller.require_member("data create")
+        check_uri(self.caller, path, "--path")
         if not no_check:
             loc = resolve(path, self.ws)
             with storage_errors(loc.url):
                 info = loc.fs.info(loc.path)
             check_kind(loc.url, "directory" if info.get("type") == "directory" else "file", type)
         asset = create_asset(
-            self.ws, name=name, version=version, path=path, type=type, description=description
-        )
+            self.ws, name=name, version=version, path=path, type=type, description=description,
+            owner=self.caller.user, admin=self.caller.is_admin,
+        )  # fmt: skip
         return asset_json(asset)
 
     def list_all(self, name: str | None) -> list[dict[str, Any]]:

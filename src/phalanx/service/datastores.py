@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from phalanx.errors import PhalanxError, UnsetVariableError
+from phalanx.service.access import LOCAL, Caller
 from phalanx.storage.datastores import AzureBlobDatastore, Datastore, LocalDatastore, S3Datastore
 from phalanx.storage.errors import check_reachable, storage_errors
 from phalanx.storage.registry import (
     create_datastore,
+    datastore_owner,
     delete_datastore,
     get_datastore,
     list_datastores,
@@ -138,10 +141,14 @@ class Datastores(Protocol):
 
 
 class WorkspaceDatastores:
-    """The datastores of a workspace on this machine."""
+    """The datastores of a workspace on this machine, as ``caller`` may use them: every
+    caller reads them (never a credential); members make those whose credentials come
+    with the request; only an admin makes those that reach into the server (see
+    :func:`check_reach`); only the owner or an admin deletes one."""
 
-    def __init__(self, ws: Workspace) -> None:
+    def __init__(self, ws: Workspace, caller: Caller = LOCAL) -> None:
         self.ws = ws
+        self.caller = caller
 
     def create(self, req: DatastoreCreate) -> dict[str, Any]:
         """Record a datastore after listing it once (unless ``no_check``); its URL.
@@ -149,8 +156,10 @@ class WorkspaceDatastores:
         Raises:
             PhalanxError: the name is taken, an option is missing or wrong, a
                 variable is unset, or the store refuses the credential.
+            Forbidden: the caller's role does not allow it.
         """
         ws = self.ws
+        check_reach(self.caller, req, ws)
         secrets = secrets_of(ws)
         if any(d.name == req.name for d in list_datastores(ws)):
             raise PhalanxError(
@@ -168,7 +177,7 @@ class WorkspaceDatastores:
         for key, value in values.items():
             secrets.put(key, value)
         try:
-            create_datastore(ws, datastore)
+            create_datastore(ws, datastore, owner=self.caller.user)
         except BaseException:
             # Only what this call wrote (the name was free, so no other datastore's).
             for key in values:
@@ -178,12 +187,19 @@ class WorkspaceDatastores:
 
     def list_all(self) -> list[dict[str, Any]]:
         """Every datastore, ``default`` first: ``{"show": describe(d), "where": …}``."""
-        return [{"show": describe(d), "where": where(d)} for d in list_datastores(self.ws)]
+        return [
+            {"show": {**describe(d), "owner": datastore_owner(self.ws, d.name)}, "where": where(d)}
+            for d in list_datastores(self.ws)
+        ]
 
     def show(self, name: str) -> dict[str, Any]:
-        return describe(get_datastore(self.ws, name))
+        return {**describe(get_datastore(self.ws, name)), "owner": datastore_owner(self.ws, name)}
 
     def delete(self, name: str) -> None:
+        get_datastore(self.ws, name)  # an unknown name is that error, not a refusal
+        if name != "default":
+            owner = datastore_owner(self.ws, name)
+            self.caller.require_owner("datastore delete", f"datastore {name!r}", owner)
         delete_datastore(self.ws, name)
 
     def ls(self, name: str, path: str) -> list[dict[str, Any]]:
@@ -201,6 +217,56 @@ class WorkspaceDatastores:
                 for e in entries
             ),
             key=lambda r: (r["type"] != "folder", r["name"]),
+        )
+
+
+def check_reach(caller: Caller, req: DatastoreCreate, ws: Workspace) -> None:
+    """Refuse a datastore that reaches into the server unless an admin asks: a ``local``
+    folder (and, through a server, one outside its ``--datastore-root`` folders or
+    overlapping the workspace), a variable of the server's environment, or an s3 store
+    on the server's own ambient credentials. Viewers make none.
+
+    Raises:
+        Forbidden: naming the option.
+        PhalanxError: a ``local`` folder outside the server's roots.
+    """
+    caller.require_member("datastore create")
+    if caller.server is None:
+        return
+    if req.type == "local":
+        caller.require_admin(
+            "datastore create --type local", "it names a folder of the server's machine"
+        )
+        _check_root(req.path, caller.server.datastore_roots, ws)
+    for option in ("credential_env", "key_env", "secret_env"):
+        if getattr(req, option):
+            caller.require_admin(
+                f"datastore create --{option.replace('_', '-')}",
+                "it names a variable of the server's environment; pipe the credential "
+                "in with --store instead",
+            )
+    if req.type == "s3" and _s3_auth(req) == "default":
+        caller.require_admin(
+            "datastore create --type s3 --auth default",
+            "it would use the server's own AWS credentials; give --auth keys with --store, "
+            "or --auth anonymous",
+        )
+
+
+def _check_root(path: str | None, roots: tuple[Path, ...], ws: Workspace) -> None:
+    if not path:
+        return  # build() names the missing --path
+    folder = Path(path).expanduser().resolve()
+    if not any(folder == root or folder.is_relative_to(root) for root in roots):
+        listed = ", ".join(str(r) for r in roots) or "none (start it with --datastore-root DIR)"
+        raise PhalanxError(
+            f"--path {path}: a local datastore through this server must be inside one of "
+            f"its --datastore-root folders ({listed})"
+        )
+    if folder.is_relative_to(ws.home) or ws.home.is_relative_to(folder):
+        raise PhalanxError(
+            f"--path {path}: it overlaps the server's workspace {ws.home} (its database, "
+            "secrets and jobs); name a data folder apart from it"
         )
 
 
@@ -232,8 +298,6 @@ def build(req: DatastoreCreate, values: dict[str, str]) -> Datastore:
 
     try:
         if kind == "local":
-            from pathlib import Path
-
             folder = Path(need("path")).expanduser().resolve()
             if not folder.is_dir():
                 raise PhalanxError(f"--path: folder {folder} not found; create it first")

@@ -16,6 +16,7 @@ from phalanx.registry.environments import (
     get_environment,
     list_environments,
 )
+from phalanx.service.access import LOCAL, Caller
 from phalanx.workspace import Workspace
 
 _RECORD_KEYS = ("$schema", "name", "version", "description", "tags")
@@ -43,6 +44,7 @@ def environment_json(env: RegisteredEnvironment) -> dict[str, Any]:
         "description": env.description,
         "tags": env.tags,
         "created_at": created.isoformat(timespec="seconds"),
+        "owner": env.owner,
     }
 
 
@@ -76,18 +78,26 @@ def load_environment_file(file: Path) -> tuple[dict[str, Any], Any]:
 
 
 class WorkspaceEnvironments:
-    """The registered environments of a workspace on this machine."""
+    """The registered environments of a workspace on this machine, as ``caller`` may use
+    them: all read; members register (new versions of names they registered first);
+    admins prune built images."""
 
-    def __init__(self, ws: Workspace) -> None:
+    def __init__(self, ws: Workspace, caller: Caller = LOCAL) -> None:
         self.ws = ws
+        self.caller = caller
 
     def create(self, file: Path, *, name: str | None, version: str | None) -> dict[str, Any]:
         """Register the environment ``file`` describes (``name``/``version`` override it).
 
         Raises:
             PhalanxError: an invalid file, name or version, or the version exists.
+            Forbidden: a viewer, another's name, or (through a server, not an admin) a
+                file named outside the upload.
         """
+        self.caller.require_member("environment create")
         record, environment = load_environment_file(file)
+        if self.caller.through_server and not self.caller.is_admin:
+            _check_inside(environment, file.absolute().parent, self.caller)
         name = name or record.get("name")
         if not name:
             raise PhalanxError(f"environment file '{file}' has no name: add name: or --name")
@@ -95,7 +105,8 @@ class WorkspaceEnvironments:
         tags = {str(k): str(v) for k, v in (record.get("tags") or {}).items()}
         created = create_environment(
             self.ws, name=str(name), environment=environment, version=version,
-            description=record.get("description"), tags=tags,
+            description=record.get("description"), tags=tags, owner=self.caller.user,
+            admin=self.caller.is_admin,
         )  # fmt: skip
         return environment_json(created)
 
@@ -117,5 +128,24 @@ class WorkspaceEnvironments:
         """
         from phalanx.containers.build import prune
 
+        self.caller.require_admin("environment prune", "it removes every user's built images")
         pruned = prune(self.ws.home / "containers" / "builds", unused_for_s, dry_run=dry_run)
         return {"removed": pruned.removed, "kept": pruned.kept, "dry_run": dry_run}
+
+
+def _check_inside(environment: Any, folder: Path, caller: Caller) -> None:
+    """Refuse files an environment names outside ``folder`` (what the client uploaded).
+
+    Raises:
+        Forbidden: naming the field.
+    """
+    named = {"conda_file": environment.conda_file, "pip_file": environment.pip_file}
+    if environment.build is not None:
+        named["build.path"] = environment.build.get("path")
+    root = folder.resolve()
+    for key, value in named.items():
+        if isinstance(value, str) and not Path(value).resolve().is_relative_to(root):
+            caller.require_admin(
+                f"environment {key}: {value}",
+                "a file of the server's machine; name files beside the environment's YAML",
+            )

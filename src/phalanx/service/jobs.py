@@ -8,7 +8,14 @@ picks one.
 
 A job is created from :class:`SpecText`: the YAML text, the name its errors
 carry, and the folder its relative paths resolve against. The CLI reads it
-from ``-f job.yml``; the SDK dumps what ``command(...)`` built.
+from ``-f job.yml``; the SDK dumps what ``command(...)`` built; the server
+adds where it unpacked the files the client uploaded with it.
+
+:class:`LocalJobs` answers a :class:`~phalanx.service.access.Caller`: on this
+machine the workspace's own user; on a server, the request's user and role.
+Every caller reads every job (the team's work is visible to the team); a
+viewer changes nothing; a member creates jobs and cancels or preempts its
+own; an admin acts on anyone's.
 """
 
 from __future__ import annotations
@@ -21,7 +28,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from phalanx.jobs.logs import LogFollower
+from phalanx.service.access import LOCAL, Caller
 from phalanx.workspace import JobRecord, JobStatus, Workspace
+from phalanx.workspace.layout import JobPaths
 from phalanx.workspace.metrics import History
 
 if TYPE_CHECKING:
@@ -38,6 +47,14 @@ class SpecText:
     """What errors name: the spec file, or ``command()`` for the SDK."""
     base_dir: Path
     """The folder relative paths (``code``, local inputs) resolve against."""
+    placed: tuple[str, ...] = ()
+    """``field=path`` items that point the spec at files uploaded with it (a server
+    sets them): applied like ``--set`` items, but not recorded as the user's."""
+
+    @property
+    def placed_fields(self) -> frozenset[str]:
+        """The spec fields :attr:`placed` points at uploaded files."""
+        return frozenset(item.partition("=")[0] for item in self.placed)
 
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> SpecText:
@@ -60,7 +77,10 @@ class SpecText:
         from phalanx.spec import load_spec_text
 
         spec = load_spec_text(
-            self.text, source=self.source, base_dir=self.base_dir, overrides=overrides
+            self.text,
+            source=self.source,
+            base_dir=self.base_dir,
+            overrides=[*overrides, *self.placed],
         )
         spec.check_supported()
         return spec
@@ -116,18 +136,26 @@ def validation_of(spec: JobSpec) -> dict[str, Any]:
 
 
 def load_for_run(
-    spec_text: SpecText, overrides: Sequence[str], ws: Workspace
+    spec_text: SpecText, overrides: Sequence[str], ws: Workspace, caller: Caller = LOCAL
 ) -> tuple[JobSpec, str, list[str]]:
-    """Load, validate and check that this workspace can run the spec.
+    """Load, validate and check that this workspace can run the spec for ``caller``.
 
     Returns:
         The spec, the YAML text to keep in the job folder (``--set`` items
         appended as comments) and the notes to show the user.
+
+    Raises:
+        SpecError: the spec is invalid.
+        Forbidden: it names what the caller may not make the server read or write
+            (:mod:`phalanx.service.reach`), or registers under another's name.
     """
     from phalanx.jobs.prepare import check, with_registered_environment
     from phalanx.launch.environment import environment_notes
+    from phalanx.service.reach import check_spec
 
     spec = spec_text.load(overrides)
+    check_spec(caller, spec, spec_text.placed_fields)  # before anything on the server is read
+    _check_registered_names(caller, spec, ws)
     check(spec, ws)
     environment = with_registered_environment(spec, ws).environment
     text = spec.text or ""
@@ -136,27 +164,79 @@ def load_for_run(
     return spec, text, environment_notes(environment)
 
 
-class LocalJobs:
-    """Jobs in this machine's workspace (``PHALANX_HOME``)."""
+def _check_registered_names(caller: Caller, spec: JobSpec, ws: Workspace) -> None:
+    """Refuse outputs registered (``outputs.<o>.name``) under a name another owns.
 
-    def __init__(self, ws: Workspace | None = None) -> None:
+    Raises:
+        Forbidden: naming the output.
+    """
+    from phalanx.errors import Forbidden
+    from phalanx.workspace.owners import check_name_owner
+
+    for key, out in spec.outputs.items():
+        if out.name is None:
+            continue
+        table = "models" if out.type == "custom_model" else "data_assets"
+        try:
+            check_name_owner(ws.query, table, out.name, caller.user, caller.is_admin)
+        except Forbidden as exc:
+            raise Forbidden(f"outputs.{key}.name: {exc}") from None
+
+
+class LocalJobs:
+    """Jobs in this machine's workspace (``PHALANX_HOME``), as ``caller`` may use them."""
+
+    def __init__(self, ws: Workspace | None = None, caller: Caller = LOCAL) -> None:
         self.ws = ws if ws is not None else Workspace()
+        self.caller = caller
         self.where = str(self.ws.home)
 
     def create(
         self, spec: SpecText, overrides: Sequence[str] = (), *, validate_only: bool = False
     ) -> Submission:
+        """Check the spec and, unless ``validate_only``, queue the job as the caller's.
+
+        Raises:
+            SpecError: the spec is invalid.
+            Forbidden: a viewer, or a spec reaching where the caller may not.
+        """
         from phalanx.jobs.control import submit
 
-        loaded, text, notes = load_for_run(spec, overrides, self.ws)
+        self.caller.require_member("job create")
+        loaded, text, notes = load_for_run(spec, overrides, self.ws, self.caller)
         if validate_only:
             return Submission(validation=validation_of(loaded), notes=notes)
-        return Submission(job=submit(self.ws, loaded, text), notes=notes)
+        job = submit(self.ws, loaded, text, created_by=self.caller.user)
+        return Submission(job=job, notes=notes)
 
     def get(self, name: str) -> JobRecord:
         from phalanx.jobs.control import refresh
 
         return refresh(self.ws, self.ws.get_job(name))
+
+    def paths(self, name: str) -> JobPaths:
+        """The folder of job ``name`` (its logs, outputs, spec), for reading.
+
+        Raises:
+            JobNotFoundError: no such job.
+        """
+        self.ws.get_job(name)
+        return self.ws.paths(name)
+
+    def submitted(self, name: str) -> tuple[str | None, dict[str, Any]]:
+        """The spec as submitted (the YAML text, ``--set`` items noted; ``None`` when the
+        file is gone) and as resolved."""
+        job = self.ws.get_job(name)
+        try:
+            text: str | None = self.ws.paths(name).spec_yaml.read_text()
+        except FileNotFoundError:
+            text = None
+        return text, job.spec
+
+    def _owned(self, action: str, name: str) -> JobRecord:
+        job = self.ws.get_job(name)
+        self.caller.require_owner(action, f"job {name!r}", job.created_by)
+        return job
 
     def list_jobs(
         self, *, limit: int, status: JobStatus | None, experiment: str | None
@@ -167,14 +247,25 @@ class LocalJobs:
         return [refresh(self.ws, j) for j in jobs]
 
     def cancel(self, name: str) -> tuple[bool, JobRecord]:
+        """Stop the job; whether it had ended already, and its record.
+
+        Raises:
+            Forbidden: the job is another's and the caller no admin.
+        """
         from phalanx.jobs.control import cancel
 
-        before = self.ws.get_job(name).status
+        before = self._owned("job cancel", name).status
         return before.is_terminal, cancel(self.ws, name)
 
     def preempt(self, name: str, nodes: list[int] | None) -> JobRecord:
+        """Evict ``nodes`` (all when ``None``) of the running job, as a spot reclaim would.
+
+        Raises:
+            Forbidden: the job is another's and the caller no admin.
+        """
         from phalanx.jobs.control import preempt
 
+        self._owned("job preempt", name)
         return preempt(self.ws, name, nodes)
 
     def metrics(self, name: str) -> tuple[History, History]:

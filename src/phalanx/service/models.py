@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from phalanx.registry import ModelVersion, download_model, get_model, list_models, register_model
+from phalanx.service.access import LOCAL, Caller
+from phalanx.service.reach import check_uri
 from phalanx.workspace import Workspace
 
 
@@ -54,14 +56,18 @@ def model_json(model: ModelVersion) -> dict[str, Any]:
         "metrics": model.metrics,
         "files": [f.to_json() for f in model.files],
         "folder": str(model.folder),
+        "owner": model.owner,
     }
 
 
 class WorkspaceModels:
-    """The model registry of a workspace on this machine."""
+    """The model registry of a workspace on this machine, as ``caller`` may use it: all
+    read and download; members register (new versions of names they registered first),
+    from what the server shares (:mod:`phalanx.service.reach`) or their upload."""
 
-    def __init__(self, ws: Workspace) -> None:
+    def __init__(self, ws: Workspace, caller: Caller = LOCAL) -> None:
         self.ws = ws
+        self.caller = caller
 
     def create(
         self,
@@ -72,8 +78,19 @@ class WorkspaceModels:
         description: str | None,
         tags: dict[str, str],
         recorded_as: str | None = None,
+        uploaded: bool = False,
     ) -> dict[str, Any]:
-        """Copy the files at ``path`` (a URI, job output or absolute path) as a new version."""
+        """Copy the files at ``path`` (a URI, job output or absolute path) as a new version.
+
+        Args:
+            uploaded: ``path`` is where the server unpacked the caller's upload.
+
+        Raises:
+            Forbidden: a viewer, another's name, or a path the caller may not name.
+        """
+        self.caller.require_member("model create")
+        if not uploaded:
+            check_uri(self.caller, path, "--path")
         model = register_model(
             self.ws,
             name=name,
@@ -82,6 +99,8 @@ class WorkspaceModels:
             description=description,
             tags=tags,
             recorded_as=recorded_as,
+            owner=self.caller.user,
+            admin=self.caller.is_admin,
         )
         return model_json(model)
 

@@ -29,6 +29,8 @@ from phalanx.compute.targets import (
     secret_key,
 )
 from phalanx.errors import PhalanxError
+from phalanx.service.access import LOCAL as LOCAL_CALLER
+from phalanx.service.access import Caller
 from phalanx.storage.errors import check_port
 from phalanx.storage.secrets import SecretRef, SecretStore
 from phalanx.workspace import Workspace
@@ -84,10 +86,13 @@ def settings_json(target: Target) -> dict[str, object]:
 
 
 class WorkspaceTargets:
-    """The compute targets and queues of a workspace on this machine."""
+    """The compute targets and queues of a workspace on this machine, as ``caller`` may
+    use them: all read; only an admin makes or deletes a target (it decides where every
+    user's jobs run, and may name a variable of the server's environment)."""
 
-    def __init__(self, ws: Workspace) -> None:
+    def __init__(self, ws: Workspace, caller: Caller = LOCAL_CALLER) -> None:
         self.ws = ws
+        self.caller = caller
 
     def create(self, req: TargetCreate) -> dict[str, Any]:
         """Register a target; what it is (``where``: this machine's part, or the address).
@@ -95,10 +100,12 @@ class WorkspaceTargets:
         Raises:
             PhalanxError: an option that does not fit the type, a bad address, nothing
                 listening there (unless ``no_check``), or a taken name or GPU.
+            Forbidden: the caller is no admin.
         """
         ws = self.ws
+        self.caller.require_admin("compute create", "targets decide where everyone's jobs run")
         if req.type == "local":
-            create_target(ws, local_target(req))
+            create_target(ws, local_target(req), owner=self.caller.user)
             return {"name": req.name, "type": "local", "where": describe_local(ws, req.name)}
         address = ray_address(req)
         if not req.no_check:
@@ -126,7 +133,7 @@ class WorkspaceTargets:
             gpus_per_node=req.gpus_per_node,
             files=req.files,
         )
-        create_target(ws, target)
+        create_target(ws, target, owner=self.caller.user)
         return {"name": req.name, "type": "ray", "where": address}
 
     def list_all(self) -> list[dict[str, Any]]:
@@ -146,19 +153,20 @@ class WorkspaceTargets:
 
     def show(self, name: str) -> dict[str, Any]:
         """A target's settings, what it has, what runs on it where, and its queue."""
-        from phalanx.cli.queue import queue_view
+        from phalanx.service.queue import queue_view
 
         target = resolve_target(name, self.ws) if name == LOCAL else get_target(self.ws, name)
         return {"settings": settings_json(target), **queue_view(self.ws, target)}
 
     def delete(self, name: str) -> None:
+        self.caller.require_admin("compute delete", "targets decide where everyone's jobs run")
         delete_target(self.ws, name)
 
     def queue(self, name: str | None) -> list[dict[str, Any]]:
         """The queue view of every target (or of ``name``); starts the scheduler if it is
         not running: the command to run after a reboot."""
-        from phalanx.cli.queue import queue_view
         from phalanx.scheduler.process import ensure_running
+        from phalanx.service.queue import queue_view
 
         ensure_running(self.ws.home, self.ws.child_env())
         if name is not None:

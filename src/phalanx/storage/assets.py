@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from phalanx.errors import PhalanxError
 from phalanx.workspace import Workspace
 from phalanx.workspace.names import ASSET_NAME_RE, VERSION_RE
+from phalanx.workspace.owners import check_publisher
 
 if TYPE_CHECKING:
     from sqlalchemy import RowMapping
@@ -30,6 +31,8 @@ class DataAsset:
     description: str | None
     created_at: float
     tags: dict[str, str] = field(default_factory=dict)
+    owner: str | None = None
+    """The server's user who registered it (``None``: on this machine, or before owners)."""
 
     @property
     def uri(self) -> str:
@@ -45,13 +48,18 @@ def create_asset(
     type: str = "uri_folder",
     description: str | None = None,
     tags: dict[str, str] | None = None,
+    owner: str | None = None,
+    admin: bool = True,
 ) -> DataAsset:
     """Record a new version of ``name``; versions are never overwritten.
 
     ``version=None`` takes the next integer after the highest integer version.
+    ``owner`` registers it (a server's user); unless ``admin``, a name another
+    registered first is refused.
 
     Raises:
         PhalanxError: a bad name or version, or the version exists.
+        Forbidden: the name is another's and the caller no admin.
     """
     if not ASSET_NAME_RE.fullmatch(name):
         raise PhalanxError(
@@ -66,6 +74,7 @@ def create_asset(
 
     try:
         with ws.transaction() as tx:
+            check_publisher(tx, "data_assets", name, owner, admin)
             rows = tx.all("SELECT version, seq FROM data_assets WHERE name = :name", {"name": name})
             seq = max((r["seq"] for r in rows), default=0) + 1
             if version is None:
@@ -73,10 +82,11 @@ def create_asset(
                 version = str(max(numbers, default=0) + 1)
             tx.execute(
                 "INSERT INTO data_assets (name, version, seq, type, path, description, "
-                "tags_json, created_at) VALUES (:name, :version, :seq, :type, :path, "
-                ":description, :tags, :now)",
+                "tags_json, created_at, owner) VALUES (:name, :version, :seq, :type, :path, "
+                ":description, :tags, :now, :owner)",
                 {"name": name, "version": version, "seq": seq, "type": type, "path": path,
-                 "description": description, "tags": json.dumps(tags or {}), "now": time.time()},
+                 "description": description, "tags": json.dumps(tags or {}), "now": time.time(),
+                 "owner": owner},
             )  # fmt: skip
     except IntegrityError as exc:
         raise PhalanxError(
@@ -133,4 +143,5 @@ def _asset(row: RowMapping) -> DataAsset:
         description=row["description"],
         created_at=row["created_at"],
         tags=json.loads(row["tags_json"]),
+        owner=row["owner"],
     )

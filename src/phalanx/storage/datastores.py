@@ -21,6 +21,7 @@ values; cloud SDKs are imported only when a datastore of their type is opened.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -61,9 +62,22 @@ class LocalDatastore(_Datastore):
     """Absolute folder."""
 
     def location(self, path: str, secrets: SecretStore) -> Location:
+        """``path`` inside the folder; never outside it, by ``..`` or by a link.
+
+        Raises:
+            PhalanxError: the path climbs out of the folder.
+        """
         from fsspec.implementations.local import LocalFileSystem
 
-        full = str(Path(self.path, path.lstrip("/")))
+        relative = path.lstrip("/")
+        full = str(Path(self.path, relative))
+        root = os.path.realpath(self.path)
+        real = os.path.realpath(full)
+        if ".." in relative.split("/") or (real != root and not real.startswith(root + os.sep)):
+            raise PhalanxError(
+                f"datastore {self.name!r}: {path!r} leads outside its folder {self.path} "
+                "('..' or a link); name a path inside it"
+            )
         return Location(LocalFileSystem(), full, f"file://{full}")
 
 

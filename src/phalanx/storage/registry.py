@@ -22,8 +22,11 @@ def secrets_of(ws: Workspace) -> SecretStore:
     return SecretStore(ws.home)
 
 
-def create_datastore(ws: Workspace, datastore: Datastore, *, replace: bool = False) -> None:
-    """Record ``datastore``; its credentials must already be references.
+def create_datastore(
+    ws: Workspace, datastore: Datastore, *, replace: bool = False, owner: str | None = None
+) -> None:
+    """Record ``datastore``; its credentials must already be references. ``owner``:
+    the server's user who made it (``None`` on this machine).
 
     Raises:
         PhalanxError: the name is ``default`` or taken (unless ``replace``).
@@ -36,20 +39,21 @@ def create_datastore(ws: Workspace, datastore: Datastore, *, replace: bool = Fal
 
     config = datastore.model_dump_json(exclude_none=True)
     sql = (
-        "INSERT INTO datastores (name, type, config_json, created_at)"
-        " VALUES (:name, :type, :config, :now)"
+        "INSERT INTO datastores (name, type, config_json, created_at, owner)"
+        " VALUES (:name, :type, :config, :now, :owner)"
     )
     if replace:
         sql += (
             " ON CONFLICT (name) DO UPDATE SET type = excluded.type,"
-            " config_json = excluded.config_json, created_at = excluded.created_at"
+            " config_json = excluded.config_json, created_at = excluded.created_at,"
+            " owner = excluded.owner"
         )
     try:
         with ws.transaction() as tx:
             tx.execute(
                 sql,
                 {"name": datastore.name, "type": datastore.type, "config": config,
-                 "now": time.time()},
+                 "now": time.time(), "owner": owner},
             )  # fmt: skip
     except IntegrityError as exc:
         raise PhalanxError(
@@ -74,6 +78,13 @@ def get_datastore(ws: Workspace, name: str) -> Datastore:
             "create it with `phalanx datastore create`"
         )
     return _load(rows[0]["config_json"])
+
+
+def datastore_owner(ws: Workspace, name: str) -> str | None:
+    """Who made the datastore ``name`` (``None``: made on this machine, or before owners
+    were kept; the built-in ``default`` is nobody's)."""
+    rows = ws.query("SELECT owner FROM datastores WHERE name = :name", {"name": name})
+    return rows[0]["owner"] if rows else None
 
 
 def list_datastores(ws: Workspace) -> list[Datastore]:

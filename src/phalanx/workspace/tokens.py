@@ -19,24 +19,42 @@ from phalanx.workspace.store import Workspace
 PREFIX = "phx_"
 
 
+ROLES = ("admin", "member", "viewer")
+"""What a token may do; :mod:`phalanx.service.access` says what each means."""
+
+
 @dataclass(frozen=True)
 class TokenInfo:
     name: str
     user: str
     created_at: float
     last_used_at: float | None
+    role: str = "admin"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Whose a token is, and its role."""
+
+    user: str
+    role: str
 
 
 def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def create_token(ws: Workspace, user: str, name: str | None = None) -> tuple[TokenInfo, str]:
-    """A new token for ``user``; returns its record and the token itself (shown only now).
+def create_token(
+    ws: Workspace, user: str, name: str | None = None, role: str = "member"
+) -> tuple[TokenInfo, str]:
+    """A new token for ``user`` with ``role``; returns its record and the token itself
+    (shown only now).
 
     Raises:
-        PhalanxError: the user or token name is invalid, or the name is taken.
+        PhalanxError: the user, token name or role is invalid, or the name is taken.
     """
+    if role not in ROLES:
+        raise PhalanxError(f"--role {role!r}: choose one of {', '.join(ROLES)}")
     for label, value in (("user", user), ("token name", name)):
         if value is not None and not NAME_RE.fullmatch(value):
             raise PhalanxError(
@@ -51,29 +69,29 @@ def create_token(ws: Workspace, user: str, name: str | None = None) -> tuple[Tok
     try:
         with ws.transaction() as tx:
             tx.execute(
-                "INSERT INTO tokens (name, user_name, hash, created_at)"
-                " VALUES (:name, :user, :hash, :now)",
-                {"name": name, "user": user, "hash": token_hash(token), "now": now},
+                "INSERT INTO tokens (name, user_name, hash, created_at, role)"
+                " VALUES (:name, :user, :hash, :now, :role)",
+                {"name": name, "user": user, "hash": token_hash(token), "now": now, "role": role},
             )
     except IntegrityError:
         raise PhalanxError(
             f"a token named {name!r} already exists; choose another --name "
             "or revoke it first (phalanx server token revoke)"
         ) from None
-    return TokenInfo(name, user, now, None), token
+    return TokenInfo(name, user, now, None, role), token
 
 
-def user_of(ws: Workspace, token: str) -> str | None:
-    """The user a token belongs to, or ``None`` for an unknown or revoked one."""
-    return user_of_hash(ws, token_hash(token))
+def identity_of(ws: Workspace, token: str) -> Identity | None:
+    """Whose a token is, or ``None`` for an unknown or revoked one."""
+    return identity_of_hash(ws, token_hash(token))
 
 
-def user_of_hash(ws: Workspace, digest: str) -> str | None:
-    """The user of the token with this hash (a browser session keeps only the hash)."""
-    rows = ws.query("SELECT name, user_name FROM tokens WHERE hash = :hash", {"hash": digest})
+def identity_of_hash(ws: Workspace, digest: str) -> Identity | None:
+    """Whose the token with this hash is (a browser session keeps only the hash)."""
+    rows = ws.query("SELECT user_name, role FROM tokens WHERE hash = :hash", {"hash": digest})
     if not rows:
         return None
-    return str(rows[0]["user_name"])
+    return Identity(str(rows[0]["user_name"]), str(rows[0]["role"]))
 
 
 def touch(ws: Workspace, token: str) -> None:
@@ -89,7 +107,10 @@ def touch(ws: Workspace, token: str) -> None:
 
 def list_tokens(ws: Workspace) -> list[TokenInfo]:
     rows = ws.query("SELECT * FROM tokens ORDER BY created_at")
-    return [TokenInfo(r["name"], r["user_name"], r["created_at"], r["last_used_at"]) for r in rows]
+    return [
+        TokenInfo(r["name"], r["user_name"], r["created_at"], r["last_used_at"], r["role"])
+        for r in rows
+    ]
 
 
 def revoke_token(ws: Workspace, name: str) -> None:

@@ -46,6 +46,13 @@ async function api(path, options) {
   return body;
 }
 
+// The caller ({user, role, auth}), asked once per page: what it may act on decides which
+// buttons a page shows (the server refuses the rest anyway).
+const WHOAMI = api("/whoami").catch(() => null);
+function mayActOn(me, owner) {
+  return !!me && (me.role === "admin" || (me.role === "member" && !!me.user && me.user === owner));
+}
+
 function when(ts) { return ts ? new Date(ts * 1000).toLocaleString() : "-"; }
 function duration(job) {
   if (!job.started_at) return "-";

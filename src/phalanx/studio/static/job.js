@@ -22,13 +22,15 @@ function jobView() {
   show(fromHash() || "Logs");
   window.addEventListener("hashchange", () => show(fromHash() || "Logs"));
   let last = null;
+  let me = null;
   async function load() {
+    me = me || await WHOAMI;
     let job;
     try { job = await api("/jobs/" + encodeURIComponent(name)); }
     catch (e) { title.replaceChildren(name + ": " + e.message); return; }
     const changed = !last || last.status !== job.status || last.attempts.length !== job.attempts.length;
     last = job;
-    renderHead(title, job);
+    renderHead(title, job, mayActOn(me, job.created_by));
     if (changed) {
       renderCause(cause, job); renderOverview(overview, job); renderAttempts(attempts, job);
       panes.Logs.ranks(job);
@@ -38,8 +40,9 @@ function jobView() {
   load();
 }
 
-function renderHead(title, job) {
-  const running = !TERMINAL.has(job.status);
+function renderHead(title, job, mayAct) {
+  // Buttons only for what this caller may do to this job (its owner's, or an admin's).
+  const stoppable = !TERMINAL.has(job.status) && mayAct;
   const act = (verb, body) => async (event) => {
     if (!confirm(`${verb} job ${job.name}?`)) return;
     event.target.disabled = true;
@@ -47,8 +50,8 @@ function renderHead(title, job) {
     catch (e) { alert(e.message); event.target.disabled = false; }
   };
   const buttons = [];
-  if (running) buttons.push(el("button", {class: "danger", id: "cancel", onclick: act("cancel")}, "Cancel"));
-  if (job.status === "Running") buttons.push(el("button", {id: "preempt", onclick: act("preempt", {})}, "Preempt"));
+  if (stoppable) buttons.push(el("button", {class: "danger", id: "cancel", onclick: act("cancel")}, "Cancel"));
+  if (stoppable && job.status === "Running") buttons.push(el("button", {id: "preempt", onclick: act("preempt", {})}, "Preempt"));
   title.replaceChildren(job.name, badge(job.status), ...buttons);
 }
 

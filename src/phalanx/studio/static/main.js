@@ -15,10 +15,11 @@ function signinView() {
 
 async function who() {
   try {
-    const me = await api("/whoami");
+    const me = await WHOAMI;
+    if (!me) return;
     const box = document.getElementById("who");
     if (me.auth) {
-      box.replaceChildren(me.user + " ", el("a", {href: "#", onclick: async (e) => {
+      box.replaceChildren(`${me.user} (${me.role}) `, el("a", {href: "#", onclick: async (e) => {
         e.preventDefault(); await api("/session", {method: "DELETE"}); location.href = "/signin"; }}, "sign out"));
     } else box.textContent = "this machine (no auth)";
   } catch (e) { /* signed out: the sign-in page says so */ }

@@ -1,0 +1,65 @@
+"""The queue of a target as the front ends show it: what it has, what holds it where,
+and what waits and why (``phalanx queue``, ``compute show``, ``/api/v1/queue``, the
+studio's compute page)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from phalanx.compute.targets import LocalTarget, Target
+from phalanx.scheduler import ledger
+from phalanx.scheduler.capacity import local_capacity
+from phalanx.workspace import Workspace
+
+
+def queue_view(ws: Workspace, target: Target) -> dict[str, Any]:
+    """What ``target`` has, what holds it (job, node, host, devices) and its queue in order."""
+    capacity: dict[str, Any] | None = None
+    if isinstance(target, LocalTarget):
+        cap = local_capacity(target, ws)
+        capacity = {
+            "hosts": [
+                {"host": h.name, "gpus": list(h.gpus), "cpus": h.cpus, "memory": h.memory}
+                for h in cap.hosts
+            ]
+        }
+    else:
+        reading = ledger.capacity_reading(ws, target.name)
+        if reading is not None:
+            hosts, read_at = reading
+            capacity = {
+                "hosts": [
+                    {"host": h["host"], "gpus": [str(i) for i in range(h["gpus"])],
+                     "cpus": h["cpus"], "memory": h.get("memory", 0)}
+                    for h in hosts
+                ],
+                "read_s_ago": round(time.time() - read_at, 1),
+            }  # fmt: skip
+    running = []
+    for job in ledger.holding(ws, target.name):
+        for node, grant in enumerate(job.nodes):
+            running.append(
+                {
+                    "job": job.name,
+                    "node": node,
+                    "host": grant.host,
+                    "gpus": list(grant.gpus),
+                    "cpus": grant.cpus,
+                    "memory": grant.memory,
+                    "leaving": job.releasing,
+                }
+            )
+    queued = []
+    for entry in ledger.waiting(ws, target.name):
+        queued.append(
+            {
+                "job": entry.name,
+                "position": entry.queue.get("position"),
+                "waiting_s": round(time.time() - entry.created_at, 1),
+                "request": entry.request,
+                "reason": entry.queue.get("reason") or "not looked at yet",
+            }
+        )
+    queued.sort(key=lambda q: (q["position"] is None, q["position"] or 0, q["job"]))
+    return {"target": target.name, "capacity": capacity, "running": running, "queued": queued}
