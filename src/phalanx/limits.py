@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from phalanx.errors import PhalanxError
+
 MAX_TAGS = 100
 """Tags one record (job, model, data asset, environment) may carry."""
 MAX_TAG_KEY = 256
@@ -98,6 +100,27 @@ def tags_problem(tags: Mapping[str, object]) -> tuple[str | None, str] | None:
         if problem is not None:
             return shown, f"the value holds {problem}"
     return None
+
+
+def check_labels(what: str, description: str | None, tags: Mapping[str, object] | None) -> None:
+    """Refuse a record's description or tags over the limits (or holding a control
+    character); ``what`` names the record in the message (``model 'resnet'``).
+
+    Raises:
+        PhalanxError: naming the tag.
+    """
+    if description is not None:
+        if not isinstance(description, str):
+            raise PhalanxError(f"{what}: description: must be text")
+        problem = text_problem(description, MAX_DESCRIPTION)
+        if problem is not None:
+            raise PhalanxError(f"{what}: description: {problem}")
+    if tags is not None and not isinstance(tags, Mapping):
+        raise PhalanxError(f"{what}: tags: must be a mapping of key: value")
+    found = tags_problem(tags or {})
+    if found is not None:
+        key, problem = found
+        raise PhalanxError(f"{what}: {'tags' if key is None else f'tag {key!r}'}: {problem}")
 
 
 def clip(text: str, limit: int = 80) -> str:

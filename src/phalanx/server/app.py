@@ -25,6 +25,7 @@ from phalanx.server import (
     sessions,
 )
 from phalanx.server.auth import caller
+from phalanx.server.bounds import BoundsMiddleware
 from phalanx.server.settings import ServerSettings
 
 API_VERSION = "v1"
@@ -41,6 +42,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         redoc_url=None,
     )
     app.state.settings = settings
+    app.add_middleware(BoundsMiddleware, max_body=settings.max_body)
     errors.install(app)
     app.include_router(joblogs_api.router)
     app.include_router(jobs_api.router)

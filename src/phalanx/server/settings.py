@@ -11,6 +11,7 @@ from starlette.requests import Request
 from phalanx.workspace import Workspace
 
 DEFAULT_MAX_UPLOAD = 1 << 30
+DEFAULT_MAX_BODY = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,8 @@ class ServerSettings:
     """Every request but ``/api/v1/health`` needs a token."""
     max_upload: int = DEFAULT_MAX_UPLOAD
     """The most bytes one upload may hold, packed or unpacked."""
+    max_body: int = DEFAULT_MAX_BODY
+    """The most bytes of any other request's body (:mod:`phalanx.server.bounds`)."""
 
     @property
     def uploads(self) -> Path:
