@@ -124,5 +124,7 @@ def check_labels(what: str, description: str | None, tags: Mapping[str, object] 
 
 
 def clip(text: str, limit: int = 80) -> str:
-    """``text`` as a message quotes it: at most ``limit`` characters, with ``…`` if cut."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """``text`` as a message quotes it: at most ``limit`` characters, with ``…`` if cut,
+    and ``?`` for each refused character (a message must not carry them either)."""
+    text = _BAD.sub("?", text if len(text) <= limit else text[: limit - 1] + "…")
+    return text

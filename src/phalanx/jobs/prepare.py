@@ -192,9 +192,9 @@ def check(spec: JobSpec, ws: Workspace) -> None:
     from phalanx.jobs.register import check_registrations
 
     spec = with_registered_environment(spec, ws)
+    queue_entry(ws, spec)  # the counts against the target, before anything uses them
     check_launcher(spec)
     on_ray = check_compute(spec, ws)
-    queue_entry(ws, spec)  # the counts against the target, before anything loops on them
     if check_image(spec, ws, on_ray=on_ray) is not None or has_image(spec):
         pass  # the image is the job's environment
     elif on_ray:

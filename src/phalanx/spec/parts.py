@@ -295,6 +295,9 @@ class QueueSettings(SpecModel):
     @field_validator("priority", mode="before")
     @classmethod
     def _normalise_priority(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= 1000:
+            # Said here: the union below would also call the number not one of the words.
+            raise user_error(f"must be low, medium, high or a number from 0 to 1000; got {value}")
         return value.lower() if isinstance(value, str) else value
 
     @field_validator("job_tier", mode="before")

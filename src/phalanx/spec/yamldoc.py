@@ -10,8 +10,9 @@ so none of them can make phalanx spend more than it should:
 - at most :data:`MAX_CHARS` characters of text, none of them a control
   character (:mod:`phalanx.limits`; tabs and line breaks are fine), checked
   before parsing, and again on every value (a quoted ``"\\0"`` is one);
-- at most :data:`MAX_DEPTH` levels of nesting, stopped while composing (deep
-  nesting would otherwise overflow Python's stack);
+- at most :data:`MAX_DEPTH` levels of nesting and :data:`MAX_VALUES` nodes,
+  stopped while composing (deep nesting would otherwise overflow Python's
+  stack, and a long flow list costs PyYAML about 600 bytes and 40 µs a value);
 - at most :data:`MAX_VALUES` values and :data:`MAX_EXPANDED_CHARS` characters
   of text *with every alias expanded*, counted once per anchor on the node
   graph before anything is built. An alias is a reference: a few hundred
@@ -31,6 +32,9 @@ from collections.abc import Callable
 from typing import Any
 
 import yaml
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.resolver import Resolver
 
 from phalanx.errors import SpecError
 from phalanx.limits import FIX, bad_character, clip, describe_character
@@ -43,8 +47,9 @@ MAX_CHARS = 1 << 20
 """Characters of one document (1 Mi; a job spec is a few thousand)."""
 MAX_DEPTH = 100
 """Levels of nesting, aliases expanded."""
-MAX_VALUES = 50_000
-"""Keys, values and list items, aliases expanded."""
+MAX_VALUES = 10_000
+"""Keys, values and list items, aliases expanded (a job spec has dozens, a conda file
+hundreds; pure-Python YAML composes about 40,000 a second)."""
 MAX_EXPANDED_CHARS = 4 << 20
 """Characters of every key and value together, aliases expanded."""
 MAX_INT_CHARS = 64
@@ -149,19 +154,50 @@ def check_text(text: str, source: str) -> None:
         )
 
 
-class _BoundedLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, stopped past :data:`MAX_DEPTH` while composing."""
+def _parser_base() -> type:
+    """libyaml's parser (C, about ten times faster) under PyYAML's composer, which is
+    Python and so can be bounded node by node; PyYAML's own parser without libyaml."""
+    try:  # there when PyYAML was built with libyaml
+        from yaml.cyaml import CParser  # type: ignore[attr-defined]
+    except ImportError:
+        return yaml.SafeLoader
+    c_parser: Any = CParser
+
+    class CParsedLoader(Composer, c_parser, SafeConstructor, Resolver):
+        def __init__(self, stream: str) -> None:
+            c_parser.__init__(self, stream)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+            Composer.__init__(self)
+
+    return CParsedLoader
+
+
+class _BoundedLoader(_parser_base()):  # type: ignore[misc]
+    """PyYAML's safe loader, stopped past :data:`MAX_DEPTH` or :data:`MAX_VALUES` nodes
+    while composing."""
 
     def __init__(self, text: str, source: str) -> None:
         super().__init__(text)
         self._source = source
         self._depth = 0
+        self._composed = 0
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
         self._depth += 1
+        # Every node or alias composed is a value at least once: counted here, a
+        # document of too many is refused before it is all in memory.
+        self._composed += 1
         try:
             if self._depth > MAX_DEPTH:
                 raise _too_deep(self._source, self.peek_event().start_mark.line + 1)
+            if self._composed > MAX_VALUES:
+                line = self.peek_event().start_mark.line + 1
+                raise SpecError(
+                    f"more than {MAX_VALUES} keys and values; a document this large is not read",
+                    source=self._source,
+                    line=line,
+                )
             node = super().compose_node(parent, index)
             assert node is not None  # a node was announced: the parser yields one
             return node
@@ -225,6 +261,9 @@ def _load(
         on_node(node)
         return loader.construct_document(node), node
     except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        if "maximum nesting depth" in str(exc.problem) and mark is not None:
+            raise _too_deep(source, mark.line + 1) from None  # libyaml's own limit (1000)
         raise _syntax_error(exc, text, source) from None
     except yaml.reader.ReaderError as exc:
         line = text.count("\n", 0, exc.position) + 1
@@ -330,6 +369,10 @@ class _Measure:
 def _syntax_error(exc: yaml.MarkedYAMLError, text: str, source: str) -> SpecError:
     problem = exc.problem or exc.context or "unreadable"
     mark = exc.problem_mark or exc.context_mark
+    unnamed = problem == "found character that cannot start any token"
+    if unnamed and mark is not None and 0 <= mark.index < len(text):
+        # libyaml leaves the character out (PyYAML names it): a tab is the usual one.
+        problem = f"found character {text[mark.index]!r} that cannot start any token"
     if exc.context_mark is not None and mark is not None and mark.index >= len(text.rstrip()):
         # The file ended inside a bracket or quote: the useful line is where it opened.
         return YamlSyntaxError(
