@@ -176,6 +176,7 @@ def _requests() -> list[tuple[str, str, dict[str, Any], tuple[str, ...]]]:
          ("job.yml:2:", "U+0000")),
         ("POST", "/jobs", {"json": {"spec": SPEC + 'description: "a\\x07b"\n'}}, ("job.yml:2:",)),
         ("POST", "/jobs", {"json": {"spec": SPEC + 'tags: {"a\\0": b}\n'}}, ("job.yml:2:",)),
+        ("POST", "/jobs", {"content": b'{"spec": "command: x\\u0000"}'}, ("spec:", "U+0000")),
         ("POST", "/jobs", {"content": b'{"spec": "command: x\\ud800"}',
                            "headers": {"content-type": "application/json"}}, ("lone surrogate",)),
         ("POST", "/models", {"json": {"name": "m\x00", "path": "azureml://datastores/default/paths/x"}},

@@ -73,7 +73,7 @@ def character_problem(text: str) -> str | None:
 def text_problem(text: str, limit: int) -> str | None:
     """A refused character, or more than ``limit`` characters; ``None`` if neither."""
     if len(text) > limit:
-        return f"is {len(text)} characters long; at most {limit} are kept"
+        return f"is {len(text)} characters long; at most {limit} are allowed"
     return character_problem(text)
 
 
@@ -84,7 +84,7 @@ def tags_problem(tags: Mapping[str, object]) -> tuple[str | None, str] | None:
     problem is their number.
     """
     if len(tags) > MAX_TAGS:
-        return None, f"{len(tags)} tags; at most {MAX_TAGS} are kept, drop some"
+        return None, f"{len(tags)} tags; at most {MAX_TAGS} are allowed, drop some"
     for key, value in tags.items():
         key_text = str(key)
         shown = clip(key_text)

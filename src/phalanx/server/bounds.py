@@ -72,7 +72,8 @@ class BoundsMiddleware:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        if body and "json" in (_header(scope, b"content-type") or ""):
+        kind = _header(scope, b"content-type")
+        if body and (kind is None or "json" in kind):  # FastAPI reads JSON without a type too
             problem = json_problem(body)
             if problem is not None:
                 await _refuse(send, 400, f"bad request: {problem}")

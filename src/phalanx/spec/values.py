@@ -157,7 +157,7 @@ def recorded(value: dict[str, Any] | None) -> dict[str, Any] | None:
     size = len(json.dumps(value, default=str))
     if size > MAX_RECORDED:
         raise user_error(
-            f"is {size} characters as JSON; phalanx only records it, and keeps at most "
+            f"is {size} characters as JSON; phalanx only records it, and takes at most "
             f"{MAX_RECORDED}"
         )
     return value

@@ -12,7 +12,9 @@ so none of them can make phalanx spend more than it should:
   before parsing, and again on every value (a quoted ``"\\0"`` is one);
 - at most :data:`MAX_DEPTH` levels of nesting and :data:`MAX_VALUES` nodes,
   stopped while composing (deep nesting would otherwise overflow Python's
-  stack, and a long flow list costs PyYAML about 600 bytes and 40 µs a value);
+  stack, and every node composed costs about 600 bytes); libyaml's parser
+  feeds the composer where PyYAML has it (its pure-Python scanner took a
+  second for a megabyte of blank lines);
 - at most :data:`MAX_VALUES` values and :data:`MAX_EXPANDED_CHARS` characters
   of text *with every alias expanded*, counted once per anchor on the node
   graph before anything is built. An alias is a reference: a few hundred
@@ -49,7 +51,7 @@ MAX_DEPTH = 100
 """Levels of nesting, aliases expanded."""
 MAX_VALUES = 10_000
 """Keys, values and list items, aliases expanded (a job spec has dozens, a conda file
-hundreds; pure-Python YAML composes about 40,000 a second)."""
+hundreds)."""
 MAX_EXPANDED_CHARS = 4 << 20
 """Characters of every key and value together, aliases expanded."""
 MAX_INT_CHARS = 64
