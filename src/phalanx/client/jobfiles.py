@@ -37,6 +37,6 @@ def fetch(client: ServerClient, name: str, rel: str, dest: Path) -> Path | None:
         except NotFound:
             return None
         archive.flush()
-        unpack(Path(archive.name), dest, NO_LIMIT)
+        unpack(Path(archive.name), dest, NO_LIMIT, entries=NO_LIMIT)
     landed = dest / rel.rsplit("/", 1)[-1]
     return landed if landed.exists() else None

@@ -91,10 +91,13 @@ def for_nodes(env: EnvironmentSpec, *, check_only: bool = False) -> NodeBuild | 
             return NodeBuild(files=pack(Path(tmp)), base=env.image, pip_file=copied.name)
     conda = env.conda_file
     if not isinstance(conda, dict):
+        from phalanx.spec.yamldoc import load_yaml, read_text
+
         try:
-            conda = yaml.safe_load(Path(str(conda)).read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
+            text = read_text(str(conda), str(conda))
+        except OSError as exc:
             raise PhalanxError(f"environment.conda_file {env.conda_file}: {exc}") from exc
+        conda = load_yaml(text, str(conda)) or {}
         if not isinstance(conda, dict):
             raise PhalanxError(f"environment.conda_file {env.conda_file}: not a conda file")
     for entry in _pip_entries(conda):

@@ -188,9 +188,11 @@ def _rw_mount(name: str, dest: Location, paths: JobPaths, ready: InputsReady) ->
 
 def check(spec: JobSpec, ws: Workspace) -> None:
     """Everything :func:`prepare` would refuse, checked before a job is created."""
+    from phalanx.jobs.control import queue_entry
     from phalanx.jobs.register import check_registrations
 
     spec = with_registered_environment(spec, ws)
+    queue_entry(ws, spec)  # the counts against the target, before anything uses them
     check_launcher(spec)
     on_ray = check_compute(spec, ws)
     if check_image(spec, ws, on_ray=on_ray) is not None or has_image(spec):

@@ -96,10 +96,7 @@ def request_for(
         text = yaml.safe_dump(conda_file, sort_keys=True)
     else:
         text, folder = _read(conda_file, "conda_file"), Path(conda_file).parent
-        try:
-            doc = yaml.safe_load(text) or {}
-        except yaml.YAMLError as exc:
-            raise PhalanxError(f"environment.conda_file {conda_file}: not YAML ({exc})") from exc
+        doc = _conda_doc(text, conda_file)
     if conda_tool() is not None:
         return EnvironmentRequest("conda", text, folder)
     return EnvironmentRequest("conda-pip", "\n".join(_pip_packages(doc)) + "\n", folder)
@@ -124,10 +121,7 @@ def ray_runtime_env(
     assert conda_file is not None  # the spec allows one of the two
     doc: Any = conda_file
     if not isinstance(conda_file, dict):
-        try:
-            doc = yaml.safe_load(_read(conda_file, "conda_file")) or {}
-        except yaml.YAMLError as exc:
-            raise PhalanxError(f"environment.conda_file {conda_file}: not YAML ({exc})") from exc
+        doc = _conda_doc(_read(conda_file, "conda_file"), conda_file)
     if _conda_only(doc):
         return {"conda": doc}
     return {"pip": {"packages": _pip_packages(doc), "pip_check": False}}
@@ -148,11 +142,20 @@ def conda_pip_packages(
     """
     if isinstance(conda_file, dict):
         return _pip_packages(conda_file, image_python), None
-    try:
-        doc = yaml.safe_load(_read(conda_file, "conda_file")) or {}
-    except yaml.YAMLError as exc:
-        raise PhalanxError(f"environment.conda_file {conda_file}: not YAML ({exc})") from exc
+    doc = _conda_doc(_read(conda_file, "conda_file"), conda_file)
     return _pip_packages(doc, image_python), Path(conda_file).parent
+
+
+def _conda_doc(text: str, conda_file: str) -> Any:
+    """A conda file's document, read within the YAML limits (an empty file is ``{}``).
+
+    Raises:
+        SpecError: not YAML, or over :mod:`phalanx.spec.yamldoc`'s limits (named, with
+            the line).
+    """
+    from phalanx.spec.yamldoc import load_yaml
+
+    return load_yaml(text, conda_file) or {}
 
 
 def _pip_lines(path: Path, seen: set[Path]) -> list[str]:
@@ -374,8 +377,10 @@ def _referenced(path: Path, seen: set[Path]) -> list[str]:
 
 
 def _read(path: str, field: str) -> str:
+    from phalanx.spec.yamldoc import read_text
+
     try:
-        return Path(path).read_text()
+        return read_text(path, path)
     except OSError as exc:
         raise PhalanxError(f"environment.{field} {path}: {exc.strerror}") from exc
 

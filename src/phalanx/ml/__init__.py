@@ -46,14 +46,13 @@ def load_job(source: str | os.PathLike[str]) -> Command:
         PhalanxError: the file cannot be read.
         SpecError: the spec is invalid.
     """
-    import yaml
-
     from phalanx.ml.records import command_from_spec
     from phalanx.service.jobs import SpecText
+    from phalanx.spec.yamldoc import read_yaml
 
     spec_text = SpecText.read(source)
     spec_text.load()
-    data = yaml.safe_load(spec_text.text)
+    data, _ = read_yaml(spec_text.text, spec_text.source)
     data.pop("$schema", None)
     data.pop("type", None)
     return command_from_spec(data, Path(spec_text.base_dir))

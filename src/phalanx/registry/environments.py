@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx.errors import PhalanxError
 from phalanx.launch.environment import copy_requirements
+from phalanx.limits import check_labels
 from phalanx.spec.environment import EnvironmentSpec
 from phalanx.workspace import Workspace
 from phalanx.workspace.names import ASSET_NAME_RE, VERSION_RE
@@ -100,6 +101,7 @@ def create_environment(
             f"environment version {version!r} is invalid: use letters, digits, '_', '-' and "
             "'.' (and not 'latest')"
         )
+    check_labels(f"environment {name!r}", description, tags)
     if environment.image is None and environment.build is None and not environment.builds:
         raise PhalanxError(
             f"environment {name}: give image, build or a conda_file/pip_file to register"

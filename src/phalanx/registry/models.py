@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from phalanx.errors import PhalanxError
+from phalanx.limits import check_labels
 from phalanx.registry.files import ModelFile, copy_in, copy_out, inside, make_writable
 from phalanx.registry.files import source_files as list_source
 from phalanx.registry.sources import resolve_source
@@ -120,6 +121,7 @@ def register_model(
     """
     from sqlalchemy.exc import SQLAlchemyError  # loaded where the database is written
 
+    check_labels(f"model {name!r}", description, tags)
     check_name(name, version)
     # Before any file is copied; again when the version is recorded.
     check_name_owner(ws.query, "models", name, owner, admin)

@@ -1,4 +1,12 @@
-"""What a compute target has: this machine's GPUs and cores, or a Ray cluster's nodes."""
+"""What a compute target has: this machine's GPUs and cores, or a Ray cluster's nodes.
+
+A local target is one host, this machine. Every node of a job on it is a launcher
+process here, so the host also counts launchers: one per CPU slot the target
+declares (``--cpus``, else this machine's cores), at least one, every job's nodes
+together (:func:`phalanx.scheduler.model.launchers_for`). The default target on a
+2-core machine thus runs 2 nodes at once (the demo's 2 nodes x 1 process), and a
+job of more nodes than that is refused when it is created.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +18,7 @@ import time
 
 from phalanx.compute.targets import LocalTarget, list_targets
 from phalanx.errors import PhalanxError
-from phalanx.scheduler.model import Capacity, Host
+from phalanx.scheduler.model import Capacity, Host, launchers_for
 from phalanx.workspace import Workspace
 
 # nvidia-smi takes a moment and GPUs do not come and go: ask again after this long.
@@ -103,4 +111,5 @@ def local_capacity(target: LocalTarget, ws: Workspace | None = None) -> Capacity
         gpus = tuple(g for g in gpus if g not in held)
     cpus = target.cpus if target.cpus is not None else detect_cpus()
     memory = target.memory if target.memory is not None else detect_memory()
-    return Capacity(target.name, (Host(LOCAL_HOST, gpus, cpus, memory),), spread=False)
+    host = Host(LOCAL_HOST, gpus, cpus, memory, launchers=launchers_for(cpus))
+    return Capacity(target.name, (host,), spread=False)

@@ -29,6 +29,20 @@ class Host:
     """CPU slots (cores, or what the target was told)."""
     memory: int = 0
     """Bytes of memory jobs may ask for."""
+    launchers: int | None = None
+    """Nodes (launchers) it runs at once, every job's together; ``None``: no count of
+    its own (a Ray node, whose bundles Ray counts). See :func:`launchers_for`."""
+
+
+def launchers_for(cpus: float) -> int:
+    """The launchers a machine of ``cpus`` CPU slots runs at once: one per slot, at least one.
+
+    A node's launcher (torchrun, or the daemon MPI starts) is a process of its own that
+    starts, watches and stops the node's ranks; more of them than the machine has cores
+    only queue for the same cores. The slots are what the target declares (``--cpus``),
+    else the machine's cores, so the count never exceeds what the target declares.
+    """
+    return max(1, int(cpus + 1e-9))
 
 
 @dataclass(frozen=True)
@@ -52,6 +66,12 @@ class Capacity:
     @property
     def memory(self) -> int:
         return sum(h.memory for h in self.hosts)
+
+    @property
+    def launchers(self) -> int | None:
+        """Nodes it runs at once, ``None`` when some host does not count them."""
+        counts = [h.launchers for h in self.hosts]
+        return None if any(c is None for c in counts) else sum(c or 0 for c in counts)
 
 
 @dataclass(frozen=True)

@@ -241,6 +241,11 @@ def _wait_reason(request: Request, free: Free, ahead: int, held_for: str | None)
         have = f"{free.cpu_count():g} CPU{'s' if free.cpu_count() != 1 else ''} free"
     if request.memory:
         have += f", {gib(sum(max(0, m) for m in free.memory.values()))} memory free"
+    counted = list(free.launchers.values())
+    if counted and None not in counted:
+        launchers = sum(max(0, n or 0) for n in counted)
+        if launchers < request.nodes:
+            have += f", {launchers} launcher{'s' if launchers != 1 else ''} free"
     reason = f"needs {request.describe()}; {have}"
     if ahead:
         reason += f"; {ahead} job{'s' if ahead != 1 else ''} ahead"

@@ -12,6 +12,18 @@
   none counted otherwise.
 - A Ray target's nodes ask for what its bundles reserve (``--gpus-per-node``,
   ``--cpus-per-node`` or one CPU per process).
+
+Before any of that, the counts are checked against what the target could ever
+run (:func:`check_counts`), so nothing later loops over a number a user typed:
+
+- a local target runs at most one launcher per CPU slot it declares
+  (:func:`phalanx.scheduler.model.launchers_for`): ``instance_count`` is at most
+  that; and the processes of a job on its machine (``instance_count`` x
+  ``process_count_per_instance``) are at most :data:`PROCESSES_PER_SLOT` per slot
+  (a CPU test of 8 ranks on a 2-core laptop runs; 80 do not);
+- a Ray cluster, whose size phalanx does not know when the job is created, takes
+  at most :data:`MAX_NODES` nodes of at most :data:`MAX_PROCESSES_PER_NODE`
+  processes.
 """
 
 from __future__ import annotations
@@ -32,6 +44,57 @@ from phalanx.scheduler.model import (
 from phalanx.scheduler.placement import never_fits
 from phalanx.spec import JobSpec
 
+MAX_NODES = 1024
+"""Nodes of one job on a target whose size is not known when it is created (Ray)."""
+MAX_PROCESSES_PER_NODE = 1024
+"""Processes of one node there."""
+PROCESSES_PER_SLOT = 4
+"""A job's processes on a local target's machine, per CPU slot it declares."""
+
+
+def check_counts(spec: JobSpec, target: Target, capacity: Capacity | None) -> None:
+    """Refuse node and process counts beyond what ``target`` could ever run.
+
+    Raises:
+        SpecError: naming the field (and its line), its value and the target's limit.
+    """
+    nodes, procs = spec.instance_count, spec.process_count_per_instance
+    procs_field = (
+        "distribution.worker_count"
+        if spec.distribution_type == "tensorflow"
+        else "distribution.process_count_per_instance"
+    )
+    if capacity is None or capacity.launchers is None:
+        if nodes > MAX_NODES:
+            raise spec.error(
+                "resources.instance_count",
+                f"{nodes} nodes, but phalanx places at most {MAX_NODES} on compute "
+                f"{target.name!r}; ask for fewer",
+            )
+        if procs > MAX_PROCESSES_PER_NODE:
+            raise spec.error(
+                procs_field,
+                f"{procs} processes per node, but phalanx starts at most "
+                f"{MAX_PROCESSES_PER_NODE} on a node of compute {target.name!r}; ask for fewer",
+            )
+        return
+    launchers = capacity.launchers
+    if nodes > launchers:
+        raise spec.error(
+            "resources.instance_count",
+            f"{nodes} nodes, but compute {target.name!r} runs at most {launchers} (a "
+            f"launcher per CPU slot it declares: {capacity.cpus:g}); ask for fewer nodes, "
+            "or more processes per node",
+        )
+    most = PROCESSES_PER_SLOT * launchers
+    if nodes * procs > most:
+        raise spec.error(
+            procs_field,
+            f"{procs} processes on each of {nodes} node(s), but compute {target.name!r} "
+            f"runs at most {most} processes for a job ({PROCESSES_PER_SLOT} per CPU slot it "
+            f"declares: {capacity.cpus:g}); ask for fewer",
+        )
+
 
 def request_for(spec: JobSpec, target: Target, capacity: Capacity | None) -> Request:
     """The nodes, GPUs and CPU slots ``spec`` needs on ``target``.
@@ -43,6 +106,7 @@ def request_for(spec: JobSpec, target: Target, capacity: Capacity | None) -> Req
     Raises:
         PhalanxError: the job can never fit the target (both numbers named).
     """
+    check_counts(spec, target, capacity)
     nodes = spec.instance_count
     procs = spec.process_count_per_instance
     resources = spec.resources

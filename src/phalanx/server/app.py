@@ -28,6 +28,7 @@ from phalanx.server import (
     tokens_api,
 )
 from phalanx.server.auth import caller
+from phalanx.server.bounds import BoundsMiddleware
 from phalanx.server.settings import ServerSettings, workspace
 
 API_VERSION = "v1"
@@ -44,6 +45,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         redoc_url=None,
     )
     app.state.settings = settings
+    app.add_middleware(BoundsMiddleware, max_body=settings.max_body)
     errors.install(app)
     app.include_router(joblogs_api.router)
     app.include_router(jobs_api.router)

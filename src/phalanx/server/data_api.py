@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from phalanx.errors import PhalanxError
 from phalanx.server.auth import User
@@ -31,6 +31,8 @@ UPLOADED = "uploads"
 
 class DataCreate(BaseModel):
     """A new data asset version: at ``path`` (a URI), or the files of ``upload``."""
+
+    model_config = ConfigDict(extra="forbid")
 
     name: str = Field(max_length=256)
     version: str | None = Field(None, max_length=256)

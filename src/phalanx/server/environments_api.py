@@ -13,7 +13,7 @@ import uuid
 from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from phalanx.server.auth import User
 from phalanx.server.settings import request_workspace, settings_of, workspace
@@ -25,6 +25,8 @@ router = APIRouter(prefix="/api/v1/environments", tags=["environments"])
 
 class EnvironmentCreate(BaseModel):
     """A new environment version, from an upload holding ``environment.yml``."""
+
+    model_config = ConfigDict(extra="forbid")
 
     upload: str = Field(max_length=64)
     name: str | None = Field(None, max_length=256)
@@ -50,6 +52,8 @@ def create_environment(body: EnvironmentCreate, request: Request, who: User) -> 
 
 class Prune(BaseModel):
     """Which built images to remove."""
+
+    model_config = ConfigDict(extra="forbid")
 
     unused_for_s: float | None = Field(None, ge=0)
     """Those no job used for this long; all when none."""

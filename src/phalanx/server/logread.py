@@ -14,19 +14,26 @@ from typing import Any
 from phalanx.jobs.logs import MIN_READ_BYTES, POLL_BYTES, READ_BYTES, decode_block
 from phalanx.workspace.layout import JobPaths
 
+# No file is larger (a seek past 2**63 overflows), and no job has more ranks.
+MAX_OFFSET = 1 << 62
+MAX_RANK = 1 << 20
+
 
 def parse_offsets(text: str) -> dict[int, int]:
     """``"0:1200,3:0"`` → ``{0: 1200, 3: 0}``.
 
     Raises:
-        ValueError: not that form.
+        ValueError: not that form, or a rank or offset out of range.
     """
     out: dict[int, int] = {}
     for item in filter(None, text.split(",")):
-        rank, _, offset = item.partition(":")
-        out[int(rank)] = int(offset)
-        if out[int(rank)] < 0 or int(rank) < 0:
+        rank_text, _, offset_text = item.partition(":")
+        if len(rank_text) > 8 or len(offset_text) > 20:
+            raise ValueError(item)  # before int(): its digits are bounded too
+        rank, offset = int(rank_text), int(offset_text)
+        if not (0 <= rank <= MAX_RANK and 0 <= offset <= MAX_OFFSET):
             raise ValueError(item)
+        out[rank] = offset
     return out
 
 

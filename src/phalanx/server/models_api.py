@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from phalanx.errors import PhalanxError
 from phalanx.registry import get_model
@@ -32,6 +32,8 @@ router = APIRouter(prefix="/api/v1/models", tags=["models"])
 
 class ModelCreate(BaseModel):
     """A new model version: from ``path`` (a URI or job output), or the files of ``upload``."""
+
+    model_config = ConfigDict(extra="forbid")
 
     name: str = Field(max_length=256)
     version: str | None = Field(None, max_length=256)

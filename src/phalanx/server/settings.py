@@ -12,6 +12,7 @@ from phalanx.service.access import ServerLimits
 from phalanx.workspace import Workspace
 
 DEFAULT_MAX_UPLOAD = 1 << 30
+DEFAULT_MAX_BODY = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,8 @@ class ServerSettings:
     """Every request but ``/api/v1/health`` needs a token."""
     max_upload: int = DEFAULT_MAX_UPLOAD
     """The most bytes one upload may hold, packed or unpacked."""
+    max_body: int = DEFAULT_MAX_BODY
+    """The most bytes of any other request's body (:mod:`phalanx.server.bounds`)."""
     datastore_roots: tuple[Path, ...] = ()
     """The folders a ``local`` datastore made through the server may name
     (``--datastore-root``)."""

@@ -12,12 +12,13 @@ run inside a container of that image (:mod:`phalanx.containers`); a registered
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from phalanx.limits import MAX_DESCRIPTION, MAX_NAME
 from phalanx.spec.parts import SpecModel
-from phalanx.spec.values import base_dir_of, is_remote, resolve_local, user_error
+from phalanx.spec.values import base_dir_of, is_remote, limited_tags, resolve_local, user_error
 
 
 class EnvironmentSpec(SpecModel):
@@ -30,19 +31,24 @@ class EnvironmentSpec(SpecModel):
     layered on phalanx's environment unless conda is installed on the node."""
     pip_file: str | None = None
     """phalanx's own: a pip requirements file, layered on phalanx's environment."""
-    name: str | None = None
+    name: Annotated[str, Field(max_length=MAX_NAME)] | None = None
     """Recorded."""
-    version: str | None = None
+    version: Annotated[str, Field(max_length=MAX_NAME)] | None = None
     """Recorded."""
-    description: str | None = None
+    description: Annotated[str, Field(max_length=MAX_DESCRIPTION)] | None = None
     """Recorded."""
     tags: dict[str, Any] | None = None
-    """Recorded."""
-    os_type: str | None = None
+    """Recorded (within :mod:`phalanx.limits`' tag limits)."""
+    os_type: Annotated[str, Field(max_length=MAX_NAME)] | None = None
     """Recorded."""
     build: dict[str, Any] | None = None
     """A Docker build context: ``path`` (a folder, relative to the spec file) and
     ``dockerfile_path`` (relative to it; ``Dockerfile``), built into the job's image."""
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, value: Any) -> Any:
+        return limited_tags(value, "tags")
 
     @field_validator("conda_file", "pip_file")
     @classmethod

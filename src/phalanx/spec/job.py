@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from phalanx.errors import SpecError
+from phalanx.limits import MAX_DESCRIPTION, MAX_NAME
 from phalanx.spec.environment import EnvironmentSpec
 from phalanx.spec.interpolate import reference_problem
 from phalanx.spec.parts import (
@@ -39,9 +40,13 @@ from phalanx.spec.parts import (
 from phalanx.spec.values import (
     ENV_VAR_RE,
     IDENTIFIER_RE,
+    MAX_URL,
     base_dir_of,
     coerce_str_mapping,
     is_remote,
+    limited,
+    limited_tags,
+    recorded,
     resolve_local,
     show,
     user_error,
@@ -137,7 +142,8 @@ class JobSpec(SpecModel):
     description: str | None = None
     """Free text."""
     tags: dict[str, str] = Field(default_factory=dict)
-    """Free key/value labels; numbers and booleans become strings."""
+    """Free key/value labels; numbers and booleans become strings. At most 100, keys of
+    256 characters and values of 1024 (:mod:`phalanx.limits`)."""
     command: str
     """The program to run on every worker, with ``${{inputs.x}}`` references."""
     code: str | None = None
@@ -165,9 +171,9 @@ class JobSpec(SpecModel):
     queue_settings: QueueSettings | None = None
     """Azure ML queue settings; recorded."""
     identity: dict[str, Any] | None = None
-    """Azure ML identity block; recorded."""
+    """Azure ML identity block; recorded (at most 16 KiB as JSON)."""
     services: dict[str, Any] | None = None
-    """Azure ML interactive services (jupyter, ssh…); recorded."""
+    """Azure ML interactive services (jupyter, ssh…); recorded (at most 16 KiB as JSON)."""
 
     _source: str | None = PrivateAttr(default=None)
     _lines: dict[tuple[str, ...], int] = PrivateAttr(default_factory=dict)
@@ -204,7 +210,27 @@ class JobSpec(SpecModel):
     @field_validator("tags", mode="before")
     @classmethod
     def _tags_as_str(cls, value: Any) -> Any:
-        return coerce_str_mapping(value, "tags")
+        return limited_tags(coerce_str_mapping(value, "tags"), "tags")
+
+    @field_validator("display_name", "experiment_name")
+    @classmethod
+    def _short_text(cls, value: str | None) -> str | None:
+        return limited(value, MAX_NAME)
+
+    @field_validator("description")
+    @classmethod
+    def _description(cls, value: str | None) -> str | None:
+        return limited(value, MAX_DESCRIPTION)
+
+    @field_validator("schema_")
+    @classmethod
+    def _schema_url(cls, value: str | None) -> str | None:
+        return limited(value, MAX_URL)
+
+    @field_validator("identity", "services")
+    @classmethod
+    def _recorded(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return recorded(value)
 
     @field_validator("environment_variables", mode="before")
     @classmethod

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from phalanx.errors import PhalanxError, SpecError
+from phalanx.errors import PhalanxError
 from phalanx.spec.job import JobSpec
 from phalanx.spec.messages import to_spec_error
 from phalanx.spec.overrides import apply_overrides
-from phalanx.spec.yamldoc import read_yaml
+from phalanx.spec.yamldoc import read_text, read_yaml
 
 
 def load_spec(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> JobSpec:
@@ -45,7 +45,7 @@ def read_spec_file(path: str | os.PathLike[str]) -> str:
 
     Raises:
         PhalanxError: The file does not exist or cannot be read.
-        SpecError: The file is not UTF-8 text.
+        SpecError: The file is not UTF-8 text, or larger than a spec may be.
     """
     file = Path(path)
     if not file.exists():
@@ -53,11 +53,7 @@ def read_spec_file(path: str | os.PathLike[str]) -> str:
     if not file.is_file():
         raise PhalanxError(f"job spec '{path}' is not a file; give the path of a job.yml")
     try:
-        return file.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError(
-            f"not UTF-8 text ({exc.reason}); save the file as UTF-8", source=str(path)
-        ) from None
+        return read_text(file, str(path))
     except OSError as exc:
         raise PhalanxError(f"cannot read job spec file '{path}': {exc.strerror}") from exc
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from phalanx.errors import SpecError, SpecProblem
+from phalanx.limits import clip
 from phalanx.spec.environment import EnvironmentSpec
 from phalanx.spec.job import JobSpec
 from phalanx.spec.parts import (
@@ -226,10 +227,10 @@ def _unknown_key(key: str, known: list[str]) -> tuple[str, str | None]:
     """The message for an unknown ``key``, and the known field it is a near miss of."""
     close = suggest(key, known)
     if close:
-        return f"unknown field '{key}'; did you mean '{close}'?", close
+        return f"unknown field '{clip(key)}'; did you mean '{close}'?", close
     if known:
-        return f"unknown field '{key}'; known fields: {', '.join(known)}", None
-    return f"unknown field '{key}'; remove it", None
+        return f"unknown field '{clip(key)}'; known fields: {', '.join(known)}", None
+    return f"unknown field '{clip(key)}'; remove it", None
 
 
 def _message(error: ErrorDetails, loc: tuple[Any, ...], path: tuple[str, ...]) -> str:
@@ -267,4 +268,10 @@ def _message(error: ErrorDetails, loc: tuple[Any, ...], path: tuple[str, ...]) -
         return f"must be at least {ctx['ge']}; got {show(value)}"
     if kind == "greater_than":
         return f"must be more than {ctx['gt']}; got {show(value)}"
+    if kind == "less_than_equal":
+        return f"must be at most {ctx['le']}; got {show(value)}"
+    if kind == "string_too_long":
+        return f"is {len(str(value))} characters long; at most {ctx['max_length']}"
+    if kind == "too_long":
+        return f"has {ctx.get('actual_length')} items; at most {ctx['max_length']}"
     return f"{error['msg']}; got {show(value)}"

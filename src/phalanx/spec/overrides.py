@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import yaml
-
 from phalanx.errors import SpecError
+from phalanx.limits import clip
 from phalanx.spec.values import show
+from phalanx.spec.yamldoc import YamlSyntaxError, load_yaml
 
 _FORM = "use --set key.path=value, e.g. --set resources.instance_count=2"
 
@@ -26,17 +26,20 @@ def parse_override(item: str, source: str | None = None) -> tuple[tuple[str, ...
         source: The spec file, named in errors.
 
     Raises:
-        SpecError: No ``=``, or an empty key or key part.
+        SpecError: No ``=``, an empty key or key part, or a value over the limits of
+            :mod:`phalanx.spec.yamldoc` (a control character, an alias bomb).
     """
     key, sep, text = item.partition("=")
     path = tuple(part.strip() for part in key.split("."))
     if not sep or not key.strip() or not all(path):
         raise SpecError(f"'{item}' is not a key=value pair; {_FORM}", field="--set", source=source)
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
+        value = load_yaml(text, "--set")
+    except YamlSyntaxError:
         # `--set command=python train.py --x: 1` is text the user meant literally.
         value = text
+    except SpecError as exc:
+        raise SpecError(f"'{clip(item)}': {exc.message}", field="--set", source=source) from None
     return path, value
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator
 
+from phalanx.limits import MAX_NAME
 from phalanx.spec.values import (
     base_dir_of,
     is_remote,
@@ -21,6 +22,11 @@ from phalanx.spec.values import (
     user_error,
 )
 from phalanx.workspace.names import ASSET_NAME_RE, VERSION_RE
+
+#: GPUs or CPU slots one node may ask for (no machine has more).
+MAX_PER_NODE = 1024
+#: Bytes of memory one node may ask for (an exbibyte).
+MAX_MEMORY = 1 << 60
 
 # Azure ML asset types phalanx does not read yet; named so the error says so
 # instead of listing them as typos.
@@ -177,18 +183,18 @@ class Resources(SpecModel):
 
     instance_count: Annotated[StrictInt, Field(ge=1)] = 1
     """Number of nodes; each runs ``process_count_per_instance`` workers."""
-    instance_type: str | None = None
+    instance_type: Annotated[str, Field(max_length=MAX_NAME)] | None = None
     """Azure ML VM size; recorded, not used by local compute."""
-    shm_size: str | None = None
+    shm_size: Annotated[str, Field(max_length=64)] | None = None
     """Docker shared-memory size (``8g``); recorded."""
-    gpus_per_instance: Annotated[StrictInt, Field(ge=0)] | None = None
+    gpus_per_instance: Annotated[StrictInt, Field(ge=0, le=MAX_PER_NODE)] | None = None
     """phalanx's own: GPUs each node is given. On a target with GPUs the default
     is one per process (``process_count_per_instance``); 0 runs on CPUs only."""
-    cpus_per_instance: Annotated[float, Field(gt=0)] | None = None
+    cpus_per_instance: Annotated[float, Field(gt=0, le=MAX_PER_NODE)] | None = None
     """phalanx's own: CPU slots each node holds. The default on a target without
     GPUs is one per process (at most the whole machine); on a GPU target, none
     are counted unless this is given."""
-    memory_per_instance: int | None = None
+    memory_per_instance: Annotated[int, Field(ge=0, le=MAX_MEMORY)] | None = None
     """phalanx's own: memory each node holds, in bytes or as ``64G`` / ``500Gi``;
     none is counted when absent."""
 
@@ -253,11 +259,13 @@ class Limits(SpecModel):
 class Retry(SpecModel):
     """phalanx's retry policy: how often a failed or preempted job is tried again."""
 
-    max_attempts: Annotated[StrictInt, Field(ge=1)] = 1
+    max_attempts: Annotated[StrictInt, Field(ge=1, le=1000)] = 1
     """Attempts in all for failures (1 means no retry)."""
-    retry_on_exit_codes: list[StrictInt] = Field(default_factory=list)
+    retry_on_exit_codes: list[Annotated[StrictInt, Field(ge=-255, le=255)]] = Field(
+        default_factory=list, max_length=256
+    )
     """Exit codes worth another attempt; empty means any non-zero exit code."""
-    max_preemptions: Annotated[StrictInt, Field(ge=0)] = 10
+    max_preemptions: Annotated[StrictInt, Field(ge=0, le=10_000)] = 10
     """Preemptions (spot/low-priority node taken away) tolerated; they do not
     count against ``max_attempts``."""
     preemption_grace: int = 30
@@ -277,14 +285,19 @@ class QueueSettings(SpecModel):
     job_tier: Literal["spot", "basic", "standard", "premium"] | None = None
     """Azure ML job tier (``standard`` when absent); ``spot`` jobs may be preempted
     for jobs that rank above them."""
-    priority: Literal["low", "medium", "high"] | StrictInt | None = None
+    priority: (
+        Literal["low", "medium", "high"] | Annotated[StrictInt, Field(ge=0, le=1000)] | None
+    ) = None
     """``low``, ``medium`` (the default) or ``high``; or a number on the same scale
-    (1 = low, 2 = medium, 3 = high, more is higher). Low-priority jobs may be
+    (1 = low, 2 = medium, 3 = high, more is higher, at most 1000). Low-priority jobs may be
     preempted for jobs that rank above them."""
 
     @field_validator("priority", mode="before")
     @classmethod
     def _normalise_priority(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= 1000:
+            # Said here: the union below would also call the number not one of the words.
+            raise user_error(f"must be low, medium, high or a number from 0 to 1000; got {value}")
         return value.lower() if isinstance(value, str) else value
 
     @field_validator("job_tier", mode="before")

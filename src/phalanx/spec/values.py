@@ -8,6 +8,7 @@ fields, so that it can name the field it is about (``loc``).
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 from collections.abc import Iterable
@@ -16,6 +17,8 @@ from typing import Any
 
 from pydantic import ValidationInfo
 from pydantic_core import PydanticCustomError
+
+from phalanx.limits import tags_problem, text_problem
 
 #: Error type of every message written by phalanx itself (not by pydantic).
 USER_ERROR_TYPE = "phalanx"
@@ -26,6 +29,14 @@ IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Names a POSIX shell accepts as environment variables.
 ENV_VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
+# Longer words are no typo of a field name (and comparing them costs time).
+_LONGEST_TYPO = 100
+#: The longest URL kept (``$schema``).
+MAX_URL = 2048
+#: The largest block phalanx only records (``identity``, ``services``), as JSON.
+MAX_RECORDED = 16 << 10
+#: The longest duration (timeouts, grace periods): a year.
+MAX_DURATION_S = 365 * 86400
 _DURATION_RE = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _DURATION_UNITS = (86400, 3600, 60, 1)
 # A scheme of one letter is a Windows drive ("C:\data"), not a URI.
@@ -49,6 +60,8 @@ def user_error(message: str, loc: tuple[str, ...] | None = None) -> PydanticCust
 
 def suggest(word: str, choices: Iterable[str]) -> str | None:
     """The choice closest to ``word``, if any is close enough to be a likely typo."""
+    if len(word) > _LONGEST_TYPO:
+        return None
     choices = list(choices)
     for choice in choices:
         if choice.lower() == word.lower():
@@ -103,11 +116,59 @@ def coerce_str_mapping(value: Any, field: str) -> Any:
     return out
 
 
+def limited(value: str | None, limit: int) -> str | None:
+    """``value`` when it has at most ``limit`` characters and no control character.
+
+    Raises:
+        PydanticCustomError: saying which.
+    """
+    if value is None:
+        return None
+    problem = text_problem(value, limit)
+    if problem is not None:
+        raise user_error(problem)
+    return value
+
+
+def limited_tags(value: Any, field: str) -> Any:
+    """Tags (a mapping) within :mod:`phalanx.limits`' count and sizes; others unchanged.
+
+    Raises:
+        PydanticCustomError: naming the tag.
+    """
+    if not isinstance(value, dict):
+        return value
+    found = tags_problem(value)
+    if found is not None:
+        key, problem = found
+        raise user_error(problem, loc=(field,) if key is None else (field, key))
+    return value
+
+
+def recorded(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A block phalanx only records (``identity``, ``services``), at most
+    :data:`MAX_RECORDED` characters as JSON.
+
+    Raises:
+        PydanticCustomError: it is larger.
+    """
+    if value is None:
+        return None
+    size = len(json.dumps(value, default=str))
+    if size > MAX_RECORDED:
+        raise user_error(
+            f"is {size} characters as JSON; phalanx only records it, and takes at most "
+            f"{MAX_RECORDED}"
+        )
+    return value
+
+
 def parse_duration(value: Any) -> int:
     """Seconds from an int (Azure ML style) or a duration string like ``1h30m``.
 
     Raises:
-        PydanticCustomError: ``value`` is neither, or is not positive.
+        PydanticCustomError: ``value`` is neither, is not positive, or is more than
+            :data:`MAX_DURATION_S`.
     """
     hint = "a number of seconds or a duration like '90s', '30m', '2h', '1h30m'"
     if isinstance(value, bool):
@@ -130,6 +191,8 @@ def parse_duration(value: Any) -> int:
         raise user_error(f"must be {hint}; got {show(value)}")
     if seconds <= 0:
         raise user_error(f"must be more than 0 seconds; got {show(value)}")
+    if seconds > MAX_DURATION_S:
+        raise user_error(f"must be at most a year ({MAX_DURATION_S} seconds); got {show(value)}")
     return seconds
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from phalanx.errors import PhalanxError
+from phalanx.limits import check_labels
 from phalanx.workspace import Workspace
 from phalanx.workspace.names import ASSET_NAME_RE, VERSION_RE
 from phalanx.workspace.owners import check_publisher
@@ -70,6 +71,7 @@ def create_asset(
             f"data asset version {version!r} is invalid: use letters, digits, '_', '-' and "
             "'.' (and not 'latest')"
         )
+    check_labels(f"data asset {name!r}", description, tags)
     from sqlalchemy.exc import IntegrityError  # loaded where the database is written
 
     try:

@@ -22,6 +22,7 @@ values; cloud SDKs are imported only when a datastore of their type is opened.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -107,16 +108,16 @@ class AzureBlobDatastore(_Datastore):
         return f"{self.protocol}://{self.account_name}.blob.{self.endpoint.strip('.')}"
 
     def filesystem(self, secrets: SecretStore) -> AbstractFileSystem:
-        try:
-            from adlfs import AzureBlobFileSystem
-        except ImportError as exc:
+        import importlib.util
+
+        if importlib.util.find_spec("adlfs") is None:
             raise PhalanxError(
                 f"datastore {self.name!r} needs Azure support: pip install 'phalanx[azure]'"
-            ) from exc
+            )
         what = f"datastore {self.name!r}"
         if "connection_string" in self.credentials:
             conn = resolve(self.credentials["connection_string"], secrets, what)
-            return AzureBlobFileSystem(connection_string=conn)
+            return _azure_filesystem(conn, what)
         # Always through a connection string, so a custom (http) endpoint works too:
         # adlfs's account_host assumes https.
         parts = [f"BlobEndpoint={self.service_url}", f"AccountName={self.account_name}"]
@@ -125,14 +126,56 @@ class AzureBlobDatastore(_Datastore):
             parts.append(f"AccountKey={key}")
         elif "sas_token" in self.credentials:
             sas = resolve(self.credentials["sas_token"], secrets, f"{what}: sas_token")
-            parts.append(f"SharedAccessSignature={sas.lstrip('?')}")
-        return AzureBlobFileSystem(connection_string=";".join(parts) + ";")
+            parts.append(f"SharedAccessSignature={check_sas(sas, what)}")
+        return _azure_filesystem(";".join(parts) + ";", what)
 
     def location(self, path: str, secrets: SecretStore) -> Location:
         path = path.strip("/")
         fs_path = f"{self.container_name}/{path}".rstrip("/")
         url = f"{self.service_url}/{self.container_name}/{path}".rstrip("/")
         return Location(self.filesystem(secrets), fs_path, url)
+
+
+# A SAS token is the query of a SAS URL: `name=value` pairs of URL characters joined
+# by `&`, percent-escapes of two hex digits, one of them the signature `sig`.
+_SAS_PAIR_RE = re.compile(r"[A-Za-z0-9_.~-]+=(?:[A-Za-z0-9_.~+/:,=-]|%[0-9A-Fa-f]{2})*")
+
+
+def check_sas(value: str, what: str) -> str:
+    """A SAS token as a connection string takes it (no leading ``?``).
+
+    Anything else is refused here: the Azure SDK takes a malformed one into a
+    connection string it cannot read (a bare error) or retries a request the
+    service refuses for over a minute.
+
+    Raises:
+        PhalanxError: naming the datastore; the value itself is never shown.
+    """
+    token = value.strip().lstrip("?")
+    pairs = token.split("&")
+    if not token or not all(_SAS_PAIR_RE.fullmatch(pair) for pair in pairs):
+        reason = "it is not name=value pairs of URL characters joined by '&'"
+    elif not any(pair.startswith("sig=") for pair in pairs):
+        reason = "it has no signature (sig=…)"
+    else:
+        return token
+    raise PhalanxError(
+        f"{what}: sas_token is not a SAS token ({reason}); give the query of a SAS URL, "
+        "e.g. sv=…&sp=rl&sig=… (`az storage container generate-sas` makes one)"
+    )
+
+
+def _azure_filesystem(connection_string: str, what: str) -> AbstractFileSystem:
+    """adlfs's file system for ``connection_string``; a malformed one is the user's error."""
+    from adlfs import AzureBlobFileSystem
+
+    try:
+        return AzureBlobFileSystem(connection_string=connection_string)
+    except ValueError as exc:  # adlfs: "unable to connect to account for ..." (no secret in it)
+        raise PhalanxError(
+            f"{what}: the Azure credentials cannot be used ({exc}); check the account name, "
+            "endpoint and credential"
+        ) from None
 
 
 class S3Datastore(_Datastore):
