@@ -478,3 +478,12 @@ def test_no_route_answers_500_to_hostile_input(
         _still_answers(api)
     log = served.log.read_text()
     assert "Traceback" not in log, log[-3000:]
+
+
+@LOCAL_AND_SERVER
+def test_an_environment_file_with_tags_that_are_no_mapping_gets_one_line(cli: Cli) -> None:
+    env = cli.write("env.yml", "name: tagged\nimage: docker.io/library/python:3.11\ntags: [a, b]\n")
+    proc = cli.run("environment", "create", "-f", str(env))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "tags: give a mapping" in proc.stderr
+    assert "Traceback" not in proc.stderr

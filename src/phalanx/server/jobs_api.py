@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from phalanx.errors import PhalanxError
 from phalanx.server.auth import User
@@ -39,6 +39,8 @@ _UPLOAD_ID = re.compile(r"[0-9a-f]{32}")
 class JobCreate(BaseModel):
     """A job to create: the spec as the user wrote it, and the files it names."""
 
+    model_config = ConfigDict(extra="forbid")
+
     spec: str = Field(max_length=1 << 20)
     """The YAML text."""
     source: str = Field("job.yml", max_length=1000)
@@ -54,6 +56,8 @@ class JobCreate(BaseModel):
 
 
 class Preempt(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     nodes: list[int] | None = None
 
 

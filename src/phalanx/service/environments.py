@@ -58,10 +58,10 @@ def load_environment_file(file: Path) -> tuple[dict[str, Any], Any]:
 
     from phalanx.spec.environment import EnvironmentSpec
     from phalanx.spec.messages import to_spec_error
-    from phalanx.spec.yamldoc import read_yaml
+    from phalanx.spec.yamldoc import read_text, read_yaml
 
     try:
-        text = file.read_text(encoding="utf-8")
+        text = read_text(file, str(file))
     except OSError as exc:
         raise PhalanxError(f"environment file '{file}': {exc.strerror}") from exc
     data, lines = read_yaml(text, str(file))
@@ -102,7 +102,13 @@ class WorkspaceEnvironments:
         if not name:
             raise PhalanxError(f"environment file '{file}' has no name: add name: or --name")
         version = version or (str(record["version"]) if record.get("version") else None)
-        tags = {str(k): str(v) for k, v in (record.get("tags") or {}).items()}
+        raw_tags = record.get("tags") or {}
+        if not isinstance(raw_tags, dict):
+            raise PhalanxError(
+                f"environment file '{file}': tags: give a mapping of key: value lines, "
+                f"not {type(raw_tags).__name__}"
+            )
+        tags = {str(k): str(v) for k, v in raw_tags.items()}
         created = create_environment(
             self.ws, name=str(name), environment=environment, version=version,
             description=record.get("description"), tags=tags, owner=self.caller.user,
