@@ -319,6 +319,10 @@ def test_a_minute_without_postgresql_fails_no_job_runs_none_twice_and_loses_noth
     with pg.own_server() as postgres:
         url = postgres.create_database()
         cli.env["PHALANX_DB"] = url
+        # Ten small jobs at once: this machine's target declares the slots for their
+        # launchers (one per slot; a 2-core machine declares 2 otherwise).
+        cli.run("compute", "create", "--type", "local", "--name", "local", "--cpus", "12",
+                check=True)  # fmt: skip
         server = servers.start_phalanx_server(cli.home, cli.env)
         try:
             _outage(cli, postgres, server, url, gates, tmp_path)
