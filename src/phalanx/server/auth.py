@@ -16,14 +16,11 @@ from typing import Annotated
 from fastapi import Depends, Request
 from starlette.exceptions import HTTPException
 
-from phalanx.server.sessions import check_browser, session_of
+from phalanx.server.sessions import UNAUTHORIZED, check_browser, session_of
 from phalanx.server.settings import settings_of, workspace
 from phalanx.service.access import Caller, Role
 from phalanx.workspace import Workspace
 from phalanx.workspace.tokens import PREFIX, identity_of, identity_of_hash, touch
-
-UNAUTHORIZED = "a valid API token is required (Authorization: Bearer <token>; PHALANX_TOKEN)"
-
 
 _touched: dict[str, float] = {}
 _TOUCH_EVERY_S = 60.0

@@ -45,6 +45,8 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # A session ends this long after sign-in.
 LIFETIME_S = 12 * 3600
 FORBIDDEN = "refused: a request from a browser needs the studio page's CSRF header"
+# The one answer to a missing, malformed, unknown or revoked token (phalanx.server.auth).
+UNAUTHORIZED = "a valid API token is required (Authorization: Bearer <token>; PHALANX_TOKEN)"
 KEY_BYTES = 32
 
 router = APIRouter(prefix="/api/v1/session", tags=["server"])
@@ -166,7 +168,6 @@ class SignIn(BaseModel):
 @router.post("")
 def sign_in(body: SignIn, request: Request, response: Response) -> dict[str, Any]:
     """Trade an API token for a browser session (an HttpOnly cookie)."""
-    from phalanx.server.auth import UNAUTHORIZED
     from phalanx.workspace.tokens import identity_of_hash, token_hash
 
     if cross_site(request):
