@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.style import Style
 
 from conftest import PHALANX, Cli
-from phalanx.cli.termsafe import rank_text, sanitize
+from phalanx.terminal.termsafe import rank_text, sanitize
 
 # Any control character but tab and newline.
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

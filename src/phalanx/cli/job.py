@@ -9,11 +9,11 @@ import click
 from rich.console import Console
 
 from phalanx.cli.metrics import metrics_cmd
-from phalanx.cli.render import job_json, list_jobs, show_job
-from phalanx.cli.stream import stream_job
 from phalanx.client.backends import jobs_backend
 from phalanx.errors import SpecError
 from phalanx.service.jobs import Jobs, SpecText
+from phalanx.terminal.render import job_json, list_jobs, show_job
+from phalanx.terminal.stream import stream_job
 from phalanx.workspace import JobStatus
 
 console = Console()

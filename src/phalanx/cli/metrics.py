@@ -17,8 +17,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from phalanx.cli.termsafe import rank_text
 from phalanx.errors import PhalanxError
+from phalanx.terminal.termsafe import rank_text
 from phalanx.workspace.metrics import History
 
 console = Console()

@@ -8,9 +8,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from phalanx.cli.render import local_time
 from phalanx.errors import PhalanxError
 from phalanx.sizes import parse_size
+from phalanx.terminal.render import local_time
 
 console = Console()
 

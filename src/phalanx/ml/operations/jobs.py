@@ -215,7 +215,7 @@ class JobOperations:
         """
         from rich.console import Console
 
-        from phalanx.cli.stream import stream_job
+        from phalanx.terminal.stream import stream_job
 
         self._jobs.get(name)
         record = stream_job(self._jobs, name, Console(), all_ranks=False)

@@ -12,7 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from phalanx.cli.termsafe import rank_text
+from phalanx.terminal.termsafe import rank_text
 from phalanx.workspace import JobRecord, JobStatus
 from phalanx.workspace.layout import JobPaths
 

@@ -9,10 +9,10 @@ from rich.console import Console
 from rich.segment import Segment, Segments
 from rich.style import Style
 
-from phalanx.cli.render import duration, error_panel, status_text
-from phalanx.cli.termsafe import rank_segments
 from phalanx.jobs.logs import LogLine
 from phalanx.service.jobs import Jobs
+from phalanx.terminal.render import duration, error_panel, status_text
+from phalanx.terminal.termsafe import rank_segments
 from phalanx.workspace import JobRecord, JobStatus
 from phalanx.workspace.layout import JobPaths
 
@@ -54,7 +54,7 @@ def stream_job(jobs: Jobs, name: str, console: Console, *, all_ranks: bool = Fal
 def _line(line: LogLine, all_ranks: bool, console: Console) -> list[Segment]:
     """A log line as printed: ``[rank N]`` first with every rank, ``…`` before a continuation.
 
-    The rank's text goes through :mod:`phalanx.cli.termsafe`: no escape
+    The rank's text goes through :mod:`phalanx.terminal.termsafe`: no escape
     sequence of its own reaches the terminal, only its colours.
     """
     head = [Segment(f"[rank {line.rank}] ", _RANK)] if all_ranks else []
