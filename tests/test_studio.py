@@ -26,6 +26,7 @@ import httpx
 import psutil
 import pytest
 
+import jobpython
 import servers
 from conftest import BIN, PHALANX, Cli, job_processes_under, workspace_processes
 
@@ -128,7 +129,7 @@ def _job(cli: Cli, script: str, text: str, procs: int = 1, *args: str, more: str
 @pytest.fixture(scope="module")
 def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Studio]:
     root = tmp_path_factory.mktemp("studio")
-    home, workdir = root / "home", root / "work"
+    home, workdir = jobpython.workspace_home(root), root / "work"
     workdir.mkdir()
     env = dict(os.environ)
     env.update(
