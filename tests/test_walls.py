@@ -1,0 +1,311 @@
+"""Jobs walled off from the server that runs them (issue 21, "jobs cannot touch the server").
+
+Every test goes through a real ``phalanx server start`` started as root, as the tests
+start it, so every job runs as an account of its own. A job that tries each attack
+(the server's secrets file, database and its WAL, the tokens table, the session key,
+another job's folder, credentials file, cache entries and processes, the server's
+environment) fails at each and leaks nothing; a job doing its own work (inputs in
+every mode, outputs, checkpoints, a resume after preemption, MPI, a container) still
+succeeds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import psutil
+import pytest
+from fsspec.implementations.local import LocalFileSystem
+
+import servers
+from conftest import PHALANX, Cli, blob_datastore, job_processes_under
+from phalanx.jobs.inputs import download_dir
+from phalanx.jobs.walls import DEFAULT_COUNT, DEFAULT_FIRST_UID
+from phalanx.storage.cache import NodeCache
+from phalanx.storage.location import Location
+from servers import AZURITE_KEY, Azurite
+
+pytestmark = pytest.mark.slow
+SERVER = pytest.mark.parametrize("cli", ["server"], indirect=True)
+
+FILES = {"train/a.bin": b"alpha" * 100, "train/sub/b.bin": b"beta" * 1000}
+
+VICTIM = """
+import os, sys, time
+from pathlib import Path
+out = Path(os.environ["PHALANX_OUTPUT_RESULT"])
+(out / "secret.txt").write_text(sys.argv[1])
+print("the victim's own line", sys.argv[1], flush=True)
+print("victim ready", flush=True)
+time.sleep(600)
+"""
+
+# Every attack a job's code can make on the server from inside, each recorded with what
+# came of it. Nothing is allowed to succeed; the test also looks for every secret in all
+# the job left behind.
+ATTACK = r"""
+import json, os, signal, sqlite3, sys, time
+from pathlib import Path
+ws, victim, entry = Path(os.environ["WS"]), Path(os.environ["VICTIM"]), Path(os.environ["ENTRY"])
+tried = {}
+
+def attempt(name, fn):
+    try:
+        tried[name] = {"ok": True, "got": repr(fn())[:4000]}
+    except Exception as exc:
+        tried[name] = {"ok": False, "error": type(exc).__name__, "message": str(exc)[:300]}
+
+def plant_token():
+    db = sqlite3.connect(f"file:{ws / 'phalanx.db'}?mode=rw", uri=True)
+    db.execute("INSERT INTO tokens (name, user_name, hash, created_at) VALUES (?, ?, ?, ?)",
+               ("planted", "mallory", os.environ["PLANTED_HASH"], time.time()))
+    db.commit()
+
+def plant_token_pg():
+    import psycopg  # the database named by PHALANX_DB, were it there
+    with psycopg.connect(os.environ["PHALANX_DB"]) as db:
+        db.execute("INSERT INTO tokens (name, user_name, hash, created_at) "
+                   "VALUES ('planted', 'mallory', %s, 0)", (os.environ["PLANTED_HASH"],))
+
+def environ_of(pid):
+    return Path(f"/proc/{pid}/environ").read_bytes()
+
+def supervisor():
+    # The first of this process's ancestors that runs as root: the job's supervisor.
+    pid = os.getppid()
+    while "\tUid:\t0\t" not in "\t" + Path(f"/proc/{pid}/status").read_text().replace("\n", "\t"):
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return pid
+
+attempt("read secrets.json", lambda: (ws / "secrets.json").read_text())
+attempt("read phalanx.db", lambda: (ws / "phalanx.db").read_bytes()[:4096])
+attempt("read phalanx.db-wal", lambda: (ws / "phalanx.db-wal").read_bytes()[:4096])
+attempt("write the tokens table", plant_token)
+attempt("write the tokens table (PostgreSQL)", plant_token_pg)
+attempt("read session.key", lambda: (ws / "server" / "session.key").read_bytes())
+attempt("list the workspace", lambda: os.listdir(ws))
+attempt("list the jobs", lambda: os.listdir(ws / "jobs"))
+attempt("list server/", lambda: os.listdir(ws / "server"))
+attempt("read another job's log", lambda: (victim / "user_logs/std_log_process_0.txt").read_text())
+attempt("read another job's output", lambda: (victim / "outputs/result/secret.txt").read_text())
+attempt("read another job's spec", lambda: (victim / "spec.yaml").read_text())
+attempt("list another job's folder", lambda: os.listdir(victim))
+attempt("read another job's credentials",
+        lambda: (ws / "job-credentials" / f"{victim.name}.json").read_text())
+attempt("list the node cache", lambda: os.listdir(os.environ["CACHE"]))
+attempt("list another job's cache entry", lambda: os.listdir(entry))
+attempt("read another job's cache entry", lambda: (entry / "a.bin").read_bytes())
+attempt("read another job's input", lambda: (victim / "inputs" / "data" / "a.bin").read_bytes())
+attempt("read the server's environment", lambda: environ_of(int(os.environ["SERVER_PID"])))
+attempt("read the supervisor's environment", lambda: environ_of(supervisor()))
+attempt("read another job's environment", lambda: environ_of(int(os.environ["VICTIM_PID"])))
+attempt("signal another job", lambda: os.kill(int(os.environ["VICTIM_PID"]), signal.SIGTERM))
+attempt("read the server's datastore folder", lambda: os.listdir(ws / "datastore"))
+# A job's own files, replaced by links to the server's: phalanx, reading them as root,
+# must not follow them (the log is served, the output uploaded to a datastore).
+logs = Path(os.environ["PHALANX_JOB_DIR"]) / "user_logs"
+loot = Path(os.environ["PHALANX_OUTPUT_LOOT"])
+os.symlink(ws / "secrets.json", logs / "std_log_process_7.txt")
+os.symlink(ws / "secrets.json", loot / "secrets.json")
+os.symlink(ws / "server", loot / "server")
+own = os.environ.get("PHALANX_DATASTORES_FILE")
+report = {
+    "tried": tried,
+    "env": dict(os.environ),
+    "uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(),
+    "own datastores": Path(own).read_text() if own else None,
+}
+(Path(os.environ["PHALANX_OUTPUT_RESULT"]) / "report.json").write_text(json.dumps(report))
+print(json.dumps(report))
+"""
+
+MUST_FAIL = (
+    "read secrets.json", "read phalanx.db", "read phalanx.db-wal", "write the tokens table",
+    "write the tokens table (PostgreSQL)", "read session.key", "list the workspace",
+    "list the jobs", "list server/", "read another job's log", "read another job's output",
+    "read another job's spec", "list another job's folder", "read another job's credentials",
+    "list the node cache", "list another job's cache entry", "read another job's cache entry",
+    "read another job's input", "read the server's environment",
+    "read the supervisor's environment", "read another job's environment",
+    "signal another job", "read the server's datastore folder",
+)  # fmt: skip
+
+
+def _job(cli: Cli, name: str, script: str, body: str, command: str) -> str:
+    cli.write(f"{name}/main.py", script)
+    spec = cli.write(
+        f"{name}.yml",
+        f"type: command\nname: {name}\ncode: {name}\ncommand: {command}\n{body}"
+        "limits: {timeout: 600}\n",
+    )
+    return cli.create(spec)
+
+
+def _wait_for(what: str, check: Any, timeout: float = 120) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
+        time.sleep(0.2)
+    return found
+
+
+def _running_as(uid: int) -> list[int]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.uids().real == uid and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _everything_under(folder: Path) -> bytes:
+    """Every byte of every plain file under ``folder`` (links not followed)."""
+    data = []
+    for dirpath, _, files in os.walk(folder):
+        for name in files:
+            path = Path(dirpath, name)
+            if path.is_file() and not path.is_symlink():
+                data.append(path.read_bytes())
+    return b"\n".join(data)
+
+
+@SERVER
+def test_a_job_cannot_touch_the_server_and_leaks_nothing(
+    cli: Cli, azurite: Azurite, db: str | None
+) -> None:
+    stored, in_env = f"stored-{uuid.uuid4().hex}", f"server-env-{uuid.uuid4().hex}"
+    private = f"victim-private-{uuid.uuid4().hex}"
+    # The server's own secrets: a variable it was started with, named by a datastore's
+    # --credential-env; a stored credential; the blob key of a datastore the victim uses.
+    cli.export(SERVER_CANARY=in_env)
+    cli.run(
+        "datastore", "create", "--name", "envstore", "--type", "s3", "--bucket", "b",
+        "--endpoint-url", "http://127.0.0.1:9", "--key-env", "SERVER_CANARY",
+        "--secret-env", "SERVER_CANARY", "--no-check", check=True,
+    )  # fmt: skip
+    made = cli.run_input(
+        f"{stored}\n{stored}\n", "datastore", "create", "--name", "vault", "--type", "s3",
+        "--bucket", "b", "--endpoint-url", "http://127.0.0.1:9", "--store", "--no-check",
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    container = blob_datastore(cli, azurite, FILES)
+    from phalanx.server.sessions import session_key
+
+    key = session_key(cli.home)  # as the server makes it for its first studio session
+    (cli.home / "datastore" / "someones").mkdir(parents=True)  # the default datastore
+    assert stored in (cli.home / "secrets.json").read_text()
+
+    victim = _job(
+        cli, "victim", VICTIM,
+        "inputs:\n  data: {type: uri_folder, path: azureml://datastores/blobs/paths/train, "
+        "mode: download}\noutputs:\n  result: {type: uri_folder}\n",
+        f"python main.py {private}",
+    )  # fmt: skip
+    victim_dir = Path(cli.show(victim)["job_dir"])
+    log = victim_dir / "user_logs" / "std_log_process_0.txt"
+    _wait_for("victim", lambda: log.is_file() and "victim ready" in log.read_text())
+    victim_pid = next(p.pid for p in job_processes_under(victim_dir) if "main.py" in p.cmdline())
+    url = f"{azurite.endpoint}/{container}/train"
+    cache = NodeCache(Path(cli.env["PHALANX_CACHE_DIR"]))
+    entry = download_dir(cache, Location(LocalFileSystem(), "", url))
+    assert (entry / "a.bin").read_bytes() == FILES["train/a.bin"]  # root reads it; the job?
+
+    planted = f"phalanx-planted-{uuid.uuid4().hex}"
+    assert cli.server is not None
+    env = {
+        "WS": str(cli.home), "VICTIM": str(victim_dir), "ENTRY": str(entry),
+        "CACHE": cli.env["PHALANX_CACHE_DIR"], "SERVER_PID": str(cli.server.proc.pid),
+        "VICTIM_PID": str(victim_pid),
+        "PLANTED_HASH": hashlib.sha256(planted.encode()).hexdigest(),
+    }  # fmt: skip
+    variables = "".join(f"  {k}: '{v}'\n" for k, v in env.items())
+    attacker = _job(
+        cli, "attacker", ATTACK,
+        f"environment_variables:\n{variables}outputs:\n  result: {{type: uri_folder}}\n"
+        "  loot: {type: uri_folder, path: azureml://datastores/default/paths/loot, "
+        "mode: upload}\n",
+        "python main.py",
+    )  # fmt: skip
+    job = cli.wait(attacker, ("Completed", "Failed", "Canceled"), timeout=180)
+    attacker_dir = Path(job["job_dir"])
+    assert job["status"] == "Completed", (attacker_dir / "system_logs/supervisor.txt").read_text()
+    report = json.loads((attacker_dir / "outputs" / "result" / "report.json").read_text())
+
+    # Every attack failed, as the kernel refused it (not because a path was wrong).
+    tried = report["tried"]
+    assert sorted(tried) == sorted(MUST_FAIL)
+    succeeded = {k: v for k, v in tried.items() if v["ok"]}
+    assert succeeded == {}
+    for name, what in tried.items():
+        expected = {"PermissionError"}
+        if name == "write the tokens table":
+            expected = {"OperationalError"}  # sqlite3: unable to open database file
+        elif name == "write the tokens table (PostgreSQL)":
+            expected = {"KeyError"}  # PHALANX_DB is not there to connect with
+        elif db is not None and name in ("read phalanx.db", "read phalanx.db-wal"):
+            expected = {"PermissionError", "FileNotFoundError"}  # no SQLite file: PostgreSQL
+        assert what["error"] in expected, (name, what)
+    # The job ran as an account of its own, from a base environment.
+    uid = report["uid"]
+    assert DEFAULT_FIRST_UID <= uid < DEFAULT_FIRST_UID + DEFAULT_COUNT
+    assert report["gid"] == uid and report["groups"] in ([], [uid])
+    seen = report["env"]
+    for absent in ("PHALANX_DB", "PHALANX_HOME", "SERVER_CANARY", "AZ_KEY", "PHALANX_SERVER"):
+        assert absent not in seen, absent
+    assert seen["HOME"] == seen["TMPDIR"] == str(attacker_dir / "tmp")
+    assert seen["USER"] == f"phalanx-{uid}"
+    assert json.loads(report["own datastores"])["datastores"].keys() == {"default"}
+
+    # Nothing of the server's (or the victim's) reached anything the job left or phalanx
+    # shows of it: its folder, its logs as served, its uploaded output, `job show`.
+    secrets = [stored, in_env, AZURITE_KEY, private, key.hex()]
+    if db is not None:
+        secrets.append(urlsplit(db).password or "no password?")
+    streamed = cli.run("job", "stream", attacker, "--all-ranks", timeout=60).stdout
+    shown = json.dumps(cli.show(attacker))
+    left = _everything_under(attacker_dir) + _everything_under(cli.home / "datastore" / "loot")
+    for secret in secrets:
+        for where, text in (("streamed", streamed), ("job show", shown)):
+            assert secret not in text, where
+        assert secret.encode() not in left and key not in left
+    assert not (cli.home / "datastore" / "loot" / "server").exists()
+    assert not (cli.home / "job-credentials" / f"{attacker}.json").exists()
+
+    # The victim ran on untouched, under an account of its own; cancelled, it ends well.
+    assert cli.show(victim)["status"] == "Running"
+    victim_uid = psutil.Process(victim_pid).uids().real
+    assert victim_uid != uid and victim_uid >= DEFAULT_FIRST_UID
+    assert cli.run("job", "cancel", victim, check=True).returncode == 0
+    assert cli.wait(victim, ("Canceled",))["status"] == "Canceled"
+    assert _running_as(uid) == _running_as(victim_uid) == []
+    assert oct(victim_dir.stat().st_mode & 0o777) == oct(0o700)  # the server's alone again
+
+    # The token the job tried to plant opens nothing; a real one does.
+    local = {k: v for k, v in cli.env.items() if k != "PHALANX_SERVER"}
+    local["PHALANX_HOME"] = str(cli.home)
+    made = subprocess.run(
+        [PHALANX, "server", "token", "create", "--user", "admin"], env=local,
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    authed = servers.start_phalanx_server(cli.home, cli.env, "--auth")
+    try:
+        for token, status in ((planted, 401), (made.stdout.strip(), 200)):
+            answer = httpx.get(
+                f"{authed.url}/api/v1/jobs", headers={"authorization": f"Bearer {token}"},
+                timeout=60,
+            )  # fmt: skip
+            assert answer.status_code == status
+    finally:
+        servers.kill_phalanx_server(authed)
