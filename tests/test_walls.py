@@ -28,11 +28,13 @@ from fsspec.implementations.local import LocalFileSystem
 
 import servers
 from conftest import PHALANX, Cli, blob_datastore, job_processes_under
+from phalanx.containers.engine import Engine
 from phalanx.jobs.inputs import download_dir
 from phalanx.jobs.walls import DEFAULT_COUNT, DEFAULT_FIRST_UID
 from phalanx.storage.cache import NodeCache
 from phalanx.storage.location import Location
 from servers import AZURITE_KEY, Azurite
+from test_containers import IMAGE, make_test_image
 
 pytestmark = pytest.mark.slow
 SERVER = pytest.mark.parametrize("cli", ["server"], indirect=True)
@@ -309,3 +311,199 @@ def test_a_job_cannot_touch_the_server_and_leaks_nothing(
             assert answer.status_code == status
     finally:
         servers.kill_phalanx_server(authed)
+
+
+# A job doing its own work, walled off: it reads its inputs in every mode (a download
+# and a file from the cache, a FUSE mount, the URI itself through the node cache, a
+# folder uploaded with it), writes outputs (its own, and one uploaded to a datastore),
+# saves a remote checkpoint, logs a metric and asks for an upload.
+WORK = """
+import hashlib, json, os, sys
+from pathlib import Path
+from phalanx.data.sources import open_source
+from phalanx.train import Checkpointer, log_metric, request_upload
+import torch
+
+def digest(root):
+    root = Path(root)
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and not p.name.startswith(".")}
+
+seen = {"uid": os.getuid(), "home": os.environ["HOME"], "inputs": {}}
+for name in ("down", "mounted", "local"):
+    seen["inputs"][name] = digest(os.environ["PHALANX_INPUT_" + name.upper()])
+seen["one"] = Path(os.environ["PHALANX_INPUT_ONE"]).read_bytes().decode()
+source = open_source(os.environ["PHALANX_INPUT_SHARDS"])
+index = source.index()
+with source.open_shard("a.bin", index["sha256"], index["size"]) as path:
+    seen["shard"] = path.read_bytes().decode()
+with Checkpointer(sys.argv[1]) as ckpt:
+    ckpt.save({"w": torch.tensor([3.0])}, 7)
+seen["checkpoint"] = [Checkpointer(sys.argv[1]).load_latest().step]
+with Checkpointer() as local:
+    local.save({"w": torch.tensor([1.0])}, 1)
+Path(os.environ["PHALANX_OUTPUT_UP"], "sent.txt").write_text("sent by the job")
+seen["asked"] = request_upload()
+log_metric("loss", 0.5, step=1)
+Path(os.environ["PHALANX_OUTPUT_RESULT"], "seen.json").write_text(json.dumps(seen))
+print("work done", flush=True)
+"""
+
+
+@SERVER
+def test_a_walled_off_job_still_does_its_own_work(cli: Cli, azurite: Azurite) -> None:
+    shard = b"a shard's bytes"
+    index = {"sha256": hashlib.sha256(shard).hexdigest(), "size": len(shard)}
+    files = {**FILES, "shards/a.bin": shard, "shards/index.json": json.dumps(index).encode()}
+    container = blob_datastore(cli, azurite, files)
+    cli.write("data/x.txt", "local data")
+    blobs = "azureml://datastores/blobs/paths"
+    name = _job(
+        cli, "work", WORK,
+        "inputs:\n"
+        f"  down: {{type: uri_folder, path: {blobs}/train, mode: download}}\n"
+        f"  mounted: {{type: uri_folder, path: {blobs}/train, mode: ro_mount}}\n"
+        f"  shards: {{type: uri_folder, path: {blobs}/shards, mode: direct}}\n"
+        f"  one: {{type: uri_file, path: {blobs}/shards/a.bin, mode: download}}\n"
+        "  local: {type: uri_folder, path: ./data}\n"
+        "outputs:\n  result: {type: uri_folder}\n"
+        f"  up: {{type: uri_folder, path: {blobs}/up, mode: upload}}\n",
+        f"python main.py {blobs}/ckpt",
+    )  # fmt: skip
+    job = cli.wait(name, ("Completed", "Failed", "Canceled"), timeout=180)
+    job_dir = Path(job["job_dir"])
+    assert job["status"] == "Completed", (job_dir / "system_logs/supervisor.txt").read_text()
+    seen = json.loads((job_dir / "outputs" / "result" / "seen.json").read_text())
+    assert DEFAULT_FIRST_UID <= seen["uid"] < DEFAULT_FIRST_UID + DEFAULT_COUNT
+    train = {k[len("train/") :]: hashlib.sha256(v).hexdigest() for k, v in FILES.items()}
+    assert seen["inputs"]["down"] == seen["inputs"]["mounted"] == train
+    assert seen["inputs"]["local"] == {"x.txt": hashlib.sha256(b"local data").hexdigest()}
+    assert seen["one"] == seen["shard"] == shard.decode()
+    assert seen["checkpoint"] == [7] and seen["asked"] is True
+    assert "work done" in (job_dir / "user_logs" / "std_log_process_0.txt").read_text()
+    # What it wrote is its own (and the server reads it); what it sent is on the store.
+    assert (job_dir / "checkpoints").stat().st_uid == seen["uid"]
+    assert any((job_dir / "checkpoints").glob("step_*1/COMMITTED"))
+    assert json.loads((job_dir / "metrics.jsonl").read_text())["name"] == "loss"
+    from azure.storage.blob import BlobServiceClient
+
+    store = BlobServiceClient.from_connection_string(azurite.connection_string)
+    sent = store.get_blob_client(container, "up/sent.txt").download_blob().readall()
+    assert sent == b"sent by the job"
+    names = {b.name for b in store.get_container_client(container).list_blobs("ckpt/")}
+    assert any(n.endswith("/COMMITTED") for n in names)
+    # Its end: nothing mounted in its folder, its credentials and account gone.
+    assert not [m for m in Path("/proc/self/mountinfo").read_text().splitlines() if name in m]
+    assert not (cli.home / "job-credentials" / f"{name}.json").exists()
+    assert _running_as(seen["uid"]) == []
+
+
+RESUME = """
+import os, signal, sys, time
+from phalanx.train import Checkpointer
+import torch
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+ckpt = Checkpointer()
+loaded = ckpt.load_latest()
+start = 0 if loaded is None else loaded.step + 1
+print(f"attempt {os.environ['PHALANX_ATTEMPT']} starts at step {start}", flush=True)
+for step in range(start, 10_000):
+    ckpt.save({"step": torch.tensor(step)}, step)
+    print(f"saved step {step}", flush=True)
+    if stop:
+        sys.exit(143)
+    if os.environ["PHALANX_ATTEMPT"] == "2" and step >= start + 2:
+        break
+    time.sleep(0.2)
+"""
+
+
+@SERVER
+def test_a_walled_off_job_resumes_after_preemption(cli: Cli) -> None:
+    name = _job(
+        cli, "resume", RESUME,
+        "retry: {max_attempts: 1, max_preemptions: 1, preemption_grace: 30}\n",
+        "python main.py",
+    )  # fmt: skip
+    log = cli.home / "jobs" / name / "user_logs" / "std_log_process_0.txt"
+    _wait_for("step 3", lambda: log.is_file() and "saved step 3" in log.read_text())
+    cli.run("job", "preempt", name, check=True)
+    job = cli.wait(name, ("Completed", "Failed", "Canceled"), timeout=180)
+    assert job["status"] == "Completed", job
+    text = log.read_text()
+    last = max(int(line.split()[-1]) for line in text.splitlines() if "saved step" in line
+               and text.index(line) < text.index("attempt 2"))  # fmt: skip
+    assert f"attempt 2 starts at step {last + 1}" in text
+    assert [a["status"] for a in job["attempts"]] == ["Failed", "Succeeded"]
+    assert job["attempts"][0]["cause"] == "preemption"
+
+
+MPI = """
+import json, os
+from pathlib import Path
+rank = os.environ["OMPI_COMM_WORLD_RANK"]
+seen = {"uid": os.getuid(), "rank": os.environ["RANK"], "ompi": rank,
+        "size": os.environ["OMPI_COMM_WORLD_SIZE"]}
+Path(os.environ["PHALANX_OUTPUTS_DIR"], f"mpi_{rank}.json").write_text(json.dumps(seen))
+"""
+
+
+@SERVER
+def test_a_walled_off_mpi_job_runs_its_ranks_as_its_account(cli: Cli) -> None:
+    name = _job(
+        cli, "mpi", MPI,
+        "resources: {instance_count: 2}\n"
+        "distribution: {type: mpi, process_count_per_instance: 1}\n",
+        "python main.py",
+    )  # fmt: skip
+    job = cli.wait(name, ("Completed", "Failed", "Canceled"), timeout=180)
+    job_dir = Path(job["job_dir"])
+    assert job["status"] == "Completed", (job_dir / "system_logs" / "node_0.txt").read_text()
+    seen = [json.loads((job_dir / "outputs" / f"mpi_{r}.json").read_text()) for r in (0, 1)]
+    assert [(s["rank"], s["ompi"], s["size"]) for s in seen] == [("0", "0", "2"), ("1", "1", "2")]
+    assert seen[0]["uid"] == seen[1]["uid"] >= DEFAULT_FIRST_UID
+
+
+CONTAINED = """
+import json, os, sys
+from pathlib import Path
+ws = Path(sys.argv[1])
+seen = {"uid": os.getuid(), "container": os.path.exists("/run/.containerenv"),
+        "workspace": ws.exists(), "secrets": (ws / "secrets.json").exists(),
+        "own": sorted(p.name for p in Path(os.environ["PHALANX_JOB_DIR"]).iterdir())}
+try:
+    os.setuid(0)
+    seen["root"] = True
+except PermissionError:
+    seen["root"] = False
+Path(os.environ["PHALANX_OUTPUTS_DIR"], "seen.json").write_text(json.dumps(seen))
+"""
+
+
+@pytest.fixture(scope="session")
+def engine() -> Engine:
+    """The engine, with the test image on it."""
+    from phalanx.containers.engine import find_engine
+
+    found = find_engine()
+    make_test_image()
+    return found
+
+
+@SERVER
+def test_a_walled_off_job_in_an_image_runs_as_its_account(cli: Cli, engine: Engine) -> None:
+    name = _job(
+        cli, "contained", CONTAINED, f"environment: {{image: {IMAGE}}}\n",
+        f"python main.py {cli.home}",
+    )  # fmt: skip
+    job = cli.wait(name, ("Completed", "Failed", "Canceled"), timeout=180)
+    job_dir = Path(job["job_dir"])
+    assert job["status"] == "Completed", (job_dir / "system_logs" / "node_0.txt").read_text()
+    seen = json.loads((job_dir / "outputs" / "seen.json").read_text())
+    # Its own account inside too, no way back to root, and only its folder to see.
+    assert seen["container"] is True and seen["root"] is False
+    assert DEFAULT_FIRST_UID <= seen["uid"] < DEFAULT_FIRST_UID + DEFAULT_COUNT
+    assert seen["workspace"] is True and seen["secrets"] is False  # the path, not its files
+    assert {"code", "outputs", "user_logs", "tmp"} <= set(seen["own"])
+    assert _running_as(seen["uid"]) == []
