@@ -14,7 +14,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -26,11 +28,13 @@ import psutil
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 
+import jobpython
 import servers
 from conftest import PHALANX, Cli, blob_datastore, job_processes_under
 from phalanx.containers.engine import Engine
 from phalanx.jobs.inputs import download_dir
 from phalanx.jobs.walls import DEFAULT_COUNT, DEFAULT_FIRST_UID
+from phalanx.launch.ports import free_port
 from phalanx.storage.cache import NodeCache
 from phalanx.storage.location import Location
 from servers import AZURITE_KEY, Azurite
@@ -507,3 +511,63 @@ def test_a_walled_off_job_in_an_image_runs_as_its_account(cli: Cli, engine: Engi
     assert seen["workspace"] is True and seen["secrets"] is False  # the path, not its files
     assert {"code", "outputs", "user_logs", "tmp"} <= set(seen["own"])
     assert _running_as(seen["uid"]) == []
+
+
+def _start(home: Path, *args: str, user: int | None = None) -> subprocess.CompletedProcess[str]:
+    """``phalanx server start`` that is expected to refuse at once."""
+    python, needs = jobpython.job_python()
+    env = {**os.environ, **needs, "PHALANX_HOME": str(home)}
+    env.pop("PHALANX_DB", None)
+    return subprocess.run(
+        [python, "-m", "phalanx.cli.main", "server", "start", "--port", str(free_port()), *args],
+        env=env, capture_output=True, text=True, timeout=60, user=user, cwd="/",
+    )  # fmt: skip
+
+
+def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+def test_a_server_that_cannot_wall_jobs_off_refuses_to_start(tmp_path: Path) -> None:
+    # Root, but its workspace where no other account can go.
+    private = Path(tempfile.mkdtemp())  # 0700
+    try:
+        line = _one_line(_start(private / "ws"))
+        assert f"inside {private}, which other accounts cannot enter; chmod o+x {private}" in line
+        assert "--trust-jobs" in line
+    finally:
+        shutil.rmtree(private)
+    # Not root, with tokens: jobs cannot get accounts of their own.
+    home = jobpython.workspace_home(tmp_path)
+    local = {**os.environ, "PHALANX_HOME": str(home)}
+    made = subprocess.run([PHALANX, "server", "token", "create", "--user", "a"], env=local,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    uid = DEFAULT_FIRST_UID - 1  # an account of no one
+    for path in [home, *home.rglob("*")]:
+        os.chown(path, uid, uid, follow_symlinks=False)
+    line = _one_line(_start(home, "--auth", "--host", "127.0.0.1", user=uid))
+    assert line.startswith("error: a server with tokens runs each job as an account of its own")
+    assert "pass --trust-jobs" in line
+    # A uid range that is someone's, or not a range.
+    for uids, said in (("65534-65540", "uid 65534 (nobody in /etc/passwd)"),
+                       ("0-10", "give START-END")):  # fmt: skip
+        assert said in _one_line(_start(home, "--job-uids", uids))
+
+
+@pytest.mark.parametrize("cli", ["local"], indirect=True)
+def test_trusted_jobs_run_as_the_server(cli: Cli) -> None:
+    server = servers.start_phalanx_server(cli.home, cli.env, "--trust-jobs")
+    try:
+        assert "jobs run as this account" in server.log.read_text()
+        cli.env.update(PHALANX_SERVER=server.url)
+        cli.write("who/main.py", "import os; print('uid', os.getuid(), flush=True)\n")
+        spec = cli.write("who.yml", "command: python main.py\ncode: who\n")
+        job = cli.wait(cli.create(spec), ("Completed", "Failed"))
+        log = Path(job["job_dir"]) / "user_logs" / "std_log_process_0.txt"
+        assert "uid 0" in log.read_text()
+    finally:
+        servers.kill_phalanx_server(server)
