@@ -419,6 +419,9 @@ def prepare(
     try:
         return _prepare(spec, paths, ws, canceled, on_nodes, remote_outputs, account)
     except BaseException:
+        from phalanx.storage.jobstores import file_for
+
+        file_for(ws.home, paths.root.name).unlink(missing_ok=True)
         if account is not None:  # nothing of the job runs: its account ends here
             from phalanx.jobs.accounts import release
 
@@ -457,6 +460,13 @@ def _prepare(
         )
     located = check_inputs(spec, ws)
     owner = (account.uid, account.gid) if account is not None else None
+    datastores_file = None
+    if not on_nodes:
+        from phalanx.storage import jobstores
+
+        datastores_file = jobstores.write(
+            jobstores.file_for(ws.home, paths.root.name), jobstores.build(spec, ws), owner
+        )
     if on_nodes:
         ready = InputsReady()
     else:
@@ -526,13 +536,6 @@ def _prepare(
         else interpolate(spec.command, inputs, references, literals=literals.keys())
     )
     env = {k: str(v) for k, v in spec.environment_variables.items()}
-    datastores_file = None
-    if not on_nodes:
-        from phalanx.storage import jobstores
-
-        datastores_file = jobstores.write(
-            jobstores.file_for(ws.home, paths.root.name), jobstores.build(spec, ws), owner
-        )
     return Prepared(
         command,
         inputs,
