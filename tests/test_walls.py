@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -33,7 +34,7 @@ import servers
 from conftest import PHALANX, Cli, blob_datastore, job_processes_under
 from phalanx.containers.engine import Engine
 from phalanx.jobs.inputs import download_dir
-from phalanx.jobs.walls import DEFAULT_COUNT, DEFAULT_FIRST_UID
+from phalanx.jobs.walls import DEFAULT_COUNT, DEFAULT_FIRST_UID, blocking_folder
 from phalanx.launch.ports import free_port
 from phalanx.storage.cache import NodeCache
 from phalanx.storage.location import Location
@@ -319,8 +320,9 @@ def test_a_job_cannot_touch_the_server_and_leaks_nothing(
 
 # A job doing its own work, walled off: it reads its inputs in every mode (a download
 # and a file from the cache, a FUSE mount, the URI itself through the node cache, a
-# folder uploaded with it), writes outputs (its own, and one uploaded to a datastore),
-# saves a remote checkpoint, logs a metric and asks for an upload.
+# folder uploaded with it), writes outputs (its own, one uploaded to a datastore, one
+# through a read-write FUSE mount), saves checkpoints (its own, and on a datastore),
+# logs a metric and asks for an upload.
 WORK = """
 import hashlib, json, os, sys
 from pathlib import Path
@@ -347,6 +349,7 @@ seen["checkpoint"] = [Checkpointer(sys.argv[1]).load_latest().step]
 with Checkpointer() as local:
     local.save({"w": torch.tensor([1.0])}, 1)
 Path(os.environ["PHALANX_OUTPUT_UP"], "sent.txt").write_text("sent by the job")
+Path(os.environ["PHALANX_OUTPUT_RW"], "mounted.txt").write_text("written through FUSE")
 seen["asked"] = request_upload()
 log_metric("loss", 0.5, step=1)
 Path(os.environ["PHALANX_OUTPUT_RESULT"], "seen.json").write_text(json.dumps(seen))
@@ -371,7 +374,8 @@ def test_a_walled_off_job_still_does_its_own_work(cli: Cli, azurite: Azurite) ->
         f"  one: {{type: uri_file, path: {blobs}/shards/a.bin, mode: download}}\n"
         "  local: {type: uri_folder, path: ./data}\n"
         "outputs:\n  result: {type: uri_folder}\n"
-        f"  up: {{type: uri_folder, path: {blobs}/up, mode: upload}}\n",
+        f"  up: {{type: uri_folder, path: {blobs}/up, mode: upload}}\n"
+        f"  rw: {{type: uri_folder, path: {blobs}/rw, mode: rw_mount}}\n",
         f"python main.py {blobs}/ckpt",
     )  # fmt: skip
     job = cli.wait(name, ("Completed", "Failed", "Canceled"), timeout=180)
@@ -394,10 +398,13 @@ def test_a_walled_off_job_still_does_its_own_work(cli: Cli, azurite: Azurite) ->
     store = BlobServiceClient.from_connection_string(azurite.connection_string)
     sent = store.get_blob_client(container, "up/sent.txt").download_blob().readall()
     assert sent == b"sent by the job"
+    mounted = store.get_blob_client(container, "rw/mounted.txt").download_blob().readall()
+    assert mounted == b"written through FUSE"
     names = {b.name for b in store.get_container_client(container).list_blobs("ckpt/")}
     assert any(n.endswith("/COMMITTED") for n in names)
     # Its end: nothing mounted in its folder, its credentials and account gone.
-    assert not [m for m in Path("/proc/self/mountinfo").read_text().splitlines() if name in m]
+    mounts = Path("/proc/self/mountinfo").read_text()
+    assert str(job_dir) not in mounts
     assert not (cli.home / "job-credentials" / f"{name}.json").exists()
     assert _running_as(seen["uid"]) == []
 
@@ -571,3 +578,25 @@ def test_trusted_jobs_run_as_the_server(cli: Cli) -> None:
         assert "uid 0" in log.read_text()
     finally:
         servers.kill_phalanx_server(server)
+
+
+@pytest.mark.parametrize("cli", ["local"], indirect=True)
+def test_a_job_made_on_the_machine_is_walled_off_too_or_says_why_not(cli: Cli) -> None:
+    # A server walled the workspace's jobs off; root then makes a job with its own CLI.
+    servers.kill_phalanx_server(servers.start_phalanx_server(cli.home, cli.env))
+    cli.write("who/main.py", "import os; print('uid', os.getuid(), flush=True)\n")
+    spec = cli.write("who.yml", "command: python main.py\ncode: who\n")
+    job = cli.wait(cli.create(spec), ("Completed", "Failed"))
+    blocked = blocking_folder(Path(sys.executable).resolve())
+    if blocked is None:  # this CLI's Python is one every account runs: walled off as well
+        assert job["status"] == "Completed", job
+        log = Path(job["job_dir"]) / "user_logs" / "std_log_process_0.txt"
+        assert int(log.read_text().split()[1]) >= DEFAULT_FIRST_UID
+    else:  # one line saying why, and nothing run as root instead
+        assert job["status"] == "Failed" and job["attempts"] == []
+        assert job["error"]["message"] == (
+            f"jobs cannot be walled off: phalanx's Python ({Path(sys.executable).resolve()}) "
+            f"is inside {blocked}, which other accounts cannot enter; chmod o+x {blocked}, or "
+            "install phalanx where every account can read it, or start with --trust-jobs (jobs "
+            "then run as root and can read the server's database and secrets)"
+        )

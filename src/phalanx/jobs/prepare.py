@@ -570,11 +570,12 @@ def _account(ws: Workspace, paths: JobPaths) -> JobAccount | None:
     Raises:
         PhalanxError: no account of the range is free.
     """
-    from phalanx.jobs.walls import active
+    from phalanx.jobs.walls import active, check_python
 
     settings = active(ws.home)
     if settings is None:
         return None
+    check_python()
     from phalanx.jobs.accounts import claim
 
     try:

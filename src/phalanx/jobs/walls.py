@@ -114,7 +114,7 @@ def plan(home: Path, *, auth: bool, trust_jobs: bool, uids: str | None) -> WallS
     _check_reachable(home, "the workspace", "put the workspace elsewhere (--workspace)")
     exe = Path(sys.executable).resolve()
     _check_reachable(exe, "phalanx's Python", "install phalanx where every account can read it")
-    _probe(first, home)
+    _probe(first)
     return WallSettings(True, first, count)
 
 
@@ -171,20 +171,41 @@ def _check_reachable(path: Path, what: str, move: str) -> None:
         )
 
 
-def _probe(uid: int, home: Path) -> None:
-    """Run phalanx's Python as a job's account once: it must start and find its packages."""
-    code = "import importlib.util, phalanx.launch.worker; importlib.util.find_spec('torch')"
+def check_python() -> None:
+    """Before a job runs as its account: phalanx's Python must be where that account goes
+    (a supervisor started by another program than the server may run on another one).
+
+    Raises:
+        PhalanxError: one line naming the folder and the fix.
+    """
+    exe = Path(sys.executable).resolve()
+    _check_reachable(exe, "phalanx's Python", "install phalanx where every account can read it")
+
+
+def _probe(uid: int) -> None:
+    """Run phalanx's Python as a job's account once: it must start and see the packages
+    this process sees (torch, where it is installed)."""
+    import importlib.util
+
+    torch = importlib.util.find_spec("torch") is not None
+    code = (
+        "import importlib.util, sys, phalanx.launch.worker; "
+        f"sys.exit(0 if (importlib.util.find_spec('torch') is not None) == {torch} else "
+        "'its packages (torch) cannot be read')"
+    )
+    problem = ""
     try:
         proc = subprocess.run(
             [sys.executable, "-c", code], user=uid, group=uid, extra_groups=[], cwd="/",
-            env=base_environment(os.environ), capture_output=True,
-            text=True, timeout=60,
+            env=base_environment(os.environ), capture_output=True, text=True, timeout=60,
         )  # fmt: skip
     except (OSError, subprocess.SubprocessError) as exc:
-        proc = None
         problem = str(exc)
-    if proc is None or proc.returncode != 0:
-        problem = proc.stderr.strip().splitlines()[-1] if proc and proc.stderr else problem
+    else:
+        if proc.returncode != 0:
+            lines = proc.stderr.strip().splitlines()
+            problem = lines[-1] if lines else f"exit code {proc.returncode}"
+    if problem:
         raise PhalanxError(
             f"jobs cannot be walled off: phalanx's Python ({sys.executable}) does not run as "
             f"uid {uid} ({problem}); install phalanx where every account can read it, or start "
