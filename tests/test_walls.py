@@ -50,8 +50,8 @@ VICTIM = """
 import os, sys, time
 from pathlib import Path
 out = Path(os.environ["PHALANX_OUTPUT_RESULT"])
-(out / "secret.txt").write_text(sys.argv[1])
-print("the victim's own line", sys.argv[1], flush=True)
+(out / "secret.txt").write_text(os.environ["PRIVATE"])
+print("the victim's own line", os.environ["PRIVATE"], flush=True)
 print("victim ready", flush=True)
 time.sleep(600)
 """
@@ -69,7 +69,13 @@ def attempt(name, fn):
     try:
         tried[name] = {"ok": True, "got": repr(fn())[:4000]}
     except Exception as exc:
-        tried[name] = {"ok": False, "error": type(exc).__name__, "message": str(exc)[:300]}
+        tried[name] = {"ok": False, "error": type(exc).__name__, "message": str(exc)[:300],
+                       "code": getattr(exc, "code", None)}
+
+def api(headers):
+    import urllib.request
+    asked = urllib.request.Request(os.environ["SERVER_URL"] + "/api/v1/jobs", headers=headers)
+    return urllib.request.urlopen(asked, timeout=30).read()
 
 def plant_token():
     db = sqlite3.connect(f"file:{ws / 'phalanx.db'}?mode=rw", uri=True)
@@ -117,6 +123,14 @@ attempt("read the supervisor's environment", lambda: environ_of(supervisor()))
 attempt("read another job's environment", lambda: environ_of(int(os.environ["VICTIM_PID"])))
 attempt("signal another job", lambda: os.kill(int(os.environ["VICTIM_PID"]), signal.SIGTERM))
 attempt("read the server's datastore folder", lambda: os.listdir(ws / "datastore"))
+attempt("use the server's API", lambda: api({}))
+attempt("use the server's API, said to be forwarded", lambda: api({"X-Forwarded-For": "8.8.8.8"}))
+command_lines = {}  # everything any process was started with, as any account sees it
+for proc in Path("/proc").iterdir():
+    try:
+        command_lines[proc.name] = (proc / "cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        pass
 # A job's own files, replaced by links to the server's: phalanx, reading them as root,
 # must not follow them (the log is served, the output uploaded to a datastore).
 logs = Path(os.environ["PHALANX_JOB_DIR"]) / "user_logs"
@@ -130,6 +144,7 @@ report = {
     "env": dict(os.environ),
     "uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(),
     "own datastores": Path(own).read_text() if own else None,
+    "command lines": command_lines,
 }
 (Path(os.environ["PHALANX_OUTPUT_RESULT"]) / "report.json").write_text(json.dumps(report))
 print(json.dumps(report))
@@ -143,7 +158,8 @@ MUST_FAIL = (
     "list the node cache", "list another job's cache entry", "read another job's cache entry",
     "read another job's input", "read the server's environment",
     "read the supervisor's environment", "read another job's environment",
-    "signal another job", "read the server's datastore folder",
+    "signal another job", "read the server's datastore folder", "use the server's API",
+    "use the server's API, said to be forwarded",
 )  # fmt: skip
 
 
@@ -216,8 +232,11 @@ def test_a_job_cannot_touch_the_server_and_leaks_nothing(
     victim = _job(
         cli, "victim", VICTIM,
         "inputs:\n  data: {type: uri_folder, path: azureml://datastores/blobs/paths/train, "
-        "mode: download}\noutputs:\n  result: {type: uri_folder}\n",
-        f"python main.py {private}",
+        "mode: download}\noutputs:\n  result: {type: uri_folder}\n"
+        # Not on its command line, which every account on a machine can read (unless /proc
+        # is mounted with hidepid): its environment is its own.
+        f"environment_variables: {{PRIVATE: {private}}}\n",
+        "python main.py",
     )  # fmt: skip
     victim_dir = Path(cli.show(victim)["job_dir"])
     log = victim_dir / "user_logs" / "std_log_process_0.txt"
@@ -233,7 +252,7 @@ def test_a_job_cannot_touch_the_server_and_leaks_nothing(
     env = {
         "WS": str(cli.home), "VICTIM": str(victim_dir), "ENTRY": str(entry),
         "CACHE": cli.env["PHALANX_CACHE_DIR"], "SERVER_PID": str(cli.server.proc.pid),
-        "VICTIM_PID": str(victim_pid),
+        "VICTIM_PID": str(victim_pid), "SERVER_URL": cli.server.url,
         "PLANTED_HASH": hashlib.sha256(planted.encode()).hexdigest(),
     }  # fmt: skip
     variables = "".join(f"  {k}: '{v}'\n" for k, v in env.items())
@@ -262,6 +281,9 @@ def test_a_job_cannot_touch_the_server_and_leaks_nothing(
             expected = {"KeyError"}  # PHALANX_DB is not there to connect with
         elif db is not None and name in ("read phalanx.db", "read phalanx.db-wal"):
             expected = {"PermissionError", "FileNotFoundError"}  # no SQLite file: PostgreSQL
+        elif name.startswith("use the server's API"):
+            expected = {"HTTPError"}  # a server without tokens answers no job
+            assert what["code"] == 403, what
         assert what["error"] in expected, (name, what)
     # The job ran as an account of its own, from a base environment.
     uid = report["uid"]

@@ -218,6 +218,10 @@ def serve(
         ssl_certfile=str(tls_cert) if tls_cert else None,
         ssl_keyfile=str(tls_key) if tls_key else None,
         timeout_graceful_shutdown=5,
+        # Without tokens no proxy stands in front (loopback only), and a request's peer must
+        # be the real one: a walled-off job is refused by it (server/peers.py), and a
+        # forwarded-for header from loopback would otherwise be believed.
+        proxy_headers=settings.auth,
     )
 
 
