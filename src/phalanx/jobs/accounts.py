@@ -29,7 +29,8 @@ import os
 import shutil
 from pathlib import Path
 
-from phalanx.jobs.walls import WallSettings, harden
+from phalanx.errors import PhalanxError
+from phalanx.jobs.walls import WallSettings, active, check_python, harden
 from phalanx.launch.account import JobAccount
 from phalanx.workspace.layout import JobPaths
 
@@ -55,6 +56,24 @@ def account_of(job_dir: Path) -> JobAccount | None:
     except (OSError, ValueError, KeyError):
         return None
     return account if held else None
+
+
+def account_for(home: Path, paths: JobPaths) -> JobAccount | None:
+    """The job's own account when the workspace's server walls jobs off; else ``None``.
+
+    Raises:
+        PhalanxError: this process's Python is out of the account's reach, or every
+            account of the range is held.
+    """
+    settings = active(home)
+    if settings is None:
+        release(paths.root)  # one held while walls were up (the server now trusts jobs)
+        return None
+    check_python()
+    try:
+        return claim(home, paths, settings)
+    except OSError as exc:
+        raise PhalanxError(f"the job cannot get an account of its own: {exc}") from exc
 
 
 def claim(home: Path, paths: JobPaths, settings: WallSettings) -> JobAccount:

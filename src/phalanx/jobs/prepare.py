@@ -20,6 +20,7 @@ from typing import Any
 from phalanx.containers.image import ImageRef
 from phalanx.containers.nodebuild import NodeBuild, for_nodes
 from phalanx.errors import PhalanxError
+from phalanx.jobs.accounts import account_for
 from phalanx.jobs.inputs import InputsReady, check_inputs, is_local_fs, make_ready
 from phalanx.launch.account import JobAccount
 from phalanx.launch.environment import (
@@ -415,7 +416,7 @@ def prepare(
     """
     spec = with_registered_environment(spec, ws)
     remote_outputs = check_outputs(spec, ws)
-    account = None if on_nodes else _account(ws, paths)
+    account = None if on_nodes else account_for(ws.home, paths)
     try:
         return _prepare(spec, paths, ws, canceled, on_nodes, remote_outputs, account)
     except BaseException:
@@ -562,23 +563,3 @@ def _prepare(
         datastores_file=datastores_file,
         job_dir=paths.root,
     )
-
-
-def _account(ws: Workspace, paths: JobPaths) -> JobAccount | None:
-    """The job's own account when the workspace's server walls jobs off; else ``None``.
-
-    Raises:
-        PhalanxError: no account of the range is free.
-    """
-    from phalanx.jobs.walls import active, check_python
-
-    settings = active(ws.home)
-    if settings is None:
-        return None
-    check_python()
-    from phalanx.jobs.accounts import claim
-
-    try:
-        return claim(ws.home, paths, settings)
-    except OSError as exc:
-        raise PhalanxError(f"the job cannot get an account of its own: {exc}") from exc
