@@ -19,6 +19,7 @@ from typing import Any
 import psutil
 import pytest
 
+import jobpython
 import pg
 import servers
 from phalanx.bench import raycluster
@@ -247,6 +248,12 @@ def _built_images_removed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             engine.run(["rmi", image])  # one gone already, or still in use, stays as it is
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _old_workspaces_removed() -> None:
+    """Test workspaces outside pytest's folders go when pytest removed their tests' folders."""
+    jobpython.remove_orphans()
+
+
 @pytest.fixture(scope="session")
 def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Azurite]:
     """One Azurite for the session; tests use containers of their own."""
@@ -329,7 +336,7 @@ def cli(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cli]:
     (``@pytest.mark.parametrize("cli", ["local", "server"], indirect=True)``) puts a
     ``phalanx server`` on that workspace and runs every command through it, from a
     "laptop" whose own ``PHALANX_HOME`` is another, empty folder."""
-    home = tmp_path / "home"
+    home = jobpython.workspace_home(tmp_path)  # reachable by a walled-off job's account
     workdir = tmp_path / "work"
     workdir.mkdir()
     env = dict(os.environ)

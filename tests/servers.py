@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 
+import jobpython
 from phalanx.launch.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -185,9 +186,13 @@ def start_phalanx_server(
     log = home.parent / f"server-{port}.log"
     server_env = {k: v for k, v in env.items() if k not in ("PHALANX_SERVER", "PHALANX_TOKEN")}
     server_env["PHALANX_HOME"] = str(home)
+    # As root the server walls its jobs off: their accounts must run its Python (and reach
+    # the workspace: see jobpython.workspace_home).
+    python, needs = jobpython.job_python()
+    server_env.update(needs)
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "phalanx"), "server", "start",
+            [python, "-m", "phalanx.cli.main", "server", "start",
              "--port", str(port), *args],
             env=server_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip

@@ -44,6 +44,7 @@ distribution: {{type: pytorch, process_count_per_instance: 1}}
 
 def _hold_spec(cli: Cli, gates: Path, nodes: int = 1, gpus: int = 1, name: str = "job") -> Path:
     gates.mkdir(exist_ok=True)
+    gates.chmod(0o755)  # a server's job runs walled off: its account must see the gates
     return cli.write(f"{name}.yml", HOLD.format(gates=gates, nodes=nodes, gpus=gpus))
 
 
@@ -110,7 +111,7 @@ def test_nodes_get_disjoint_gpus_and_a_job_waits_for_its_turn(
 ) -> None:
     cli.run("compute", "create", "--type", "local", "--name", "local", "--gpus", "0-7",
             "--cpus", "64", check=True)  # fmt: skip
-    gates = tmp_path / "gates"
+    gates = cli.home.parent / "gates"
     first = cli.create(_hold_spec(cli, gates, nodes=2, gpus=3))
     assert _wait_devices(cli, first, 2) == {0: "0,1,2", 1: "3,4,5"}
     # 2 GPUs are free: a 3-GPU job waits, and a 2-GPU job behind it may not take them.
@@ -149,7 +150,7 @@ def test_nodes_get_disjoint_gpus_and_a_job_waits_for_its_turn(
 def test_a_job_that_can_never_fit_is_refused_at_create(cli: Cli, tmp_path: Path) -> None:
     cli.run("compute", "create", "--type", "local", "--name", "local", "--gpus", "0-7",
             check=True)  # fmt: skip
-    spec = _hold_spec(cli, tmp_path / "gates", gpus=9)
+    spec = _hold_spec(cli, cli.home.parent / "gates", gpus=9)
     proc = cli.run("job", "create", "-f", str(spec))
     assert proc.returncode == 2
     assert "9 GPUs" in proc.stderr and "has 8" in proc.stderr, proc.stderr
@@ -180,7 +181,7 @@ def test_the_built_in_target_keeps_the_gpus_no_other_local_target_owns(
     smi.chmod(0o755)
     cli.env["PATH"] = f"{fake}{os.pathsep}{cli.env['PATH']}"
     cli.env["PHALANX_SYSTEM_METRICS_INTERVAL"] = "0"
-    gates = tmp_path / "gates"
+    gates = cli.home.parent / "gates"
     refused = cli.run("compute", "create", "--type", "local", "--name", "team")
     assert refused.returncode == 2 and "needs --gpus" in refused.stderr
     cli.run("compute", "create", "--type", "local", "--name", "team", "--gpus", "6,7",
@@ -201,7 +202,7 @@ def test_priority_then_submission_order_and_cancel_while_queued(
 ) -> None:
     cli.run("compute", "create", "--type", "local", "--name", "local", "--gpus", "0",
             check=True)  # fmt: skip
-    gates = tmp_path / "gates"
+    gates = cli.home.parent / "gates"
     spec = _hold_spec(cli, gates)
     blocker = cli.create(spec)
     _wait_devices(cli, blocker, 1)
@@ -291,7 +292,7 @@ def test_a_killed_scheduler_and_waiting_supervisors_lose_no_job(cli: Cli, tmp_pa
     """What a reboot does to the queue: every phalanx process of it dies at once."""
     cli.run("compute", "create", "--type", "local", "--name", "local", "--gpus", "0",
             check=True)  # fmt: skip
-    gates = tmp_path / "gates"
+    gates = cli.home.parent / "gates"
     spec = _hold_spec(cli, gates)
     names = [cli.create(spec, "retry.max_attempts=2") for _ in range(3)]
     _wait_devices(cli, names[0], 1)
@@ -318,7 +319,7 @@ def test_random_submissions_cancels_ends_and_kills_keep_devices_apart(
     """Random events against the real queue; after each, no device is held twice."""
     cli.run("compute", "create", "--type", "local", "--name", "local", "--gpus", "0-3",
             "--cpus", "64", check=True)  # fmt: skip
-    gates = tmp_path / "gates"
+    gates = cli.home.parent / "gates"
     rng = random.Random(13)
     specs = {g: _hold_spec(cli, gates, gpus=g, name=f"g{g}") for g in (1, 2, 3)}
     jobs: list[str] = []

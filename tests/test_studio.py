@@ -26,6 +26,7 @@ import httpx
 import psutil
 import pytest
 
+import jobpython
 import servers
 from conftest import BIN, PHALANX, Cli, job_processes_under, workspace_processes
 
@@ -128,7 +129,7 @@ def _job(cli: Cli, script: str, text: str, procs: int = 1, *args: str, more: str
 @pytest.fixture(scope="module")
 def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Studio]:
     root = tmp_path_factory.mktemp("studio")
-    home, workdir = root / "home", root / "work"
+    home, workdir = jobpython.workspace_home(root), root / "work"
     workdir.mkdir()
     env = dict(os.environ)
     env.update(
@@ -146,7 +147,9 @@ def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Studio]:
     done = _job(cli, "done.py", DONE, 1, "${{outputs.model}}", more=outputs)
     failed = _job(cli, "fail.py", FAIL, 2)
     live = _job(cli, "live.py", LIVE, 1, str(poke))
-    server = servers.start_phalanx_server(home, env)
+    # Its jobs were made on this machine's workspace by root's own CLI (whose Python other
+    # accounts may not run): the server trusts them, as it did the embedded user.
+    server = servers.start_phalanx_server(home, env, "--trust-jobs")
     try:
         assert cli.wait(done, ("Completed", "Failed"))["status"] == "Completed"
         assert cli.wait(failed, ("Failed", "Completed"))["status"] == "Failed"
@@ -418,7 +421,7 @@ def test_behind_auth_a_token_signs_in_to_an_http_only_session(studio: Studio, br
         "server", "token", "create", "--user", "carol", "--name", "carol-browser", check=True
     )
     token = made.stdout.strip()
-    server = servers.start_phalanx_server(studio.cli.home, studio.cli.env, "--auth")
+    server = servers.start_phalanx_server(studio.cli.home, studio.cli.env, "--auth", "--trust-jobs")
     context = browser.new_context(bypass_csp=True)
     try:
         page = context.new_page()

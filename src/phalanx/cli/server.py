@@ -56,6 +56,17 @@ def server_group() -> None:
     default=None,
     help="Serving processes on the one port (default: one per core, at most 4).",
 )
+@click.option(
+    "--trust-jobs",
+    is_flag=True,
+    help="Run jobs as the server's own account, not walled off: any job can then read "
+    "the database, secrets and tokens (only where every token holder is trusted).",
+)
+@click.option(
+    "--job-uids",
+    metavar="START-END",
+    help="The uids (and gids) walled-off jobs get, one each (default 1879048192-1879113727).",
+)
 def start_cmd(
     host: str,
     port: int,
@@ -67,6 +78,8 @@ def start_cmd(
     tls_cert: Path | None,
     tls_key: Path | None,
     workers: int | None,
+    trust_jobs: bool,
+    job_uids: str | None,
 ) -> int:
     """Serve the workspace; runs in the foreground (systemd: see docs/deploy.md)."""
     import os
@@ -90,6 +103,8 @@ def start_cmd(
         tls_cert=tls_cert,
         tls_key=tls_key,
         workers=default_workers() if workers is None else workers,
+        trust_jobs=trust_jobs,
+        job_uids=job_uids,
     )
     return 0
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import signal
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from phalanx.launch import procs
+from phalanx.launch.account import JobAccount
 from phalanx.launch.node import NodeLaunch
 from phalanx.launch.ports import free_ports
 
@@ -61,8 +62,16 @@ class LocalCompute:
     starts_every_node = False
     """MPI: one ``mpirun`` on node 0 starts every node's ranks (its daemons run here)."""
 
+    def __init__(self) -> None:
+        self.account: JobAccount | None = None
+        self.datastores_file: Path | None = None
+        self._paths: JobPaths | None = None
+
     def attach(self, prepared: Prepared, paths: JobPaths) -> None:
-        """Nothing to send anywhere: every node is this machine."""
+        """Nothing to send anywhere (every node is this machine); note who the nodes run
+        as and where their datastores are."""
+        self.account, self.datastores_file = prepared.account, prepared.datastores_file
+        self._paths = paths
 
     def dump_stacks(self, job_dir: Path, attempt: int) -> int:
         """Ask the attempt's Python processes for their stacks."""
@@ -97,6 +106,11 @@ class LocalCompute:
 
     def start_node(self, launch: NodeLaunch, log_path: Path) -> LocalNode:
         """Start node ``launch.node_rank``'s launcher, its output appended to ``log_path``."""
+        launch = replace(launch, account=self.account, datastores_file=self.datastores_file)
+        if self.account is not None and self._paths is not None:
+            from phalanx.jobs.accounts import attempt_folder
+
+            attempt_folder(self._paths, self.account, launch.attempt)  # its ranks write there
         env = launch.env()
         # Every node is on this machine, so gloo's traffic stays on loopback
         # (its default, the interface of the host name, may not exist).
@@ -118,11 +132,15 @@ class LocalCompute:
             How many processes and containers had to be stopped.
         """
         from phalanx.containers.sweep import remove
+        from phalanx.jobs.accounts import account_of
 
+        # A walled-off job's account: every process running as it is the job's.
+        account = account_of(job_dir)
+        uid = account.uid if account is not None else None
         # Containers first, gracefully (their engine's helpers are among the processes);
         # then the processes; then any container a killed helper left behind.
         stopped = remove(job_dir, attempt, grace_s)
-        stopped += procs.sweep(str(job_dir), attempt, grace_s, descendants=descendants)
+        stopped += procs.sweep(str(job_dir), attempt, grace_s, descendants=descendants, uid=uid)
         return stopped + remove(job_dir, attempt, 0.0)
 
     def reap(self, nodes: Sequence[object]) -> None:

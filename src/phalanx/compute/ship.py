@@ -168,7 +168,7 @@ class Scanner:
 def _private(name: str) -> bool:
     """A file that stays on its node: a container's environment file (0600, the job's
     variables), which the sweep removes there."""
-    return name.startswith(".container_node_") and name.endswith(".env")
+    return name.startswith(".container_") and name.endswith(".env")
 
 
 def _tail(path: Path, size: int) -> bytes:

@@ -47,6 +47,7 @@ from phalanx.containers.sweep import mark
 from phalanx.errors import PhalanxError
 from phalanx.launch import procs
 from phalanx.launch.mpi_agent import SOCKET_ENV
+from phalanx.nofollow import write_new
 
 if TYPE_CHECKING:
     from phalanx.containers.image import ImageRef
@@ -74,7 +75,8 @@ def package_dir() -> Path:
 def site_packages() -> list[Path]:
     """phalanx's environment's site-packages (lent to an image without torch)."""
     paths = sysconfig.get_paths()
-    return [Path(p) for p in dict.fromkeys((paths["purelib"], paths["platlib"]))]
+    # Resolved: they are mounted, and named inside (LENT_PATH), where they really are.
+    return [Path(p).resolve() for p in dict.fromkeys((paths["purelib"], paths["platlib"]))]
 
 
 def container_name(launch: NodeLaunch) -> str:
@@ -145,17 +147,24 @@ def python_shim(launch: NodeLaunch, ref: ImageRef) -> Path:
 
 
 def mounts(launch: NodeLaunch, ref: ImageRef, env: Mapping[str, str]) -> list[tuple[Path, bool]]:
-    """``(path, read_only)`` of every bind mount, a path inside another left out."""
+    """``(path, read_only)`` of every bind mount, a path inside another left out.
+
+    A walled-off job's container sees its own folder (its inputs are shown in it) and
+    its datastores file, not the workspace: its processes run as the job's account.
+    """
     home = launch.job_dir.parent.parent
     cache = env.get("PHALANX_CACHE_DIR")
     writable: list[Path | None] = [
-        home, launch.job_dir, launch.workdir, launch.checkpoint_dir, launch.outputs_dir,
-        Path(cache) if cache else None, *(_folder(v) for v in launch.outputs.values()),
+        None if launch.account else home, launch.job_dir, launch.workdir,
+        launch.checkpoint_dir, launch.outputs_dir, Path(cache) if cache else None,
+        *(_folder(v) for v in launch.outputs.values()),
     ]  # fmt: skip
     if socket := env.get(SOCKET_ENV):  # Ray, MPI: where the rsh agent asks for daemons
         writable.append(Path(socket).parent)
-    readonly = [_folder(v) for v in launch.inputs.values()]
+    readonly: list[Path | None] = [_folder(v) for v in launch.inputs.values()]
     readonly += [] if ref.torch else site_packages()
+    if launch.account is not None:
+        readonly += [python_shim(launch, ref), launch.datastores_file]
     chosen: list[tuple[Path, bool]] = []
     for path, ro in [*((p, False) for p in writable), *((p, True) for p in readonly)]:
         if path is None or not path.exists() or path == Path("/"):
@@ -208,9 +217,8 @@ def run_argv(
     inside = inside_env(launch, ref, env)
     multiline = sorted(k for k, v in inside.items() if "\n" in v)
     env_file.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.writelines(f"{k}={v}\n" for k, v in inside.items() if k not in multiline)
+    lines = "".join(f"{k}={v}\n" for k, v in inside.items() if k not in multiline)
+    write_new(env_file, lines.encode())
     argv = [ref.engine_path, "run", "--rm", "--init", "--network", "host"]
     if ref.engine == "podman":
         argv += ["--replace", "--log-driver", "none", "--pull", "never"]
@@ -227,7 +235,12 @@ def run_argv(
     }
     for key, value in labels.items():
         argv += ["--label", f"{key}={value}"]
-    if os.getuid() != 0:  # files the ranks write belong to the user, as without an image
+    if launch.account is not None:
+        # A walled-off job: its own account inside too, and no way back to root (setuid
+        # programs of the image, file capabilities).
+        argv += ["--user", f"{launch.account.uid}:{launch.account.gid}", "--cap-drop", "all",
+                 "--security-opt", "no-new-privileges"]  # fmt: skip
+    elif os.getuid() != 0:  # files the ranks write belong to the user, as without an image
         argv += ["--userns", "keep-id"] if ref.engine == "podman" else [
             "--user", f"{os.getuid()}:{os.getgid()}"
         ]  # fmt: skip
@@ -244,12 +257,10 @@ def run_argv(
 
 
 def env_file(launch: NodeLaunch) -> Path:
-    return (
-        launch.job_dir
-        / "system_logs"
-        / f"attempt_{launch.attempt}"
-        / f".container_node_{launch.node_rank}.env"
-    )
+    """Where the container's environment file is: in ``system_logs/``, the server's own
+    folder of the job (a walled-off job could swap a file of its attempt's folder, which
+    is its own, for a link the engine would read as root)."""
+    return launch.job_dir / "system_logs" / f".container_a{launch.attempt}_n{launch.node_rank}.env"
 
 
 def start(

@@ -62,7 +62,7 @@ def remove(job_dir: Path, attempt: int | None, grace_s: float) -> int:
     engine = marked_engine(job_dir)
     if engine is None:
         return 0
-    pattern = f"attempt_{attempt if attempt is not None else '*'}/.container_node_*.env"
+    pattern = f".container_a{attempt if attempt is not None else '*'}_n*.env"
     for env_file in (job_dir / "system_logs").glob(pattern):
         env_file.unlink(missing_ok=True)
     try:

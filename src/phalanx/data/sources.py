@@ -65,14 +65,10 @@ class CachedShardSource:
         if self._loc is None or self._pid != os.getpid():
             self._pid = os.getpid()
             from phalanx.storage.cache import NodeCache
-            from phalanx.storage.uri import resolve
-            from phalanx.workspace import Workspace
+            from phalanx.storage.jobstores import resolve_here
 
-            ws = Workspace()
-            try:
-                self._loc = resolve(self.uri, ws)
-            finally:
-                ws.close()
+            # In a job: the datastores its spec names (its own file), not the workspace's.
+            self._loc = resolve_here(self.uri)
             self._cache = (
                 NodeCache(Path(self.cache_dir)) if self.cache_dir else NodeCache.from_env()
             )

@@ -213,6 +213,7 @@ def recover_lost(ws: Workspace, job: JobRecord, *, expired: bool = False) -> Non
     _unmount_leftovers(Path(job.job_dir))
     if job.cancel_requested:
         ws.set_status(job.name, JobStatus.CANCELED)
+        _end_account(ws, job.name)
         return
     attempts = ws.list_attempts(job.name)
     open_attempt = next((a for a in attempts if a.ended_at is None), None)
@@ -243,17 +244,32 @@ def recover_lost(ws: Workspace, job: JobRecord, *, expired: bool = False) -> Non
         release(ws, job.name, requeue=True)
     else:
         ws.set_status(job.name, JobStatus.FAILED, error=error)
+        _end_account(ws, job.name)
 
 
 def _unmount_leftovers(job_dir: Path) -> None:
-    """Lift the FUSE mounts a dead supervisor left in the job folder."""
+    """Lift the FUSE mounts and the inputs' bind mounts a dead supervisor left in the
+    job folder."""
     mounts = job_dir / "mounts"
-    if not mounts.is_dir():
-        return
-    from phalanx.storage.mount import cleanup_stale
+    if mounts.is_dir():
+        from phalanx.storage.mount import cleanup_stale
 
-    for mountpoint in mounts.iterdir():
-        cleanup_stale(mountpoint)
+        for mountpoint in mounts.iterdir():
+            cleanup_stale(mountpoint)
+    if (job_dir / "inputs").is_dir():
+        from phalanx.storage.bind import unbind_all
+
+        unbind_all(job_dir / "inputs")
+
+
+def _end_account(ws: Workspace, name: str) -> None:
+    """A job that ended without its supervisor: its credentials file and its account
+    (walled off) end too."""
+    from phalanx.jobs.accounts import release as release_account
+    from phalanx.storage.jobstores import file_for
+
+    file_for(ws.home, name).unlink(missing_ok=True)
+    release_account(ws.paths(name).root)
 
 
 def cancel(ws: Workspace, name: str, *, wait_s: float = 30.0) -> JobRecord:
@@ -288,7 +304,9 @@ def cancel(ws: Workspace, name: str, *, wait_s: float = 30.0) -> JobRecord:
     from phalanx.compute.local import LocalCompute
 
     LocalCompute().sweep(ws.paths(name).root, None, grace_s=2.0)
+    _unmount_leftovers(ws.paths(name).root)
     ws.set_status(name, JobStatus.CANCELED)
+    _end_account(ws, name)
     return ws.get_job(name)
 
 

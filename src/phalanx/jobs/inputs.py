@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack
@@ -114,6 +115,9 @@ def make_ready(
     mount_root: Path,
     cache: NodeCache | None = None,
     canceled: Callable[[], bool] = lambda: False,
+    *,
+    owner: tuple[int, int] | None = None,
+    shown_in: Path | None = None,
 ) -> InputsReady:
     """Download or mount every data input; return the value each input takes in the command.
 
@@ -122,6 +126,11 @@ def make_ready(
         located: Where each one is (:func:`check_inputs`).
         canceled: Asked between files of a download and between inputs; when it answers
             ``True`` the work stops (files already down are kept for the next job).
+        owner: A walled-off job's account (uid, gid). Its ranks cannot enter the node
+            cache or the server's folders: a file on this machine (a local path or
+            datastore, a download in the cache) is shown to them read-only in
+            ``shown_in/<input>`` (a bind mount), and a FUSE mount lets that account in.
+        shown_in: Where those bind mounts go (the job's ``inputs/`` folder).
 
     Raises:
         PreparationCanceled: ``canceled()`` said so.
@@ -135,19 +144,47 @@ def make_ready(
                 raise PreparationCanceled("canceled while preparing the inputs")
             loc = located[name]
             if is_local_fs(loc):
-                ready.values[name] = loc.path
+                path = Path(loc.path)
             elif value.mode == "direct":
                 ready.values[name] = value.path
+                continue
             elif value.mode == "download":
-                cache = cache or NodeCache.from_env()
-                ready.values[name] = str(_download(name, value, loc, cache, ready))
+                cache = cache or _cache(owner)
+                path = _download(name, value, loc, cache, ready)
             else:
-                cache = cache or NodeCache.from_env()
-                ready.values[name] = str(_mount(name, value, loc, cache, mount_root, ready))
+                cache = cache or _cache(owner)
+                ready.values[name] = str(_mount(name, value, loc, cache, mount_root, ready, owner))
+                continue
+            if owner is not None and shown_in is not None:
+                path = _show(name, path, shown_in, ready)
+            ready.values[name] = str(path)
     except BaseException:
         ready.close()
         raise
     return ready
+
+
+def _cache(owner: tuple[int, int] | None) -> NodeCache:
+    """The node cache; for a walled-off job, closed to every account but root's (the
+    supervisor shows the job only its own inputs' entries)."""
+    cache = NodeCache.from_env()
+    if owner is not None:
+        cache.root.mkdir(parents=True, exist_ok=True)
+        os.chmod(cache.root, 0o700)
+    return cache
+
+
+def _show(name: str, path: Path, shown_in: Path, ready: InputsReady) -> Path:
+    """``path`` shown read-only to the job at ``shown_in/<name>`` (a file: ``…/<file name>``)."""
+    from phalanx.storage.bind import bind_readonly, unbind
+
+    target = shown_in / name if path.is_dir() else shown_in / name / path.name
+    try:
+        bind_readonly(path, target)
+    except PhalanxError as exc:
+        raise PhalanxError(f"inputs.{name}: {exc}") from exc
+    ready.on_close(unbind, target)
+    return target
 
 
 def _download(
@@ -202,6 +239,7 @@ def _mount(
     cache: NodeCache,
     mount_root: Path,
     ready: InputsReady,
+    owner: tuple[int, int] | None = None,
 ) -> Path:
     from phalanx.launch.procs import protect, unprotect
     from phalanx.storage.mount import cleanup_stale, fuse_available, start_mount
@@ -219,7 +257,7 @@ def _mount(
     mountpoint.mkdir(parents=True, exist_ok=True)
     log_path = mount_root.parent / "system_logs" / f"mount_{name}.txt"
     try:
-        handle = start_mount(folder, mountpoint, cache, log_path=log_path)
+        handle = start_mount(folder, mountpoint, cache, log_path=log_path, owner=owner)
     except PhalanxError as exc:
         raise PhalanxError(f"inputs.{name}: {exc}") from exc
     # The mount serves every attempt: the sweep after an attempt must leave it alone.

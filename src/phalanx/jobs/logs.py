@@ -17,12 +17,14 @@ through.
 from __future__ import annotations
 
 import codecs
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from phalanx.nofollow import open_file
 from phalanx.workspace.layout import JobPaths
 
 # An unterminated line is shown after waiting this long for its end.
@@ -140,7 +142,7 @@ class LogFollower:
 
     def _read(self, path: Path, state: _File, budget: int) -> bytes:
         try:
-            with open(path, "rb") as f:
+            with os.fdopen(open_file(path), "rb") as f:
                 f.seek(state.offset)
                 data = f.read(budget)
                 size = f.seek(0, 2)

@@ -20,7 +20,9 @@ from typing import Any
 from phalanx.containers.image import ImageRef
 from phalanx.containers.nodebuild import NodeBuild, for_nodes
 from phalanx.errors import PhalanxError
+from phalanx.jobs.accounts import account_for
 from phalanx.jobs.inputs import InputsReady, check_inputs, is_local_fs, make_ready
+from phalanx.launch.account import JobAccount
 from phalanx.launch.environment import (
     EnvironmentRequest,
     conda_pip_packages,
@@ -30,7 +32,7 @@ from phalanx.launch.environment import (
 )
 from phalanx.spec import InputSpec, JobSpec, interpolate, render_literal
 from phalanx.spec.environment import EnvironmentSpec
-from phalanx.storage.location import Location
+from phalanx.storage.location import Location, local
 from phalanx.storage.uri import resolve
 from phalanx.workspace import Workspace
 from phalanx.workspace.layout import JobPaths
@@ -72,6 +74,12 @@ class Prepared:
     """``on_nodes``: the image each node makes ready itself (Ray)."""
     image_build: NodeBuild | None = None
     """``on_nodes``: what each node builds its image from (Ray)."""
+    account: JobAccount | None = None
+    """A walled-off job's own account (:mod:`phalanx.jobs.accounts`), released at
+    :meth:`close`."""
+    datastores_file: Path | None = None
+    """The datastores the spec names, credentials resolved; removed at :meth:`close`."""
+    job_dir: Path | None = None
 
     def upload(self) -> list[str]:
         """Copy every upload-mode output's new and changed files to its datastore.
@@ -114,13 +122,21 @@ class Prepared:
             raise PhalanxError("; ".join(problems))
 
     def close(self) -> None:
-        """Unmount what was mounted (a read-write mount first uploads what is left)."""
-        if self.ready is None:
-            return
-        try:
-            self.ready.close()
-        except PhalanxError as exc:
-            log.error("unmounting: %s", exc)
+        """Unmount what was mounted (a read-write mount first uploads what is left); forget
+        the job's credentials and end its account."""
+        if self.ready is not None:
+            try:
+                self.ready.close()
+            except PhalanxError as exc:
+                log.error("unmounting: %s", exc)
+            self.ready = None
+        if self.datastores_file is not None:
+            self.datastores_file.unlink(missing_ok=True)
+        if self.account is not None and self.job_dir is not None:
+            from phalanx.jobs.accounts import release
+
+            release(self.job_dir)
+            self.account = None
 
 
 def check_outputs(spec: JobSpec, ws: Workspace) -> dict[str, Location]:
@@ -163,7 +179,13 @@ def check_outputs(spec: JobSpec, ws: Workspace) -> dict[str, Location]:
     return remote
 
 
-def _rw_mount(name: str, dest: Location, paths: JobPaths, ready: InputsReady) -> Path:
+def _rw_mount(
+    name: str,
+    dest: Location,
+    paths: JobPaths,
+    ready: InputsReady,
+    account: JobAccount | None = None,
+) -> Path:
     """Mount a datastore folder read-write for the whole job; files land there on close."""
     from phalanx.launch.procs import protect, unprotect
     from phalanx.storage.mount import cleanup_stale
@@ -174,7 +196,10 @@ def _rw_mount(name: str, dest: Location, paths: JobPaths, ready: InputsReady) ->
     mountpoint.mkdir(parents=True, exist_ok=True)
     log_path = paths.system_logs / f"mount_out_{name}.txt"
     try:
-        handle = start_rw_mount(dest, mountpoint, paths.root / "staging" / name, log_path=log_path)
+        handle = start_rw_mount(
+            dest, mountpoint, paths.root / "staging" / name, log_path=log_path,
+            owner=(account.uid, account.gid) if account is not None else None,
+        )  # fmt: skip
     except PhalanxError as exc:
         raise PhalanxError(f"outputs.{name}: {exc}") from exc
     pid = handle.process.pid
@@ -393,6 +418,29 @@ def prepare(
     """
     spec = with_registered_environment(spec, ws)
     remote_outputs = check_outputs(spec, ws)
+    account = None if on_nodes else account_for(ws.home, paths)
+    try:
+        return _prepare(spec, paths, ws, canceled, on_nodes, remote_outputs, account)
+    except BaseException:
+        from phalanx.storage.jobstores import file_for
+
+        file_for(ws.home, paths.root.name).unlink(missing_ok=True)
+        if account is not None:  # nothing of the job runs: its account ends here
+            from phalanx.jobs.accounts import release
+
+            release(paths.root)
+        raise
+
+
+def _prepare(
+    spec: JobSpec,
+    paths: JobPaths,
+    ws: Workspace,
+    canceled: Callable[[], bool],
+    on_nodes: bool,
+    remote_outputs: dict[str, Location],
+    account: JobAccount | None,
+) -> Prepared:
     env_prefix = None
     runtime_env = None
     image = check_image(
@@ -414,10 +462,21 @@ def prepare(
             request, ws.home / "envs", paths.system_logs / "environment.txt", canceled
         )
     located = check_inputs(spec, ws)
+    owner = (account.uid, account.gid) if account is not None else None
+    datastores_file = None
+    if not on_nodes:
+        from phalanx.storage import jobstores
+
+        datastores_file = jobstores.write(
+            jobstores.file_for(ws.home, paths.root.name), jobstores.build(spec, ws), owner
+        )
     if on_nodes:
         ready = InputsReady()
     else:
-        ready = make_ready(spec.data_inputs(), located, paths.root / "mounts", canceled=canceled)
+        ready = make_ready(
+            spec.data_inputs(), located, paths.root / "mounts", canceled=canceled,
+            owner=owner, shown_in=paths.root / "inputs",
+        )  # fmt: skip
     try:
         literals = {
             name: render_literal(value)
@@ -432,12 +491,15 @@ def prepare(
         for name, out in spec.outputs.items():
             dest = remote_outputs.get(name)
             in_place: Path | None = None
-            if dest is not None and is_local_fs(dest):
+            if account is not None and dest is None and out.path is not None:
+                dest = local(str(out.local_path))  # see below: copied there, as uploads are
+            if dest is not None and is_local_fs(dest) and account is None:
                 # A datastore on this machine's file system (`default`, a shared folder):
-                # written in place, nothing to upload or mount.
+                # written in place, nothing to upload or mount. (A walled-off job cannot
+                # write there: it writes in its folder and the supervisor copies the files.)
                 in_place, dest = Path(dest.path), None
-            if dest is not None and out.mode == "rw_mount":
-                outputs[name] = str(_rw_mount(name, dest, paths, ready))
+            if dest is not None and out.mode == "rw_mount" and not is_local_fs(dest):
+                outputs[name] = str(_rw_mount(name, dest, paths, ready, account))
                 output_dirs[name] = Path(outputs[name])
                 continue
             if in_place is not None:
@@ -457,6 +519,8 @@ def prepare(
                 output_files[name] = folder.name
             try:
                 target.mkdir(parents=True, exist_ok=True)
+                if account is not None and target.is_relative_to(paths.outputs):
+                    os.chown(target, account.uid, account.gid)
             except OSError as exc:
                 raise PhalanxError(
                     f"outputs.{name}: cannot create {target}: {exc.strerror}"
@@ -497,4 +561,7 @@ def prepare(
         image_build=for_nodes(spec.inline_environment)
         if on_nodes and spec.inline_environment is not None
         else None,
+        account=account,
+        datastores_file=datastores_file,
+        job_dir=paths.root,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from phalanx.jobs.prepare import UPLOAD_INTERVAL_S, Prepared
 log = logging.getLogger(__name__)
 
 UPLOAD_REQUEST = "upload.request"
-"""A file in the job's folder; a rank creates it to ask for an upload now."""
+"""A file in the job's folder; a rank creates or touches it to ask for an upload now."""
 
 
 class UploadLoop:
@@ -37,13 +38,21 @@ class UploadLoop:
 
     def _loop(self) -> None:
         waited = 0.0
+        seen = self._stamp()
         while not self._stopped.wait(0.5):
             waited += 0.5
-            asked = self._request.exists()
-            if asked or waited >= self._interval:
-                self._request.unlink(missing_ok=True)
-                waited = 0.0
+            # Asked: the file appeared or was touched again. (It is not removed: a
+            # walled-off job cannot make files in its folder, so it is made for it.)
+            stamp = self._stamp()
+            if stamp != seen or waited >= self._interval:
+                seen, waited = stamp, 0.0
                 self.sync_now()
+
+    def _stamp(self) -> int | None:
+        try:
+            return os.stat(self._request).st_mtime_ns
+        except OSError:
+            return None
 
     def sync_now(self) -> None:
         """Upload what changed, now (uploads of one folder never overlap)."""

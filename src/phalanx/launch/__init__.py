@@ -38,7 +38,11 @@ Environment of every worker process
 ``PHALANX_JOB_DIR``          the job's folder in the workspace (on Ray with ``files:
                              local``, the node's own copy, shipped back as it changes)
 ``PHALANX_HOME``             the workspace, so ``phalanx.data`` resolves datastore URIs
-                             (on Ray with ``files: local``, the node's home and cache)
+                             its datastores file lacks (on Ray with ``files: local``, the
+                             node's home and cache); not for a walled-off job (below)
+``PHALANX_DATASTORES_FILE``  the datastores the job's spec names, credentials resolved
+                             (0600, the job's own): what ``open_source`` and a remote
+                             ``Checkpointer`` resolve ``azureml://datastores/…`` through
 ``PYTHONUNBUFFERED=1``       so log lines reach the log files as they are printed
 ``PHALANX_HEARTBEAT_FILE``   where ``phalanx.train.heartbeat()`` records progress (hang watchdog)
 ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1``  a failed NCCL collective raises rather than hangs
@@ -55,6 +59,17 @@ ends when every worker has (parameter servers are then stopped).
 
 plus the spec's ``environment_variables``. The working directory is the job's
 code snapshot.
+
+The rest of a worker's environment is the supervisor's, with one exception: on a
+server started as root, a job runs walled off (:mod:`phalanx.jobs.walls`), as a uid
+and gid of its own, and its processes start from a base environment instead
+(:mod:`phalanx.launch.account`: ``PATH``, the locale, ``LD_LIBRARY_PATH``, the
+frameworks' ``NCCL_*``/``GLOO_*``/``CUDA_*``/``TORCH_*`` and thread settings), with
+``HOME`` and ``TMPDIR`` its folder's ``tmp/``, ``USER`` ``phalanx-<uid>``,
+``PHALANX_CACHE_DIR`` its own ``cache/`` and no ``PHALANX_HOME``: nothing the
+server was started with (``PHALANX_DB``, a datastore's credential variables) reaches
+it. Its inputs that are files on the machine are shown read-only in its folder's
+``inputs/<name>``.
 
 Logs and failures
 -----------------

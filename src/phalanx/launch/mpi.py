@@ -90,6 +90,7 @@ def mpirun_argv(
     one_machine: bool = False,
     image_mpirun: str | None = None,
     python: str | None = None,
+    as_root: bool | None = None,
 ) -> list[str]:
     """The ``mpirun`` command line of one attempt.
 
@@ -107,6 +108,8 @@ def mpirun_argv(
         image_mpirun: In a container: the image's ``mpirun`` (checked when the image was
             probed), run instead of this machine's.
         python: In a container: the image's Python, which runs the agent and the ranks.
+        as_root: Whether ``mpirun`` runs as root (this process's account when ``None``);
+            Open MPI then wants to be told it is meant.
     """
     names = sorted(
         {
@@ -139,7 +142,7 @@ def mpirun_argv(
         argv += ["--mca", "btl", "self,tcp"]
     if loopback:
         argv += ["--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"]
-    if os.geteuid() == 0:
+    if (os.geteuid() == 0) if as_root is None else as_root:
         argv.append("--allow-run-as-root")
     for name in names:
         argv += ["-x", name]

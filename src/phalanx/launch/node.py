@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from phalanx.launch import procs
+from phalanx.launch.account import JobAccount, runs_as_root
 
 if TYPE_CHECKING:
     from phalanx.containers.image import ImageRef
@@ -73,6 +74,12 @@ class NodeLaunch:
     shm_size: str | None = None
     """A private ``/dev/shm`` of this size for the node's container (``resources.shm_size``,
     given when the node has its machine to itself); otherwise the host's is shared."""
+    account: JobAccount | None = None
+    """The job's own account on a server that walls jobs off: the launcher and its ranks
+    run as it, from a base environment (:mod:`phalanx.launch.account`)."""
+    datastores_file: Path | None = None
+    """The datastores the job's spec names, credentials resolved
+    (:mod:`phalanx.storage.jobstores`)."""
 
     def argv(self, env: Mapping[str, str] | None = None, python: str | None = None) -> list[str]:
         """The launcher's command line for this node.
@@ -96,6 +103,7 @@ class NodeLaunch:
                 one_machine=self.shared_machine,
                 image_mpirun=self.image.mpirun if python and self.image else None,
                 python=python,
+                as_root=runs_as_root(self.account),
             )
         return [
             python or sys.executable,
@@ -139,16 +147,21 @@ class NodeLaunch:
                 stderr=subprocess.STDOUT,
                 # Its own session: a Ctrl-C at the user's terminal never reaches it.
                 start_new_session=True,
+                # (Run after the switch to the job's account, so it survives it.)
                 preexec_fn=procs.end_with_parent if end_with_parent else None,
+                **(self.account.popen_kwargs() if self.account is not None else {}),
             )
 
     def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """The launcher's environment; torchrun adds the per-rank variables.
 
         Args:
-            base: The environment to extend; this process's when ``None``.
+            base: The environment to extend; this process's when ``None`` (for a walled-off
+                job, only its base part: no credential of the server's reaches a rank).
         """
-        env = dict(os.environ if base is None else base)
+        if base is None:
+            base = os.environ if self.account is None else self.account.base_env(os.environ)
+        env = dict(base)
         # Rank variables of whatever submitted the job (a job submitting a job) are not
         # this job's: torchrun sets its own, mpirun sets only Open MPI's.
         for stale in _RANK_VARIABLES:
@@ -170,14 +183,19 @@ class NodeLaunch:
                 "NODE_RANK": str(self.node_rank),
                 "PHALANX_JOB_NAME": self.job_name,
                 "PHALANX_JOB_DIR": str(self.job_dir),
-                # The workspace, so a script resolves datastore URIs (`direct` inputs).
-                "PHALANX_HOME": str(self.job_dir.parent.parent),
                 "PHALANX_ATTEMPT": str(self.attempt),
                 "PHALANX_CHECKPOINT_DIR": str(self.checkpoint_dir),
                 "PHALANX_OUTPUTS_DIR": str(self.outputs_dir),
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        if self.account is None:
+            # The workspace, so a script resolves what its datastores file lacks.
+            env["PHALANX_HOME"] = str(self.job_dir.parent.parent)
+        else:
+            env.pop("PHALANX_HOME", None)  # a walled-off job has no workspace to open
+        if self.datastores_file is not None:
+            env["PHALANX_DATASTORES_FILE"] = str(self.datastores_file)
         # A failed NCCL collective raises instead of hanging (torch's default
         # since 2.2; kept explicit so an older torch behaves the same).
         env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")

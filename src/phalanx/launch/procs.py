@@ -79,7 +79,11 @@ def unprotect(pid: int) -> None:
 
 
 def job_processes(
-    job_dir: str, attempt: int | None = None, *, descendants: bool = False
+    job_dir: str,
+    attempt: int | None = None,
+    *,
+    descendants: bool = False,
+    uid: int | None = None,
 ) -> list[psutil.Process]:
     """Live processes on this node that belong to the job (or to one attempt).
 
@@ -88,11 +92,16 @@ def job_processes(
         attempt: Only this attempt's processes; every attempt's when ``None``.
         descendants: Also count this process's descendants that carry no other
             job's marker (the supervisor's view, as subreaper of the job).
+        uid: The job's own account (walled off): every process running as it is the
+            job's, marker or not (one attempt runs at a time).
     """
     me = os.getpid()
     found: dict[int, psutil.Process] = {}
     for proc in psutil.process_iter():
         if proc.pid == me or (_PROTECTED and _protected(proc)):
+            continue
+        if uid is not None and _runs_as(proc, uid):
+            found[proc.pid] = proc
             continue
         marker, proc_attempt = _marker(proc)
         if marker == job_dir and (attempt is None or proc_attempt == str(attempt)):
@@ -107,6 +116,29 @@ def job_processes(
                 if marker in (None, job_dir) and not _is_supervisor(proc):
                     found.setdefault(proc.pid, proc)
     return [p for p in found.values() if _alive(p)]
+
+
+def _runs_as(proc: psutil.Process, uid: int) -> bool:
+    try:
+        return uid in proc.uids()
+    except psutil.Error:
+        return False
+
+
+def kill_user(uid: int, grace_s: float = 2.0) -> int:
+    """Stop every process running as ``uid`` (a walled-off job's account, at its end).
+
+    Returns:
+        How many processes were stopped.
+    """
+    total = 0
+    for round_ in range(_SWEEP_ROUNDS):
+        procs = [p for p in psutil.process_iter() if _runs_as(p, uid) and p.pid != os.getpid()]
+        if not procs:
+            break
+        total += len(procs)
+        kill_all(procs, grace_s if round_ == 0 else 0.0)
+    return total
 
 
 def _alive(proc: psutil.Process) -> bool:
@@ -137,18 +169,28 @@ def kill_all(procs: list[psutil.Process], grace_s: float) -> list[psutil.Process
     return procs
 
 
-def sweep(job_dir: str, attempt: int | None, grace_s: float, *, descendants: bool = False) -> int:
+def sweep(
+    job_dir: str,
+    attempt: int | None,
+    grace_s: float,
+    *,
+    descendants: bool = False,
+    uid: int | None = None,
+) -> int:
     """Stop every process of the job, scanning again until none is left.
 
     One scan is not enough: a process can fork between the scan and the kill.
     Later rounds SIGKILL at once.
+
+    Args:
+        uid: The job's own account, whose every process is the job's.
 
     Returns:
         How many processes were stopped.
     """
     total = 0
     for round_ in range(_SWEEP_ROUNDS):
-        procs = job_processes(job_dir, attempt, descendants=descendants)
+        procs = job_processes(job_dir, attempt, descendants=descendants, uid=uid)
         if not procs:
             break
         total += len(procs)

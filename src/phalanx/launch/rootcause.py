@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
+from phalanx.nofollow import open_file, read_bytes
 from phalanx.workspace.records import RootCause
 
 _TAIL_LINES = 30
@@ -20,9 +22,12 @@ def read_rank_records(attempt_dir: Path) -> list[dict[str, Any]]:
     records = []
     for path in attempt_dir.glob("rank_*.json"):
         try:
-            records.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            continue  # a worker killed while writing; it did not fail first
+            # A walled-off job's own folder, read as root: no link is followed.
+            record = json.loads(read_bytes(path))
+            int(record["rank"])
+        except (OSError, ValueError, TypeError, KeyError):
+            continue  # a worker killed while writing (or not phalanx's file at all)
+        records.append(record)
     return sorted(records, key=lambda r: int(r["rank"]))
 
 
@@ -65,7 +70,7 @@ def tail(path: Path, lines: int = _TAIL_LINES) -> str:
     Only its last :data:`_TAIL_BYTES` are read, even while a rank still writes.
     """
     try:
-        with open(path, "rb") as f:
+        with os.fdopen(open_file(path), "rb") as f:
             start = max(0, f.seek(0, 2) - _TAIL_BYTES)
             f.seek(start)
             data = f.read(_TAIL_BYTES)

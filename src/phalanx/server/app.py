@@ -24,6 +24,7 @@ from phalanx.server import (
     joblogs_api,
     jobs_api,
     models_api,
+    peers,
     sessions,
     tokens_api,
 )
@@ -47,6 +48,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
     app.state.settings = settings
     app.add_middleware(BoundsMiddleware, max_body=settings.max_body)
     errors.install(app)
+    peers.install(app, settings.home, settings.auth)  # no token: no walled-off job answered
     app.include_router(joblogs_api.router)
     app.include_router(jobs_api.router)
     for verbs in (bench_api, jobfiles_api, datastores_api, data_api, environments_api,

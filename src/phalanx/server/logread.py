@@ -8,10 +8,12 @@ resumes exactly where it stopped: no line lost, none repeated.
 from __future__ import annotations
 
 import base64
+import os
 from pathlib import Path
 from typing import Any
 
 from phalanx.jobs.logs import MIN_READ_BYTES, POLL_BYTES, READ_BYTES, decode_block
+from phalanx.nofollow import open_file
 from phalanx.workspace.layout import JobPaths
 
 # No file is larger (a seek past 2**63 overflows), and no job has more ranks.
@@ -48,11 +50,11 @@ def read_logs(paths: JobPaths, *, all_ranks: bool, offsets: dict[int, int]) -> l
     for rank, path in logs:
         offset = offsets.get(rank, 0)
         try:
-            with open(path, "rb") as f:
+            with os.fdopen(open_file(path), "rb") as f:
                 f.seek(offset)
                 data = f.read(budget)
                 size = f.seek(0, 2)
-        except FileNotFoundError:
+        except OSError:  # missing, or not a plain file (a link is never followed)
             continue
         out.append(
             {
@@ -78,13 +80,13 @@ def read_back(path: Path, rank: int, *, before: int | None, nbytes: int) -> dict
     first line returned begins (0: the log's beginning was reached).
     """
     try:
-        with open(path, "rb") as f:
+        with os.fdopen(open_file(path), "rb") as f:
             size = f.seek(0, 2)
             end = size if before is None else max(0, min(before, size))
             start = max(0, end - nbytes)
             f.seek(start)
             data = f.read(end - start)
-    except FileNotFoundError:
+    except OSError:  # missing, or not a plain file (a link is never followed)
         return {"rank": rank, "start": 0, "end": 0, "size": 0, "lines": []}
     if start > 0:  # begin at the first whole line (a line longer than nbytes: its tail)
         cut = data.find(b"\n")
@@ -102,7 +104,7 @@ def search(path: Path, rank: int, text: str, *, limit: int) -> dict[str, Any]:
     number = 0
     carry = b""
     try:
-        with open(path, "rb") as f:
+        with os.fdopen(open_file(path), "rb") as f:
             while len(found) < limit:
                 block = f.read(READ_BYTES)
                 data = carry + block
@@ -123,6 +125,6 @@ def search(path: Path, rank: int, text: str, *, limit: int) -> dict[str, Any]:
                 carry = data[cut:]
                 if not block:
                     break
-    except FileNotFoundError:
+    except OSError:
         pass
     return {"rank": rank, "matches": found, "complete": len(found) < limit}

@@ -32,6 +32,8 @@ from phalanx.workspace.layout import HOME_ENV
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from phalanx.jobs.walls import WallSettings
+
 log = logging.getLogger("phalanx.server")
 # How often the server makes sure the scheduler runs while jobs are not over.
 KEEP_EVERY_S = 5.0
@@ -169,13 +171,20 @@ def serve(
     tls_key: Path | None = None,
     workers: int = 1,
     studio_only: bool = False,
+    trust_jobs: bool = False,
+    job_uids: str | None = None,
 ) -> None:
     """Serve the workspace at ``home`` until interrupted, in ``workers`` processes
     (``studio_only``: announced as ``phalanx studio``, the page to open).
 
+    Args:
+        trust_jobs: Run jobs as the server's account (no walls: :mod:`phalanx.jobs.walls`).
+        job_uids: ``START-END``, the uids walled-off jobs get (a default range otherwise).
+
     Raises:
-        PhalanxError: refused settings (see :func:`check_auth`), half a TLS pair, or a
-            worker count out of range.
+        PhalanxError: refused settings (see :func:`check_auth`), walls that cannot be
+            built (:func:`phalanx.jobs.walls.plan`), half a TLS pair, or a worker count out
+            of range.
     """
     import uvicorn
 
@@ -198,6 +207,16 @@ def serve(
         datastore_roots=roots,
     )
     ws.close()
+    walls: WallSettings | None = None
+    if not studio_only:
+        from phalanx.jobs import walls as job_walls
+
+        walls = job_walls.plan(
+            settings.home, auth=settings.auth, trust_jobs=trust_jobs, uids=job_uids
+        )
+        job_walls.write_settings(settings.home, walls)
+        if walls.enabled:
+            job_walls.harden(settings.home)
     os.environ[SETTINGS_ENV] = json.dumps(
         {
             "home": str(settings.home),
@@ -219,7 +238,8 @@ def serve(
             f"phalanx server: workspace {settings.home} on {scheme}://{shown}:{port}/api/v1, "
             f"studio at {scheme}://{shown}:{port}/ "
             f"({'tokens required' if settings.auth else 'no auth: loopback only'}; "
-            f"{workers} serving process{'es' if workers > 1 else ''})",
+            f"{workers} serving process{'es' if workers > 1 else ''}; "
+            f"{_jobs_run_as(walls)})",
             flush=True,
         )
     uvicorn.run(
@@ -232,7 +252,18 @@ def serve(
         ssl_certfile=str(tls_cert) if tls_cert else None,
         ssl_keyfile=str(tls_key) if tls_key else None,
         timeout_graceful_shutdown=5,
+        # Without tokens no proxy stands in front (loopback only), and a request's peer must
+        # be the real one: a walled-off job is refused by it (server/peers.py), and a
+        # forwarded-for header from loopback would otherwise be believed.
+        proxy_headers=settings.auth,
     )
+
+
+def _jobs_run_as(walls: WallSettings | None) -> str:
+    if walls is not None and walls.enabled:
+        last = walls.first_uid + walls.count - 1
+        return f"jobs walled off, each as a uid of {walls.first_uid}-{last}"
+    return "jobs run as this account"
 
 
 def serving_app() -> FastAPI:

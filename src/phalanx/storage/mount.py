@@ -219,6 +219,7 @@ def start_mount(
     *,
     timeout: float = 30.0,
     log_path: Path | None = None,
+    owner: tuple[int, int] | None = None,
 ) -> MountHandle:
     """Mount the folder ``loc`` read-only at ``mountpoint``, served by a forked child.
 
@@ -231,6 +232,8 @@ def start_mount(
         cache: The node cache files are read through.
         timeout: Seconds to wait for the mount to come up.
         log_path: File the server logs to (appended), else this process's stderr.
+        owner: The uid and gid the mount's files show, and may be read by: a walled-off
+            job's account (``allow_other``: the kernel lets that account in).
 
     Raises:
         PhalanxError: FUSE is unavailable, the folder cannot be listed, the mount point is
@@ -238,6 +241,7 @@ def start_mount(
     """
     mountpoint = _prepare(mountpoint, "ro_mount", "download")
     ops = ReadOnlyMount(loc, cache)
+    for_account(ops, owner)
     child = multiprocessing.get_context("fork").Process(
         target=_run_child, args=(ops, mountpoint, log_path), name="phalanx-mount", daemon=True
     )
@@ -245,6 +249,13 @@ def start_mount(
     handle = MountHandle(mountpoint, child, log_path)
     _wait_mounted(handle, loc.url, timeout, "download")
     return handle
+
+
+def for_account(ops: Any, owner: tuple[int, int] | None) -> None:
+    """Serve ``ops`` to ``owner`` (uid, gid), another account than this process's."""
+    if owner is not None:
+        ops._owner = {"st_uid": owner[0], "st_gid": owner[1]}
+        ops.allow_other = True
 
 
 def _prepare(mountpoint: Path, mode: str, fallback: str) -> Path:
@@ -390,6 +401,8 @@ def _fuse(ops: Any, mountpoint: Path, **options: Any) -> None:
     if version >= (3, 12):
         threads["max_threads"] = 64
     name = re.sub(r"[,\s\\]", "_", ops.loc.url)  # -o splits on commas
+    if getattr(ops, "allow_other", False):
+        options["allow_other"] = True  # a job's account, not this process's, reads it
     mfusepy.FUSE(
         ops, str(mountpoint), foreground=True, default_permissions=True, auto_unmount=True,
         fsname=f"phalanx:{name}", subtype=FSTYPE.split(".")[1], **threads, **options,

@@ -446,6 +446,7 @@ def start_rw_mount(
     *,
     timeout: float = 30.0,
     log_path: Path | None = None,
+    owner: tuple[int, int] | None = None,
 ) -> RwMountHandle:
     """Mount the folder ``loc`` read-write at ``mountpoint``, served by a forked child.
 
@@ -459,6 +460,8 @@ def start_rw_mount(
             that is removed once everything is uploaded.
         timeout: Seconds to wait for the mount to come up.
         log_path: File the server logs to (appended), else this process's stderr.
+        owner: The uid and gid its files belong to, who may write them: a walled-off
+            job's account.
 
     Raises:
         PhalanxError: FUSE is unavailable, the folder cannot be listed or is a file, the
@@ -472,6 +475,7 @@ def start_rw_mount(
         raise PhalanxError(f"cannot make staging folder under {staging}: {exc.strerror}") from exc
     try:
         ops = ReadWriteMount(loc, work)
+        mount.for_account(ops, owner)
         ctx = multiprocessing.get_context("fork")
         control, child_end = ctx.Pipe()
         child = ctx.Process(

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from phalanx.nofollow import open_beneath, read_bytes, write_new
 from phalanx.storage.errors import storage_errors
 from phalanx.storage.location import Location
 
@@ -46,39 +48,52 @@ def upload_folder(folder: Path, dest: Location, *, workers: int = 8) -> UploadRe
     with _lock_for(folder):
         manifest_path = folder / MANIFEST
         try:
-            sent: dict[str, list[int]] = json.loads(manifest_path.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
+            sent: dict[str, list[int]] = json.loads(read_bytes(manifest_path))
+        except (OSError, json.JSONDecodeError):
             sent = {}
-        todo: list[tuple[str, Path, list[int]]] = []
+        todo: list[tuple[str, list[int]]] = []
         unchanged = 0
         for path in sorted(folder.rglob("*")):
-            if not path.is_file() or path.name == MANIFEST:
+            # The folder may be a walled-off job's, read here as root: links are never
+            # followed (a link to the server's secrets is not sent anywhere).
+            try:
+                st = path.lstat()
+            except OSError:
+                continue  # removed since the listing
+            if not stat.S_ISREG(st.st_mode) or path.name == MANIFEST:
                 continue
             rel = path.relative_to(folder).as_posix()
             # Work in progress (a checkpoint's .tmp-* staging folder, a writer's .tmp file).
             if any(part.startswith(".tmp") for part in rel.split("/")):
                 continue
-            st = path.stat()
             stamp = [st.st_size, st.st_mtime_ns]
             if sent.get(rel) == stamp:
                 unchanged += 1
             else:
-                todo.append((rel, path, stamp))
+                todo.append((rel, stamp))
 
-        def put(item: tuple[str, Path, list[int]]) -> int:
-            rel, path, stamp = item
+        def put(item: tuple[str, list[int]]) -> int | None:
+            rel, stamp = item
             target = dest.child(rel)
-            with storage_errors(target.url, action="write"):
-                dest.fs.makedirs(target.path.rpartition("/")[0], exist_ok=True)
-                dest.fs.put_file(str(path), target.path)
+            try:
+                fd = open_beneath(folder, rel)  # a folder swapped for a link on the way fails
+            except OSError:
+                return None  # gone or replaced since the scan: the next upload looks again
+            try:
+                with storage_errors(target.url, action="write"):
+                    dest.fs.makedirs(target.path.rpartition("/")[0], exist_ok=True)
+                    # The file this process opened, whatever its path has become since.
+                    dest.fs.put_file(f"/proc/self/fd/{fd}", target.path)
+            finally:
+                os.close(fd)
             sent[rel] = stamp
             return stamp[0]
 
         try:
             with ThreadPoolExecutor(max_workers=workers) as pool:
-                sizes = list(pool.map(put, todo))
+                sizes = [n for n in pool.map(put, todo) if n is not None]
         finally:
             tmp = manifest_path.with_name(f".{MANIFEST}.tmp")
-            tmp.write_text(json.dumps(sent, sort_keys=True))
+            write_new(tmp, json.dumps(sent, sort_keys=True).encode(), 0o644)
             os.replace(tmp, manifest_path)
         return UploadReport(uploaded=len(sizes), unchanged=unchanged, bytes=sum(sizes))

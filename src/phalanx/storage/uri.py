@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from phalanx.errors import PhalanxError
@@ -32,13 +33,26 @@ ASSET_URI = re.compile(
 _BLOB_HOST = re.compile(r"^(?P<account>[a-z0-9]+)\.blob\.(?P<suffix>.+)$")
 
 
+class Names(Protocol):
+    """Where datastore and asset names are looked up other than a workspace: a job's own
+    file of the datastores its spec names (:mod:`phalanx.storage.jobstores`)."""
+
+    def location(self, datastore: str, path: str) -> Location:
+        """``path`` on the datastore called ``datastore``."""
+        ...
+
+    def asset_path(self, name: str, version: str) -> str:
+        """The path data asset ``name`` (``version``, or ``latest``) points at."""
+        ...
+
+
 def is_uri(text: str) -> bool:
     """Whether ``text`` is a URI phalanx resolves, rather than a local path."""
     return text.startswith("azureml:") or ("://" in text and not text.startswith("file://"))
 
 
-def resolve(uri: str, ws: Workspace) -> Location:
-    """The location ``uri`` names.
+def resolve(uri: str, ws: Workspace | Names) -> Location:
+    """The location ``uri`` names, datastore and asset names looked up in ``ws``.
 
     Raises:
         PhalanxError: an unknown datastore or asset, or a scheme phalanx cannot read.
@@ -54,9 +68,13 @@ def resolve(uri: str, ws: Workspace) -> Location:
     if ".." in parts.path.split("/"):
         raise PhalanxError(f"{uri!r}: '..' is not allowed in a datastore path; write it out")
     if match := DATASTORE_URI.match(uri):
+        if not isinstance(ws, Workspace):
+            return ws.location(match["name"], match["path"])
         datastore = get_datastore(ws, match["name"])
         return datastore.location(match["path"], secrets_of(ws))
     if match := ASSET_URI.match(uri):
+        if not isinstance(ws, Workspace):
+            return resolve(ws.asset_path(match["name"], match["version"] or "latest"), ws)
         from phalanx.storage.assets import get_asset
 
         asset = get_asset(ws, match["name"], match["version"] or "latest")

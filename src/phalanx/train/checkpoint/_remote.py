@@ -86,14 +86,10 @@ def open_folder(uri: str) -> Path | RemoteFolder:
 
 
 def _resolve(uri: str) -> Location:
-    from phalanx.storage.uri import resolve
-    from phalanx.workspace import Workspace
+    from phalanx.storage.jobstores import resolve_here
 
-    ws = Workspace()
-    try:
-        return resolve(uri, ws)
-    finally:
-        ws.close()
+    # In a job: the datastores its spec names (its own file), not the workspace's.
+    return resolve_here(uri)
 
 
 def _is_local(location: Location) -> bool:
