@@ -9,12 +9,9 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from phalanx.archives import NO_LIMIT, unpack
 from phalanx.client.http import NotFound, ServerClient
 from phalanx.client.urls import segment
-from phalanx.server.uploads import unpack
-
-# A job's folder may be large; the server bounds nothing here, the disk does.
-NO_LIMIT = 1 << 50
 
 
 def fetch(client: ServerClient, name: str, rel: str, dest: Path) -> Path | None:

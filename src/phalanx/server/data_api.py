@@ -17,10 +17,11 @@ from typing import Any, Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from phalanx.archives import UploadError
 from phalanx.errors import PhalanxError
 from phalanx.server.auth import User
 from phalanx.server.settings import request_workspace, settings_of, workspace
-from phalanx.server.uploads import UploadError, receive
+from phalanx.server.uploads import receive
 from phalanx.service.data import WorkspaceData
 from phalanx.storage.datastores import DEFAULT_DATASTORE, default_datastore
 from phalanx.storage.uri import is_uri

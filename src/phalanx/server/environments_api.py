@@ -15,9 +15,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from phalanx.archives import UploadError
 from phalanx.server.auth import User
 from phalanx.server.settings import request_workspace, settings_of, workspace
-from phalanx.server.uploads import UploadError, receive
+from phalanx.server.uploads import receive
 from phalanx.service.environments import DOCUMENT, WorkspaceEnvironments
 
 router = APIRouter(prefix="/api/v1/environments", tags=["environments"])

@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from phalanx.archives import UploadError
 from phalanx.errors import (
     DatabaseUnavailable,
     Forbidden,
@@ -25,7 +26,6 @@ from phalanx.errors import (
     SpecError,
     UnsetVariableError,
 )
-from phalanx.server.uploads import UploadError
 from phalanx.storage.redact import redact
 
 log = logging.getLogger("phalanx.server")

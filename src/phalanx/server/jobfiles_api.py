@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 
 from phalanx.server.auth import User
 from phalanx.server.settings import settings_of, workspace
-from phalanx.service.jobfiles import NoSuchPath, job_path, pack, tree
+from phalanx.service.jobfiles import NoSuchPath, job_file, pack, tree
+
+CHUNK = 1 << 20
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
@@ -34,22 +38,37 @@ def job_tree(name: str, request: Request, _: User, path: str = "outputs") -> dic
 
 
 @router.get("/{name}/files/{path:path}")
-def job_files(name: str, path: str, request: Request, _: User, raw: bool = False) -> FileResponse:
+def job_files(
+    name: str, path: str, request: Request, _: User, raw: bool = False
+) -> FileResponse | StreamingResponse:
     """The file or folder at ``path`` in the job's folder (e.g. ``outputs/tensorboard``),
     packed as an uncompressed tar under its own name; with ``raw``, a file as it is."""
     settings = settings_of(request)
-    try:
-        found = job_path(workspace(settings), name, path)
-    except NoSuchPath as exc:
-        raise HTTPException(404, str(exc)) from None
-    if raw and found.is_file():
-        return FileResponse(found, media_type="application/octet-stream", filename=found.name)
+    ws = workspace(settings)
+    if raw:
+        try:
+            fd, size = job_file(ws, name, path)
+        except NoSuchPath:
+            pass  # a folder, or nothing: the tar below says which
+        else:
+            filename = os.path.basename(path)
+            return StreamingResponse(
+                _chunks(fd, size),
+                media_type="application/octet-stream",
+                headers={
+                    "content-length": str(size),
+                    "content-disposition": f'attachment; filename="{filename}"',
+                },
+            )
     tmp = settings.home / "server" / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     fd, archive = tempfile.mkstemp(prefix="files-", suffix=".tar", dir=tmp)
     os.close(fd)
     try:
-        pack(found, tmp / os.path.basename(archive))
+        pack(ws, name, path, Path(archive))
+    except NoSuchPath as exc:
+        os.unlink(archive)
+        raise HTTPException(404, str(exc)) from None
     except BaseException:
         os.unlink(archive)
         raise
@@ -58,3 +77,12 @@ def job_files(name: str, path: str, request: Request, _: User, raw: bool = False
         media_type="application/x-tar",
         background=BackgroundTask(os.unlink, archive),
     )
+
+
+def _chunks(fd: int, size: int) -> Iterator[bytes]:
+    """The file's first ``size`` bytes (its size when opened), then it is closed."""
+    with os.fdopen(fd, "rb") as f:
+        left = size
+        while left > 0 and (data := f.read(min(CHUNK, left))):
+            left -= len(data)
+            yield data

@@ -16,11 +16,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from phalanx.archives import UploadError, unpack
 from phalanx.errors import PhalanxError
 from phalanx.server.auth import User
 from phalanx.server.logread import parse_offsets, read_logs
 from phalanx.server.settings import ServerSettings, request_workspace, settings_of, workspace
-from phalanx.server.uploads import UploadError, unpack
 from phalanx.service.access import Caller
 from phalanx.service.jobs import LocalJobs, SpecText
 from phalanx.workspace import JobRecord, JobStatus

@@ -17,12 +17,13 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from phalanx.archives import UploadError
 from phalanx.errors import PhalanxError
 from phalanx.registry import get_model
 from phalanx.registry.files import check_no_links, inside, safe_relpath
 from phalanx.server.auth import User
 from phalanx.server.settings import ServerSettings, settings_of, workspace
-from phalanx.server.uploads import UploadError, receive
+from phalanx.server.uploads import receive
 from phalanx.service.access import Caller
 from phalanx.service.models import WorkspaceModels
 from phalanx.storage.uri import is_uri

@@ -1,93 +1,12 @@
-"""Unpacking what a client uploaded: inside its folder, within its size, or refused.
-
-An archive entry whose name is absolute or climbs out with ``..``, a link
-that points out of the folder, a hard link, a device or a FIFO is refused with
-the entry named; so is an archive that unpacks to more than the upload limit
-(a small compressed file can hold a great deal of zeros), or to more than
-:data:`MAX_ENTRIES` files and folders (100,000 empty files pack into 620 KB;
-Azure ML warns at 2,000 files of code). Entries are read one at a time, so a
-refused archive's later entries are never read.
-"""
+"""Uploads a server received (``PUT /api/v1/uploads``), turned into folders with the
+checks of :mod:`phalanx.archives`."""
 
 from __future__ import annotations
 
-import posixpath
-import tarfile
 from pathlib import Path
 
+from phalanx.archives import UploadError, unpack
 from phalanx.errors import PhalanxError
-
-
-class UploadError(PhalanxError):
-    """The upload breaks a rule; the server answers 400 (413 for size)."""
-
-    def __init__(self, message: str, *, too_large: bool = False) -> None:
-        super().__init__(message)
-        self.too_large = too_large
-
-
-def _inside(name: str) -> bool:
-    norm = posixpath.normpath(name)
-    return not (name.startswith("/") or norm == ".." or norm.startswith("../"))
-
-
-def check_member(member: tarfile.TarInfo) -> None:
-    """Refuse an entry that would land, or point, outside the folder.
-
-    Raises:
-        UploadError: naming the entry.
-    """
-    name = member.name
-    if not _inside(name) or "\\" in name or "\x00" in name:
-        raise UploadError(f"upload refused: archive entry {name!r} escapes its folder")
-    if member.issym():
-        target = posixpath.normpath(posixpath.join(posixpath.dirname(name), member.linkname))
-        if member.linkname.startswith("/") or not _inside(target):
-            raise UploadError(
-                f"upload refused: link {name!r} points outside its folder ({member.linkname})"
-            )
-    elif member.islnk():
-        raise UploadError(f"upload refused: archive entry {name!r} is a hard link")
-    elif not (member.isfile() or member.isdir()):
-        raise UploadError(f"upload refused: archive entry {name!r} is not a file or folder")
-
-
-MAX_ENTRIES = 10_000
-"""Files and folders one upload may unpack to."""
-
-
-def unpack(archive: Path, dest: Path, limit: int, entries: int = MAX_ENTRIES) -> None:
-    """Unpack a (gzip) tar archive into ``dest`` after checking every entry.
-
-    Raises:
-        UploadError: a refused entry, more than ``limit`` bytes unpacked, more
-            than ``entries`` entries, or not an archive.
-    """
-    try:
-        with tarfile.open(archive, "r:*") as tar:
-            members: list[tarfile.TarInfo] = []
-            total = 0
-            for member in tar:
-                members.append(member)
-                if len(members) > entries:
-                    raise UploadError(
-                        f"upload refused: the archive holds more than {entries} files and "
-                        "folders; list what the job does not need in .amlignore, or put "
-                        "data in a datastore",
-                        too_large=True,
-                    )
-                check_member(member)
-                total += member.size if member.isfile() else 0
-                if total > limit:
-                    raise UploadError(
-                        f"upload refused: the files unpack to more than {limit // 2**20} MiB "
-                        "(the server's --max-upload)",
-                        too_large=True,
-                    )
-            # The standard library's own "data" filter checks the same rules again.
-            tar.extractall(dest, members=members, filter="data")
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        raise UploadError(f"upload refused: not a readable tar archive ({exc})") from None
 
 
 def receive(uploads: Path, upload_id: str, dest: Path, limit: int) -> None:

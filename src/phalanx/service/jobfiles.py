@@ -1,67 +1,194 @@
 """A file or folder of a job's folder, packed as a tar: what a client downloads
-(``phalanx tensorboard`` through a server reads a job's event files this way).
+(``phalanx tensorboard`` through a server reads a job's event files this way), a
+single file as it is, and the list of files under a folder (the studio's tree).
 
-Only what lies inside the job's folder is served: the path is a plain relative
-one (no ``..``, nothing absolute or encoded), no part of it may be a symbolic
-link, and a link met inside the folder is left out, never followed.
+Only what lies inside the job's folder is served, and nothing is ever read through
+a link: a running job's account may write its own folders, so it could swap a file,
+or a folder on the way to it, for a link to the server's secrets between a check and
+a read. So nothing here checks a path and then opens it: the path is a plain
+relative one (no ``..``, nothing absolute or encoded), its folders are opened one at
+a time without following links, and a folder is walked by descriptors
+(``os.fwalk``), each file opened where it was found with ``O_NOFOLLOW``
+(:mod:`phalanx.nofollow`). Links met inside are left out.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import io
 import os
 import stat
 import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from phalanx.errors import PhalanxError
-from phalanx.registry.files import inside, safe_relpath
+from phalanx.nofollow import open_file
+from phalanx.registry.files import safe_relpath
 from phalanx.workspace import Workspace
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class NoSuchPath(PhalanxError):
     """The job has nothing at that path (the server answers 404)."""
 
 
-def job_path(ws: Workspace, name: str, rel: str) -> Path:
-    """Where ``rel`` is in job ``name``'s folder, checked.
+@dataclass
+class Found:
+    """What ``rel`` of a job's folder is, held open: a folder's or a file's descriptor."""
+
+    fd: int
+    name: str
+    is_file: bool
+    size: int
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+@contextlib.contextmanager
+def opened(ws: Workspace, name: str, rel: str) -> Iterator[Found]:
+    """``rel`` of job ``name``'s folder, opened without following any link on the way.
 
     Raises:
-        PhalanxError: an unknown job, an unsafe path or a link on the way.
+        PhalanxError: an unknown job, an unsafe path, or a link on the way.
         NoSuchPath: nothing there.
     """
     root = Path(ws.get_job(name).job_dir)
     safe_relpath(rel, "path")
-    here = root
-    for part in rel.split("/"):
-        here = here / part
-        if here.is_symlink():
-            raise PhalanxError(f"job {name}: {rel!r} goes through a symbolic link; not served")
-    if not here.exists():
-        raise NoSuchPath(f"job {name} has no {rel} ({here})")
-    if not inside(root, here):
-        raise PhalanxError(f"job {name}: {rel!r} is outside the job's folder; not served")
-    return here
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    try:
+        fd = os.open(root, _DIR_FLAGS)
+    except FileNotFoundError:
+        raise NoSuchPath(f"job {name} has no {rel} (its folder is gone)") from None
+    try:
+        for k, part in enumerate(parts):
+            info = _lstat(part, fd, name, rel)
+            if stat.S_ISLNK(info.st_mode):
+                raise PhalanxError(f"job {name}: {rel!r} goes through a symbolic link; not served")
+            last = k == len(parts) - 1
+            if last and stat.S_ISREG(info.st_mode):
+                with _swapped(name, rel):
+                    file_fd = open_file(part, dir_fd=fd)
+                os.close(fd)
+                fd = file_fd
+                found = Found(fd, part, True, os.fstat(fd).st_size)
+                break
+            if not stat.S_ISDIR(info.st_mode):
+                raise NoSuchPath(f"job {name} has no file or folder {rel}")
+            with _swapped(name, rel):
+                inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        else:
+            found = Found(fd, parts[-1] if parts else root.name, False, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        yield found
+    finally:
+        found.close()
 
 
-def pack(path: Path, archive: Path) -> int:
-    """Write the file or folder ``path`` into the tar ``archive`` (under its own name);
-    links are left out. The number of files packed."""
-    count = 0
-    with tarfile.open(archive, "w") as tar:
-        if path.is_file():
-            tar.add(path, arcname=path.name, recursive=False)
+def _lstat(part: str, dir_fd: int, name: str, rel: str) -> os.stat_result:
+    try:
+        return os.stat(part, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        raise NoSuchPath(f"job {name} has no {rel}") from None
+
+
+@contextlib.contextmanager
+def _swapped(name: str, rel: str) -> Iterator[None]:
+    """An open that failed because the part changed since it was looked at (now a link,
+    gone, or another kind of file), as the one-line error it is."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EINVAL):
+            raise PhalanxError(
+                f"job {name}: {rel!r} changed while it was opened; not served"
+            ) from None
+        if exc.errno == errno.ENOENT:
+            raise NoSuchPath(f"job {name} has no {rel}") from None
+        raise
+
+
+def job_file(ws: Workspace, name: str, rel: str) -> tuple[int, int]:
+    """The regular file ``rel`` of job ``name``'s folder, opened safely: its descriptor
+    (the caller closes it) and size.
+
+    Raises:
+        PhalanxError, NoSuchPath: as :func:`opened`; also when ``rel`` is a folder.
+    """
+    with opened(ws, name, rel) as found:
+        if not found.is_file:
+            raise NoSuchPath(f"job {name}: {rel} is a folder, not a file")
+        fd = os.dup(found.fd)
+        return fd, found.size
+
+
+def pack(ws: Workspace, name: str, rel: str, archive: Path) -> int:
+    """Write the file or folder ``rel`` of job ``name``'s folder into the tar ``archive``
+    (under its own name); links are left out. The number of files packed.
+
+    Raises:
+        PhalanxError, NoSuchPath: as :func:`opened`.
+    """
+    with opened(ws, name, rel) as found, tarfile.open(archive, "w") as tar:
+        if found.is_file:
+            _add_file(tar, found.fd, found.name)
             return 1
-        for dirpath, dirs, names in os.walk(path, followlinks=False):
-            base = Path(dirpath)
-            rel = base.relative_to(path.parent).as_posix()
-            tar.add(base, arcname=rel, recursive=False)
-            dirs[:] = sorted(d for d in dirs if not (base / d).is_symlink())
-            for name in sorted(names):
-                mode = (base / name).lstat().st_mode
-                if stat.S_ISREG(mode):
-                    tar.add(base / name, arcname=f"{rel}/{name}", recursive=False)
-                    count += 1
-    return count
+        count = 0
+        top = found.name
+        for dirpath, dirs, names, dir_fd in os.fwalk(".", dir_fd=found.fd):
+            dirs.sort()
+            base = os.path.normpath(os.path.join(top, dirpath))
+            folder = tarfile.TarInfo(base)
+            folder.type, folder.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(folder)
+            for entry in sorted(names):
+                try:
+                    fd = open_file(entry, dir_fd=dir_fd)  # a link or a FIFO: left out
+                except OSError:
+                    continue
+                try:
+                    _add_file(tar, fd, f"{base}/{entry}")
+                finally:
+                    os.close(fd)
+                count += 1
+        return count
+
+
+def _add_file(tar: tarfile.TarFile, fd: int, arcname: str) -> None:
+    """The open file ``fd`` into ``tar``, as big as it was when looked at (a file still
+    growing is cut there; one that shrank is padded, as tar wants its size)."""
+    info = os.fstat(fd)
+    member = tarfile.TarInfo(arcname)
+    member.size, member.mtime, member.mode = info.st_size, int(info.st_mtime), 0o644
+    with os.fdopen(os.dup(fd), "rb") as f:
+        f.seek(0)
+        tar.addfile(member, _Sized(f, info.st_size))
+
+
+class _Sized(io.RawIOBase):
+    """Exactly ``size`` bytes of ``f``: what it has, then zeros."""
+
+    def __init__(self, f: BinaryIO, size: int) -> None:
+        super().__init__()
+        self.f, self.left = f, size
+
+    def read(self, n: int = -1) -> bytes:
+        want = self.left if n < 0 else min(n, self.left)
+        data = self.f.read(want)
+        data += b"\0" * (want - len(data))
+        self.left -= want
+        return data
 
 
 def tree(ws: Workspace, name: str, rel: str, *, most: int = 2000) -> dict[str, object]:
@@ -70,19 +197,20 @@ def tree(ws: Workspace, name: str, rel: str, *, most: int = 2000) -> dict[str, o
     links left out; at most ``most`` (``complete`` says whether all are listed).
 
     Raises:
-        PhalanxError, NoSuchPath: as :func:`job_path`.
+        PhalanxError, NoSuchPath: as :func:`opened`.
     """
-    top = job_path(ws, name, rel)
-    root = Path(ws.get_job(name).job_dir)
     files: list[dict[str, object]] = []
-    for dirpath, dirs, names in os.walk(top, followlinks=False):
-        base = Path(dirpath)
-        dirs[:] = sorted(d for d in dirs if not (base / d).is_symlink())
-        for entry in sorted(names):
-            info = (base / entry).lstat()
-            if stat.S_ISREG(info.st_mode):
-                if len(files) >= most:
-                    return {"files": files, "complete": False}
-                path = (base / entry).relative_to(root).as_posix()
-                files.append({"path": path, "size": info.st_size})
+    prefix = "/".join(p for p in rel.split("/") if p not in ("", "."))
+    with opened(ws, name, rel) as found:
+        if found.is_file:
+            return {"files": [{"path": prefix, "size": found.size}], "complete": True}
+        for dirpath, dirs, names, dir_fd in os.fwalk(".", dir_fd=found.fd):
+            dirs.sort()
+            base = os.path.normpath(os.path.join(prefix, dirpath))
+            for entry in sorted(names):
+                info = os.stat(entry, dir_fd=dir_fd, follow_symlinks=False)
+                if stat.S_ISREG(info.st_mode):
+                    if len(files) >= most:
+                        return {"files": files, "complete": False}
+                    files.append({"path": f"{base}/{entry}", "size": info.st_size})
     return {"files": files, "complete": True}

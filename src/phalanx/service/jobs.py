@@ -21,7 +21,6 @@ own; an admin acts on anyone's.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -279,25 +278,24 @@ class LocalJobs:
 
     def download(self, name: str, rel: str, dest: Path) -> Path | None:
         """Copy ``rel`` of job ``name``'s folder into the folder ``dest`` (links left out,
-        as a server sends it); where it landed, or ``None`` when the job has nothing there.
+        as a server sends it: packed without following a link, then unpacked with the
+        checks of an upload); where it landed, or ``None`` when the job has nothing there.
 
         Raises:
             PhalanxError: an unknown job, or an unsafe path.
         """
-        from phalanx.service.jobfiles import NoSuchPath, job_path
+        import tempfile
 
-        try:
-            source = job_path(self.ws, name, rel)
-        except NoSuchPath:
-            return None
+        from phalanx.archives import NO_LIMIT, unpack
+        from phalanx.service.jobfiles import NoSuchPath, pack
+
         dest.mkdir(parents=True, exist_ok=True)
-        target = dest / source.name
-        if source.is_file():
-            shutil.copy2(source, target)
-        else:
-            shutil.copytree(source, target, ignore=_links, dirs_exist_ok=True)
-        return target
-
-
-def _links(folder: str, names: list[str]) -> set[str]:
-    return {n for n in names if os.path.islink(os.path.join(folder, n))}
+        with tempfile.TemporaryDirectory(prefix="phalanx-download-") as tmp:
+            archive = Path(tmp) / "files.tar"
+            try:
+                pack(self.ws, name, rel, archive)
+            except NoSuchPath:
+                return None
+            unpack(archive, dest, NO_LIMIT, entries=NO_LIMIT)
+        landed = dest / rel.rstrip("/").rsplit("/", 1)[-1]
+        return landed if landed.exists() else None
