@@ -1,0 +1,376 @@
+"""An independent review of issue 21's walls, tried as attackers would (each test FAILS
+while the hole it names is open, and asserts the safe behaviour).
+
+One real ``phalanx server start`` as root, with tokens, so every job runs walled off as
+an account of its own; an admin stores a credential (the canary) in the server's
+secrets file. Each attack is made as a member (``bob``) through the HTTP API with the
+member's token, or by the code of bob's job, and checks that no byte of the canary
+came back and that nobody else's record changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import tarfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+import jobpython
+import servers
+from conftest import BIN, PHALANX, job_processes_under, workspace_processes
+
+pytestmark = pytest.mark.slow
+
+USERS = {"root": "admin", "alice": "member", "bob": "member", "vic": "viewer"}
+ENDED = ("Completed", "Failed", "Canceled")
+
+
+@dataclass
+class Team:
+    """A server with tokens (jobs walled off), a token per user, a stored canary."""
+
+    server: servers.PhalanxServer
+    home: Path
+    tokens: dict[str, str]
+    canary: str
+
+    def api(self, user: str) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.server.url + "/api/v1",
+            headers={"authorization": f"Bearer {self.tokens[user]}"},
+            timeout=120,
+        )
+
+    def upload(self, user: str, files: dict[str, bytes]) -> str:
+        """``PUT /uploads`` of a tar holding ``files``; the upload's id."""
+        with self.api(user) as api:
+            answer = api.put("/uploads", content=_tar(files))
+        assert answer.status_code == 201, answer.text
+        return str(answer.json()["upload"])
+
+    def submit(
+        self, user: str, name: str, script: str, body: str = "", files: dict[str, bytes] | None = None
+    ) -> str:
+        """Create job ``name`` running ``script`` (its code uploaded, as the CLI does)."""
+        code = {"code/main.py": script.encode(), **(files or {})}
+        places = {"code": "code"}
+        if any(k.startswith("req/") for k in code):
+            places["environment.pip_file"] = "req/requirements.txt"
+        spec = (
+            f"type: command\nname: {name}\ncode: code\ncommand: python main.py\n"
+            f"limits: {{timeout: 300}}\n{body}"
+        )
+        upload = self.upload(user, code)
+        with self.api(user) as api:
+            made = api.post("/jobs", json={"spec": spec, "upload": upload, "places": places})
+        assert made.status_code == 201, made.text
+        return name
+
+    def job(self, user: str, name: str) -> dict[str, Any]:
+        with self.api(user) as api:
+            answer = api.get(f"/jobs/{name}")
+        assert answer.status_code == 200, answer.text
+        return dict(answer.json())
+
+    def wait(self, user: str, name: str, timeout: float = 180) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while (job := self.job(user, name))["status"] not in ENDED:
+            assert time.monotonic() < deadline, f"job {name} still {job['status']}"
+            time.sleep(0.3)
+        return job
+
+    def log_says(self, name: str, text: str, timeout: float = 120) -> None:
+        """Wait until rank 0's log of job ``name`` holds ``text`` (read as root)."""
+        log = self.home / "jobs" / name / "user_logs" / "std_log_process_0.txt"
+        deadline = time.monotonic() + timeout
+        while not (log.is_file() and text in log.read_text(errors="replace")):
+            assert time.monotonic() < deadline, f"job {name} never logged {text!r}"
+            time.sleep(0.2)
+
+    def cancel(self, user: str, name: str) -> None:
+        with self.api(user) as api:
+            api.post(f"/jobs/{name}/cancel")
+
+
+def _tar(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in sorted(files.items()):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
+    import os
+    import subprocess
+
+    root = tmp_path_factory.mktemp("review")
+    home = jobpython.workspace_home(root)  # reachable by the jobs' accounts
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
+    env.update(
+        PHALANX_HOME=str(home),
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+        OMP_NUM_THREADS="1",
+        GLOO_SOCKET_IFNAME="lo",
+        PHALANX_CACHE_DIR=str(root / "cache"),
+        XDG_CONFIG_HOME=str(root / "config"),
+    )
+    tokens = {}
+    for user, role in USERS.items():
+        made = subprocess.run(
+            [PHALANX, "server", "token", "create", "--user", user, "--role", role],
+            env=env, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        tokens[user] = made.stdout.strip()
+    # One serving process: its memory is the server's (see the metrics test).
+    server = servers.start_phalanx_server(home, env, "--auth", "--workers", "1")
+    canary = f"canary-{uuid.uuid4().hex}"
+    made_team = Team(server, home, tokens, canary)
+    with made_team.api("root") as admin:
+        stored = admin.post(
+            "/datastores",
+            json={
+                "name": "vault", "type": "s3", "bucket": "b", "store": True,
+                "endpoint_url": "http://127.0.0.1:9", "no_check": True,
+                "piped": {"key": canary, "secret": canary},
+            },
+        )  # fmt: skip
+    assert stored.status_code == 201, stored.text
+    assert canary in (home / "secrets.json").read_text()
+    yield made_team
+    servers.kill_phalanx_server(server)
+    for proc in [*job_processes_under(home), *workspace_processes(home)]:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+
+
+# A job's code writes its attempt's record of rank 0 itself, naming the server's
+# secrets file as the rank's log, and kills its wrapper so that nothing overwrites the
+# record. The supervisor (root) reads the rank's "log" for the root cause.
+FORGED_RECORD = """
+import json, os, signal, time
+from pathlib import Path
+home = Path(os.environ["PHALANX_JOB_DIR"]).parent.parent
+attempt = Path(os.environ["PHALANX_ERROR_FILE"]).parent
+record = {"rank": 0, "exit_code": 1, "signal": None, "signals_received": [],
+          "ended_at": time.time(), "error": None, "log_file": str(home / "secrets.json")}
+(attempt / "rank_0.json").write_text(json.dumps(record))
+print("record planted", flush=True)
+pid = os.getpid()
+while "phalanx.launch.worker" not in Path(f"/proc/{pid}/cmdline").read_text():
+    pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+os.kill(pid, signal.SIGKILL)
+"""
+
+
+def test_a_forged_rank_record_does_not_make_root_read_the_servers_files(team: Team) -> None:
+    name = team.submit("bob", f"forged-{uuid.uuid4().hex[:8]}", FORGED_RECORD)
+    job = team.wait("bob", name)
+    team.log_says(name, "record planted")  # the attack ran
+    assert job["status"] == "Failed"
+    shown = json.dumps(job)
+    assert team.canary not in shown, "the root cause carries the server's secrets.json"
+    assert "secrets.json" not in json.dumps(job.get("error"))
+
+
+# An in-tree PEP 517 build backend: pip runs its hooks to build the "package" the job's
+# requirements name. Whoever runs pip runs this code.
+BACKEND = """
+import os
+from pathlib import Path
+
+def _hook(*args, **kwargs):
+    try:
+        found = (Path(os.environ["PHALANX_HOME"]) / "secrets.json").read_text()
+    except Exception as exc:
+        found = repr(exc)
+    raise SystemExit(f"BACKEND uid={os.getuid()} read={found!r}")
+
+get_requires_for_build_wheel = prepare_metadata_for_build_wheel = build_wheel = _hook
+"""
+PYPROJECT = '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
+
+
+def test_a_members_pip_file_runs_no_code_as_root(team: Team) -> None:
+    name = team.submit(
+        "bob", f"pipbuild-{uuid.uuid4().hex[:8]}", "print('never')\n",
+        "environment:\n  pip_file: requirements.txt\n",
+        {
+            "code/evil/pyproject.toml": PYPROJECT.encode(),
+            "code/evil/backend.py": BACKEND.encode(),
+            "req/requirements.txt": b"../code/evil\n",  # pip's folder: the file's
+        },
+    )  # fmt: skip
+    job = team.wait("bob", name)
+    with team.api("bob") as bob:
+        log = bob.get(f"/jobs/{name}/files/system_logs/environment.txt", params={"raw": True})
+    seen = log.text + json.dumps(job)
+    assert team.canary not in seen, "the build read the server's secrets.json"
+    assert "BACKEND uid=0 " not in seen, "a member's build code ran as root"
+
+
+# The job's checkpoints hold plain files when they are listed for registration; once
+# root opens the first one (inotify says so), the second becomes a link to the
+# server's secrets file.
+SWAP = """
+import ctypes, os, time
+from pathlib import Path
+home = Path(os.environ["PHALANX_JOB_DIR"]).parent.parent
+out = Path(os.environ["PHALANX_JOB_DIR"]) / "checkpoints"
+first = out / "a0.bin"
+first.write_bytes(bytes(32 << 20))
+(out / "a1.txt").write_text("plain\\n")
+link = Path(os.environ["TMPDIR"]) / "link"
+os.symlink(home / "secrets.json", link)
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0)
+assert libc.inotify_add_watch(fd, str(first).encode(), 0x20) >= 0  # IN_OPEN
+print("armed", flush=True)
+os.read(fd, 4096)
+os.rename(link, out / "a1.txt")
+print("swapped", flush=True)
+time.sleep(300)
+"""
+
+
+def test_registering_a_running_jobs_output_never_follows_a_link_swapped_in(team: Team) -> None:
+    name = team.submit("bob", f"swap-{uuid.uuid4().hex[:8]}", SWAP)
+    try:
+        team.log_says(name, "armed")
+        model = f"loot-{uuid.uuid4().hex[:8]}"
+        with team.api("bob") as bob:
+            made = bob.post(
+                "/models", json={"name": model, "path": f"azureml://jobs/{name}/outputs/checkpoints"}
+            )
+            got = b""
+            if made.status_code == 201:
+                for f in made.json()["files"]:
+                    got += bob.get(f"/models/{model}/file", params={"path": f["path"]}).content
+        assert made.status_code in (201, 400, 403, 409), made.text
+        assert team.canary.encode() not in got, "the model holds the server's secrets.json"
+    finally:
+        team.cancel("bob", name)
+
+
+# Bob's job names an output after a data asset nobody has registered yet; it waits
+# until Alice has registered the name, then completes.
+WAIT_FOR_GO = """
+import os, time
+from pathlib import Path
+Path(os.environ["PHALANX_OUTPUT_D"], "data.csv").write_text("bob's rows\\n")
+print("waiting", flush=True)
+while not Path("go").exists():
+    time.sleep(0.2)
+"""
+
+
+def test_a_jobs_named_output_publishes_no_version_of_anothers_name(team: Team) -> None:
+    asset = f"shared-{uuid.uuid4().hex[:8]}"
+    name = team.submit(
+        "bob", f"squat-{uuid.uuid4().hex[:8]}", WAIT_FOR_GO,
+        f"outputs:\n  d: {{type: uri_folder, name: {asset}}}\n",
+    )  # fmt: skip
+    team.log_says(name, "waiting")
+    upload = team.upload("alice", {"rows.csv": b"alice's rows\n"})
+    with team.api("alice") as alice:
+        made = alice.post("/data", json={"name": asset, "upload": upload})
+    assert made.status_code == 201, made.text
+    (team.home / "jobs" / name / "code" / "go").write_text("")
+    team.wait("bob", name)
+    with team.api("vic") as vic:
+        latest = vic.get(f"/data/{asset}").json()
+    assert (latest["version"], latest["owner"]) == ("1", "alice"), latest
+
+
+POISON = """
+import os
+from pathlib import Path
+Path(os.environ["PHALANX_OUTPUT_OUT"], "rows.csv").write_text("bob's poisoned rows\\n")
+"""
+
+
+def test_a_members_job_does_not_rewrite_anothers_data_asset(team: Team) -> None:
+    upload = team.upload("alice", {"rows.csv": b"alice's rows\n"})
+    asset = f"clean-{uuid.uuid4().hex[:8]}"
+    with team.api("alice") as alice:
+        made = alice.post("/data", json={"name": asset, "upload": upload})
+    assert made.status_code == 201, made.text
+    path = made.json()["path"]  # azureml://datastores/default/paths/uploads/<id>
+    name = f"poison-{uuid.uuid4().hex[:8]}"
+    spec = f"outputs:\n  out: {{type: uri_folder, path: {path}, mode: upload}}\n"
+    with contextlib.suppress(AssertionError):  # refused at create: the safe outcome
+        team.submit("bob", name, POISON, spec)
+        team.wait("bob", name)
+    folder = team.home / "datastore" / path.split("/paths/", 1)[1]
+    assert (folder / "rows.csv").read_text() == "alice's rows\n"
+
+
+# A sparse file costs the job no disk, and the server reads all of it.
+SPARSE_METRICS = """
+import os, time
+from pathlib import Path
+os.truncate(Path(os.environ["PHALANX_JOB_DIR"]) / "metrics.jsonl", 256 << 20)
+print("grown", flush=True)
+time.sleep(300)
+"""
+
+
+def _peak_rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) << 10
+    raise AssertionError("no VmHWM")
+
+
+def test_a_jobs_metrics_file_is_read_in_bounded_memory(team: Team) -> None:
+    name = team.submit("bob", f"metrics-{uuid.uuid4().hex[:8]}", SPARSE_METRICS)
+    try:
+        team.log_says(name, "grown")
+        pid = team.server.proc.pid  # --workers 1: the serving process itself
+        Path(f"/proc/{pid}/clear_refs").write_text("5")  # the peak starts again from now
+        before = _peak_rss(pid)
+        with team.api("vic") as vic:
+            answer = vic.get(f"/jobs/{name}/metrics")
+        grown = _peak_rss(pid) - before
+        assert answer.status_code in (200, 400, 413), answer.text
+        assert grown < 64 << 20, f"one metrics request grew the server by {grown >> 20} MiB"
+    finally:
+        team.cancel("bob", name)
+
+
+BAD_LOG_NAME = """
+import os
+from pathlib import Path
+logs = Path(os.environ["PHALANX_JOB_DIR"]) / "user_logs"
+(logs / "std_log_process_x.txt").write_text("a file of the job's own\\n")
+print("planted", flush=True)
+"""
+
+
+def test_a_file_a_job_names_in_its_logs_folder_breaks_no_route(team: Team) -> None:
+    name = team.submit("bob", f"logname-{uuid.uuid4().hex[:8]}", BAD_LOG_NAME)
+    team.log_says(name, "planted")
+    deadline = time.monotonic() + 120
+    with team.api("vic") as vic:
+        while True:  # its status, without the route under test
+            listed = vic.get("/jobs", params={"limit": 50}).json()["jobs"]
+            if next(j for j in listed if j["name"] == name)["status"] in ENDED:
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.3)
+        for route in ("", "/logs?all_ranks=true", "/logs/page?rank=all"):
+            answer = vic.get(f"/jobs/{name}{route}")
+            assert answer.status_code == 200, (route, answer.status_code, answer.text)
