@@ -13,7 +13,11 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import shutil
+import subprocess
 import tarfile
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -59,7 +63,12 @@ class Team:
         return str(answer.json()["upload"])
 
     def submit(
-        self, user: str, name: str, script: str, body: str = "", files: dict[str, bytes] | None = None
+        self,
+        user: str,
+        name: str,
+        script: str,
+        body: str = "",
+        files: dict[str, bytes] | None = None,
     ) -> str:
         """Create job ``name`` running ``script`` (its code uploaded, as the CLI does)."""
         code = {"code/main.py": script.encode(), **(files or {})}
@@ -114,9 +123,6 @@ def _tar(files: dict[str, bytes]) -> bytes:
 
 @pytest.fixture(scope="module")
 def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
-    import os
-    import subprocess
-
     root = tmp_path_factory.mktemp("review")
     home = jobpython.workspace_home(root)  # reachable by the jobs' accounts
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
@@ -253,14 +259,16 @@ def test_registering_a_running_jobs_output_never_follows_a_link_swapped_in(team:
         model = f"loot-{uuid.uuid4().hex[:8]}"
         with team.api("bob") as bob:
             made = bob.post(
-                "/models", json={"name": model, "path": f"azureml://jobs/{name}/outputs/checkpoints"}
+                "/models",
+                json={"name": model, "path": f"azureml://jobs/{name}/outputs/checkpoints"},
             )
-            got = b""
-            if made.status_code == 201:
-                for f in made.json()["files"]:
-                    got += bob.get(f"/models/{model}/file", params={"path": f["path"]}).content
+            leaked = []
+            for f in made.json()["files"] if made.status_code == 201 else []:
+                data = bob.get(f"/models/{model}/file", params={"path": f["path"]}).content
+                if team.canary.encode() in data:
+                    leaked.append(f["path"])
         assert made.status_code in (201, 400, 403, 409), made.text
-        assert team.canary.encode() not in got, "the model holds the server's secrets.json"
+        assert leaked == [], "the model's files hold the server's secrets.json"
     finally:
         team.cancel("bob", name)
 
@@ -374,3 +382,83 @@ def test_a_file_a_job_names_in_its_logs_folder_breaks_no_route(team: Team) -> No
         for route in ("", "/logs?all_ranks=true", "/logs/page?rank=all"):
             answer = vic.get(f"/jobs/{name}{route}")
             assert answer.status_code == 200, (route, answer.status_code, answer.text)
+
+
+# Attempt 1 swaps its output folder for a link to a folder of root's; once its
+# supervisor is lost (a crash, the OOM killer, a reboot, the database gone for 30
+# minutes) the next supervisor prepares the job again, as root.
+PLANT_OUTPUT_LINK = """
+import os, shutil, time
+from pathlib import Path
+out, target = Path(os.environ["PHALANX_OUTPUT_OUT"]), os.environ["TARGET"]
+if os.environ["PHALANX_ATTEMPT"] == "1":
+    shutil.rmtree(out)
+    os.symlink(target, out)
+    print("planted", flush=True)
+    time.sleep(300)
+try:
+    Path(target, "written-by-the-job").write_text("the job owns this folder")
+    print("wrote into root's folder", flush=True)
+except OSError as exc:
+    print("refused:", exc, flush=True)
+"""
+
+
+def _supervisor_of(name: str) -> psutil.Process:
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            cmdline = proc.cmdline()
+            if "phalanx.jobs.supervisor" in cmdline and name in cmdline:
+                return proc
+    raise AssertionError(f"no supervisor of {name}")
+
+
+def test_a_lost_supervisors_successor_follows_no_link_the_job_planted(team: Team) -> None:
+    parent = Path(tempfile.mkdtemp(prefix="review-"))
+    target = parent / "roots"  # any folder of root's (not directly in /tmp)
+    target.mkdir(mode=0o700)
+    try:
+        name = team.submit(
+            "bob", f"relink-{uuid.uuid4().hex[:8]}", PLANT_OUTPUT_LINK,
+            f"retry: {{max_attempts: 3}}\nenvironment_variables: {{TARGET: '{target}'}}\n"
+            "outputs:\n  out: {type: uri_folder}\n",
+        )  # fmt: skip
+        team.log_says(name, "planted")
+        _supervisor_of(name).kill()  # lost, as a crash or the OOM killer would lose it
+        job = team.wait("bob", name, timeout=240)
+        assert len(job["attempts"]) >= 2, job  # the job was prepared again
+        assert target.stat().st_uid == 0, "root gave its folder to the job's account"
+        assert list(target.iterdir()) == []
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+# The job swaps its upload-mode output folder for a link to a folder of the server's and
+# asks for an upload; the supervisor, as root, keeps its upload manifest there.
+SWAP_UPLOAD_FOLDER = """
+import os, shutil, time
+from pathlib import Path
+job = Path(os.environ["PHALANX_JOB_DIR"])
+out = Path(os.environ["PHALANX_OUTPUT_LOOT"])
+(out / "x.txt").write_text("x")
+shutil.rmtree(out)
+os.symlink(job.parent.parent / "server", out)
+(job / "upload.request").touch()
+print("swapped", flush=True)
+time.sleep(5)
+"""
+
+
+def test_an_upload_writes_nothing_through_a_folder_the_job_swapped_for_a_link(
+    team: Team,
+) -> None:
+    manifest = team.home / "server" / ".phalanx-upload.json"
+    assert not manifest.exists()
+    name = team.submit(
+        "bob", f"manifest-{uuid.uuid4().hex[:8]}", SWAP_UPLOAD_FOLDER,
+        "outputs:\n  loot: {type: uri_folder, mode: upload, "
+        f"path: azureml://datastores/default/paths/loot-{uuid.uuid4().hex[:8]}}}\n",
+    )  # fmt: skip
+    team.wait("bob", name)
+    team.log_says(name, "swapped")
+    assert not manifest.exists(), "root wrote into server/ through the job's link"
