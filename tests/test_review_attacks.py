@@ -462,3 +462,32 @@ def test_an_upload_writes_nothing_through_a_folder_the_job_swapped_for_a_link(
     team.wait("bob", name)
     team.log_says(name, "swapped")
     assert not manifest.exists(), "root wrote into server/ through the job's link"
+
+
+# The supervisor (root) reads every rank record of the attempt whole, ten times a
+# second; a sparse one costs the job nothing. (Sized to just under the machine's
+# memory, it makes the OOM killer take the supervisor: a lost supervisor, see above.)
+SPARSE_RANK_RECORD = """
+import os, time
+from pathlib import Path
+attempt = Path(os.environ["PHALANX_ERROR_FILE"]).parent
+with open(attempt / "rank_9.json", "wb") as f:
+    f.truncate(256 << 20)
+print("grown", flush=True)
+time.sleep(300)
+"""
+
+
+def test_the_supervisor_reads_rank_records_in_bounded_memory(team: Team) -> None:
+    name = team.submit("bob", f"records-{uuid.uuid4().hex[:8]}", SPARSE_RANK_RECORD)
+    try:
+        team.log_says(name, "grown")
+        pid = _supervisor_of(name).pid
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+        before = _peak_rss(pid)
+        deadline = time.monotonic() + 5  # fifty of its polls
+        while (grown := _peak_rss(pid) - before) < 64 << 20 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert grown < 64 << 20, f"the supervisor grew by {grown >> 20} MiB reading one record"
+    finally:
+        team.cancel("bob", name)
