@@ -37,7 +37,7 @@ def job_tree(name: str, request: Request, _: User, path: str = "outputs") -> dic
         raise HTTPException(404, str(exc)) from None
 
 
-@router.get("/{name}/files/{path:path}")
+@router.get("/{name}/files/{path:path}", response_model=None)
 def job_files(
     name: str, path: str, request: Request, _: User, raw: bool = False
 ) -> FileResponse | StreamingResponse:
