@@ -201,7 +201,8 @@ def test_a_local_data_path_is_uploaded_and_read_by_a_job_once_the_laptop_copy_is
     assert gone.returncode == 2 and "not found on this machine" in gone.stderr
     relative = cli.run("datastore", "create", "--name", "r", "--type", "local", "--path", "x/y")
     assert relative.returncode == 2 and "absolute path on the server" in relative.stderr
-    assert not list((cli.home / "server" / "uploads").iterdir())  # every upload used up
+    uploads = cli.home / "server" / "uploads"
+    assert not [p for p in uploads.rglob("*") if p.is_file()]  # every upload used up
 
     cli.write("src/read.py", READ)
     spec = cli.write(

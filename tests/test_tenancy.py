@@ -27,12 +27,13 @@ import httpx
 import psutil
 import pytest
 
+import jobpython
 import servers
 from conftest import BIN, PHALANX, job_processes_under, workspace_processes
 
 pytestmark = pytest.mark.slow
 
-USERS = {"root": "admin", "alice": "member", "bob": "member", "vic": "viewer"}
+USERS = {"root": "admin", "alice": "member", "bob": "member", "vic": "viewer", "dora": "member"}
 # A credential only the server's environment holds (what `--key-env` would name).
 SERVER_KEY, SERVER_SECRET = "AKIASERVERONLY0000001", "server-only-secret-do-not-send"
 
@@ -89,7 +90,8 @@ def team(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Team]:
     root = tmp_path_factory.mktemp("team")
-    home, workdir, data_root = root / "home", root / "work", root / "data"
+    home = jobpython.workspace_home(root)  # walled-off jobs' accounts reach it
+    workdir, data_root = root / "work", root / "data"
     for folder in (workdir, data_root):
         folder.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
@@ -193,7 +195,7 @@ def test_a_viewer_only_reads(team: Team) -> None:
     _cli_refused(team.cli("vic", "job", "create", "-f", str(spec)), "vic (viewer) may only read")
     with team.api("vic") as vic:
         _refused(vic.put("/uploads", content=b"x" * 100), 403, "may only read")
-        assert not list((team.home / "server" / "uploads").glob("*"))
+        assert not [p for p in (team.home / "server" / "uploads").rglob("*") if p.is_file()]
         body = {"name": "v", "type": "s3", "bucket": "b", "auth": "anonymous", "no_check": True}
         _refused(vic.post("/datastores", json=body), 403, "may only read")
         _refused(vic.post("/models", json={"name": "m", "path": "azureml:x:1"}), 403)
@@ -450,3 +452,25 @@ def test_no_member_makes_lists_or_revokes_tokens(team: Team) -> None:
         assert team.cli("root", "server", "token", "revoke", name).returncode == 0
         gone = client.get("/whoami", headers={"authorization": f"Bearer {carol}"})
         assert gone.status_code == 401
+
+
+def test_an_upload_is_its_uploaders_and_each_has_a_quota(team: Team) -> None:
+    code = _tar({"src/x.py": b"print('mine')\n"})
+    with team.api("alice") as alice:
+        mine = alice.put("/uploads", content=code).json()["upload"]
+    spec = {"spec": "command: python x.py\ncode: src\n", "places": {"code": "src"},
+            "validate_only": True}  # fmt: skip
+    with team.api("bob") as bob:  # another's upload id is no use to bob
+        _refused(bob.post("/jobs", json={**spec, "upload": mine}), 400, "not found")
+    with team.api("alice") as alice:  # still there for its owner
+        answer = alice.post("/jobs", json={**spec, "upload": mine})
+        assert answer.status_code == 201 and answer.json()["valid"], answer.text
+    # Uploads left unused are bounded per user: the next one is refused in one line.
+    from phalanx.server.app import MAX_PENDING_UPLOADS
+
+    with team.api("dora") as dora:
+        for _ in range(MAX_PENDING_UPLOADS):
+            assert dora.put("/uploads", content=code).status_code == 201
+        _refused(dora.put("/uploads", content=code), 429, "uploads of yours wait to be used")
+    with team.api("bob") as bob:  # nobody else is held back by dora's
+        assert bob.put("/uploads", content=code).status_code == 201

@@ -16,6 +16,7 @@ import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock, Timeout
 
@@ -58,6 +59,7 @@ def run_logged(
     *,
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
+    popen: Mapping[str, Any] | None = None,
 ) -> int:
     """Run ``argv`` to its end, its command line and output appended to ``log_path``.
 
@@ -65,6 +67,7 @@ def run_logged(
         canceled: Asked every :data:`POLL_S` seconds; ``True`` kills the command and
             everything it started (its own session).
         doing: What the command does, for the message (``the image build``).
+        popen: More ``subprocess.Popen`` arguments (the account it runs as).
 
     Returns:
         Its exit code.
@@ -78,7 +81,7 @@ def run_logged(
         out.flush()
         proc = subprocess.Popen(
             argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
-            env=None if env is None else dict(env), start_new_session=True,
+            env=None if env is None else dict(env), start_new_session=True, **(popen or {}),
         )  # fmt: skip
         while True:
             try:

@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 from pathlib import Path
 
 from phalanx.errors import PhalanxError
@@ -152,6 +153,26 @@ def attempt_folder(paths: JobPaths, account: JobAccount, attempt: int) -> Path:
     folder.mkdir(exist_ok=True)
     os.chown(folder, account.uid, account.gid, follow_symlinks=False)
     return folder
+
+
+def own_folder(base: Path, target: Path, uid: int, gid: int) -> None:
+    """Make ``target`` (inside ``base``, a folder the job's account writes) a real folder
+    of the account's, each part on the way too. A part the job turned into a link or a
+    file is removed first: nothing it planted is followed, so no folder outside the job's
+    is ever given to it."""
+    here = base
+    for part in target.relative_to(base).parts:
+        here = here / part
+        try:
+            info = here.lstat()
+        except FileNotFoundError:
+            info = None
+        if info is not None and not stat.S_ISDIR(info.st_mode):
+            here.unlink()  # a link or a file the job made: it was never an output folder
+            info = None
+        if info is None:
+            here.mkdir()
+        os.chown(here, uid, gid, follow_symlinks=False)
 
 
 def _chown_tree(top: Path, ids: tuple[int, int]) -> None:

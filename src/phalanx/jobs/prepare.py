@@ -20,7 +20,7 @@ from typing import Any
 from phalanx.containers.image import ImageRef
 from phalanx.containers.nodebuild import NodeBuild, for_nodes
 from phalanx.errors import PhalanxError
-from phalanx.jobs.accounts import account_for
+from phalanx.jobs.accounts import account_for, own_folder
 from phalanx.jobs.inputs import InputsReady, check_inputs, is_local_fs, make_ready
 from phalanx.launch.account import JobAccount
 from phalanx.launch.environment import (
@@ -91,8 +91,13 @@ class Prepared:
 
         problems: list[str] = []
         for name, (folder, dest) in self.uploads.items():
+            # What was sent is kept where the job's account cannot write (a walled-off
+            # job could swap its output folder for a link to the server's).
+            manifest = None
+            if self.job_dir is not None and self.account is not None:
+                manifest = self.job_dir / "system_logs" / f"upload_{name}.json"
             try:
-                report = upload_folder(folder, dest)
+                report = upload_folder(folder, dest, manifest=manifest)
             except PhalanxError as exc:
                 log.error("outputs.%s: upload to %s failed: %s", name, dest.url, exc)
                 problems.append(f"outputs.{name}: {exc}")
@@ -459,8 +464,9 @@ def _prepare(
         runtime_env = runtime_env_for(spec)
     elif (request := check_environment(spec)) is not None:
         env_prefix = ensure_environment(
-            request, ws.home / "envs", paths.system_logs / "environment.txt", canceled
-        )
+            request, ws.home / "envs", paths.system_logs / "environment.txt", canceled,
+            builder=account,
+        )  # fmt: skip
     located = check_inputs(spec, ws)
     owner = (account.uid, account.gid) if account is not None else None
     datastores_file = None
@@ -518,9 +524,12 @@ def _prepare(
             if out.type == "uri_file":
                 output_files[name] = folder.name
             try:
-                target.mkdir(parents=True, exist_ok=True)
                 if account is not None and target.is_relative_to(paths.outputs):
-                    os.chown(target, account.uid, account.gid)
+                    # The job's account wrote here before (an earlier attempt): what it
+                    # left is never followed, however it looks now.
+                    own_folder(paths.outputs, target, account.uid, account.gid)
+                else:
+                    target.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise PhalanxError(
                     f"outputs.{name}: cannot create {target}: {exc.strerror}"

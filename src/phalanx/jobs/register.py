@@ -65,6 +65,16 @@ def register_outputs(spec: JobSpec, ws: Workspace, job_name: str) -> list[str]:
     from phalanx.registry import register_model
     from phalanx.registry.sources import job_output
     from phalanx.storage.assets import create_asset
+    from phalanx.workspace.owners import is_admin_user
+
+    def publisher() -> tuple[str | None, bool]:
+        # As the job's owner, with the rights they hold now: a name another registered
+        # while the job ran is theirs (it was checked at create too).
+        owner = ws.get_job(job_name).created_by
+        with ws.transaction() as tx:
+            return owner, is_admin_user(tx, owner)
+
+    owner, admin = ws.database.retrying(publisher)
 
     def register(key: str, out: OutputSpec, name: str) -> str:
         if out.type == "custom_model":
@@ -74,6 +84,8 @@ def register_outputs(spec: JobSpec, ws: Workspace, job_name: str) -> list[str]:
                 version=out.version,
                 path=f"azureml://jobs/{job_name}/outputs/{key}",
                 description=f"outputs.{key} of job {job_name}",
+                owner=owner,
+                admin=admin,
             )
             return f"model {model.name}:{model.version}"
         path = out.path if out.path is not None else job_output(ws, job_name, key).path
@@ -84,6 +96,8 @@ def register_outputs(spec: JobSpec, ws: Workspace, job_name: str) -> list[str]:
             path=path,
             type=out.type,
             description=f"outputs.{key} of job {job_name}",
+            owner=owner,
+            admin=admin,
         )
         return f"data asset {asset.name}:{asset.version}"
 

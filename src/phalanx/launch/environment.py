@@ -19,6 +19,14 @@ environment's own path (pip and conda write that path into scripts, so the
 folder cannot be moved afterwards); the ready marker is written last, and a
 folder without it, from a failed or killed build, is removed before the next
 try.
+
+On a server that walls jobs off, a build runs what the job's files say (a
+package's ``setup.py`` or build backend runs code), so it runs as the job's own
+account from the base environment, never as root: it reads copies of the files the
+spec names and writes only the environment's folder. Once it is done, whatever of
+that account still runs is stopped, and the folder becomes root's and read-only to
+everyone else (set-id bits cleared) before it is marked ready, so no job, this one
+included, can change an environment another job will run.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ import yaml
 from phalanx import __version__
 from phalanx.cancelable import held, run_logged
 from phalanx.errors import PhalanxError
+from phalanx.launch.account import JobAccount
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +206,7 @@ def ensure_environment(
     root: Path,
     log_path: Path,
     canceled: Callable[[], bool] = lambda: False,
+    builder: JobAccount | None = None,
 ) -> Path:
     """The ready environment for ``request`` under ``root``, built if it is not there.
 
@@ -205,6 +215,8 @@ def ensure_environment(
         log_path: The build's output is appended here.
         canceled: Asked every half second while waiting for another job's build and while
             building; ``True`` stops the build (nothing half-built is kept).
+        builder: The walled-off job's account the build runs as (``None``: this
+            process's own); see the module docstring.
 
     Returns:
         The environment's folder (its ``bin/python`` is the job's ``python``).
@@ -215,35 +227,148 @@ def ensure_environment(
     """
     root.mkdir(parents=True, exist_ok=True)
     target = root / request.key
-    if (target / READY).exists():
-        log.info("environment %s: reused (%s)", request.key, target)
-        return target
+    if (ready := _ready(target)) is not None:
+        log.info("environment %s: reused (%s)", request.key, ready)
+        return ready
     # Another job may be building it: wait for it (it is then ready).
     with held(root / f"{request.key}.lock", canceled, "the environment"):
-        if (target / READY).exists():  # another job built it while this one waited
+        if (ready := _ready(target)) is not None:  # built by another job meanwhile
             log.info("environment %s: built by another job meanwhile", request.key)
-            return target
+            return ready
         shutil.rmtree(target, ignore_errors=True)  # a build killed before it was ready
         log.info("environment %s: building (%s)", request.key, request.kind)
         try:
-            _build(request, target, log_path, canceled)
-            (target / READY).write_text(json.dumps({"kind": request.kind}) + "\n")
+            prefix = _build_as(builder, request, target, log_path, canceled)
+            marker = {"kind": request.kind, "prefix": prefix.relative_to(target).as_posix()}
+            (target / READY).write_text(json.dumps(marker) + "\n")
         except BaseException:
+            if builder is not None:
+                from phalanx.launch.procs import kill_user
+
+                kill_user(builder.uid)  # what the build started must not outlive it
             shutil.rmtree(target, ignore_errors=True)
             raise
-    log.info("environment %s: ready (%s)", request.key, target)
-    return target
+    log.info("environment %s: ready (%s)", request.key, prefix)
+    return prefix
+
+
+def _ready(target: Path) -> Path | None:
+    """The environment's prefix if ``target`` holds a finished build, else ``None``."""
+    try:
+        marker = json.loads((target / READY).read_text())
+    except (OSError, ValueError):
+        return None
+    relative = marker.get("prefix", ".") if isinstance(marker, dict) else "."
+    return target if relative == "." else target / str(relative)
+
+
+def _build_as(
+    builder: JobAccount | None,
+    request: EnvironmentRequest,
+    target: Path,
+    log_path: Path,
+    canceled: Callable[[], bool],
+) -> Path:
+    """Build into ``target`` (as ``builder`` when given); the environment's prefix."""
+    if builder is None:
+        _build(request, target, log_path, canceled)
+        return target
+    import os
+
+    from phalanx.launch.procs import kill_user
+
+    ids = (builder.uid, builder.gid)
+    target.mkdir()
+    os.chown(target, *ids)
+    if request.path is not None:  # the job's files are root's: the build reads a copy
+        files = target / ".phalanx-files"
+        request = _with_copied_files(request, files)
+        _chown_tree(files, ids)
+    # conda makes its prefix itself: a folder inside the one the account may write.
+    prefix = target / "env" if request.kind == "conda" else target
+    env = builder.base_env(os.environ)
+    _build(request, prefix, log_path, canceled, env=env, as_account=builder)
+    kill_user(builder.uid)  # a process the build left behind could change it later
+    shutil.rmtree(target / ".phalanx-files", ignore_errors=True)
+    _seal(target, builder.uid)
+    return prefix
+
+
+def _with_copied_files(request: EnvironmentRequest, files: Path) -> EnvironmentRequest:
+    """``request`` pointed at a copy of its requirements file and what it names."""
+    assert request.path is not None
+    copied = copy_requirements(request.path, files)
+    return EnvironmentRequest(request.kind, request.text, copied.parent, copied)
+
+
+def _chown_tree(top: Path, ids: tuple[int, int]) -> None:
+    import os
+
+    os.chown(top, *ids, follow_symlinks=False)
+    for folder, dirs, names in os.walk(top):
+        for name in (*dirs, *names):
+            os.chown(os.path.join(folder, name), *ids, follow_symlinks=False)
+
+
+def _seal(target: Path, builder: int) -> None:
+    """Make a built environment root's: no account can change it, every account can
+    read and run it. Set-user/group-id bits and access lists are cleared (an entry the
+    build gave its own account would outlast the change of owner), links are left as
+    links, and a file the build did not make (a hard link to another's) is removed."""
+    import os
+    import stat
+
+    for folder, dirs, names in os.walk(target, topdown=False):
+        for name in (*names, *dirs):
+            path = os.path.join(folder, name)
+            info = os.lstat(path)
+            if stat.S_ISREG(info.st_mode) and info.st_uid not in (builder, 0):
+                os.unlink(path)
+                continue
+            os.chown(path, 0, 0, follow_symlinks=False)
+            if stat.S_ISLNK(info.st_mode):
+                continue
+            _drop_access_lists(path)
+            mode = stat.S_IMODE(info.st_mode) & ~(stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX)
+            mode &= ~0o022
+            os.chmod(
+                path, mode | 0o444 | (0o111 if mode & 0o100 or stat.S_ISDIR(info.st_mode) else 0)
+            )
+    os.chown(target, 0, 0)
+    _drop_access_lists(str(target))
+    os.chmod(target, 0o755)
+
+
+def _drop_access_lists(path: str) -> None:
+    import contextlib
+    import os
+
+    for name in ("system.posix_acl_access", "system.posix_acl_default"):
+        with contextlib.suppress(OSError):
+            os.removexattr(path, name, follow_symlinks=False)
 
 
 def _build(
-    request: EnvironmentRequest, prefix: Path, log_path: Path, canceled: Callable[[], bool]
+    request: EnvironmentRequest,
+    prefix: Path,
+    log_path: Path,
+    canceled: Callable[[], bool],
+    *,
+    env: dict[str, str] | None = None,
+    as_account: JobAccount | None = None,
 ) -> None:
     cwd = request.folder if request.folder is not None and request.folder.is_dir() else None
+
+    def _run(argv: list[str], log_path: Path, cwd: Path | None, what: str,
+             canceled: Callable[[], bool]) -> None:  # fmt: skip
+        _run_as(argv, log_path, cwd, what, canceled, env, as_account)
+
     if request.kind == "conda":
         tool = conda_tool()
         assert tool is not None  # chosen because it was there
         conda_yml = prefix.with_suffix(".yml")
         conda_yml.write_text(request.text)
+        conda_yml.chmod(0o644)
         try:
             _run([tool, "env", "create", "--yes", "-p", str(prefix), "-f", str(conda_yml)],
                  log_path, cwd, "conda env create", canceled)  # fmt: skip
@@ -253,10 +378,13 @@ def _build(
     _run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], log_path, cwd, "venv",
          canceled)  # fmt: skip
     _layer_on_phalanx(prefix)
+    if as_account is not None:  # the .pth this process wrote, for pip to see
+        _chown_tree(prefix / "lib", (as_account.uid, as_account.gid))
     requirements = request.path
     if requirements is None:  # a conda file's pip section
         requirements = prefix / "requirements.txt"
         requirements.write_text(request.text)
+        requirements.chmod(0o644)
     python = prefix / "bin" / "python"
     if any(
         line.strip() and not line.lstrip().startswith("#") for line in request.text.splitlines()
@@ -279,10 +407,19 @@ def _layer_on_phalanx(prefix: Path) -> None:
     (site_packages / "zz_phalanx_base.pth").write_text("\n".join(lines) + "\n")
 
 
-def _run(
-    argv: list[str], log_path: Path, cwd: Path | None, what: str, canceled: Callable[[], bool]
+def _run_as(
+    argv: list[str],
+    log_path: Path,
+    cwd: Path | None,
+    what: str,
+    canceled: Callable[[], bool],
+    env: dict[str, str] | None,
+    account: JobAccount | None,
 ) -> None:
-    code = run_logged(argv, log_path, canceled, f"the environment's {what}", cwd=cwd)
+    code = run_logged(
+        argv, log_path, canceled, f"the environment's {what}", cwd=cwd, env=env,
+        popen=account.popen_kwargs() if account is not None else None,
+    )  # fmt: skip
     if code != 0:
         last = _last_line(log_path)
         raise PhalanxError(f"environment: {what} failed (exit {code}): {last}; see {log_path}")

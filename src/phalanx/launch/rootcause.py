@@ -17,16 +17,32 @@ _MESSAGE_CHARS = 1000
 _UTF8_CONTINUATION = bytes(range(0x80, 0xC0))
 
 
+# A rank's end record is a few hundred bytes (its error's traceback aside).
+_RECORD_BYTES = 1 << 20
+
+
 def read_rank_records(attempt_dir: Path) -> list[dict[str, Any]]:
-    """Every ``rank_<r>.json`` written by the workers of an attempt, by rank."""
+    """Every ``rank_<r>.json`` written by the workers of an attempt, by rank.
+
+    The records are in a folder a walled-off job's account writes, and are read as
+    root: no link is followed, at most :data:`_RECORD_BYTES` of each are read, and
+    nothing in them names a file phalanx opens: a rank's log is where phalanx puts
+    it (``user_logs/std_log_process_<rank>.txt`` of the job), whatever the record says.
+    """
+    logs = attempt_dir.parent.parent / "user_logs"
     records = []
     for path in attempt_dir.glob("rank_*.json"):
         try:
-            # A walled-off job's own folder, read as root: no link is followed.
-            record = json.loads(read_bytes(path))
-            int(record["rank"])
+            data = read_bytes(path, _RECORD_BYTES + 1)
+            if len(data) > _RECORD_BYTES:
+                continue  # not a record a wrapper writes
+            record = json.loads(data)
+            rank = int(record["rank"])
+            if not 0 <= rank < 1 << 20:
+                continue
         except (OSError, ValueError, TypeError, KeyError):
             continue  # a worker killed while writing (or not phalanx's file at all)
+        record["log_file"] = str(logs / f"std_log_process_{rank}.txt")
         records.append(record)
     return sorted(records, key=lambda r: int(r["rank"]))
 

@@ -24,6 +24,7 @@ from urllib.parse import unquote
 
 from phalanx.errors import PhalanxError
 from phalanx.hashing import file_digest
+from phalanx.nofollow import open_beneath
 from phalanx.storage.location import Location
 from phalanx.storage.transfer import list_files, retrying
 
@@ -108,8 +109,8 @@ def copy_in(files: dict[str, Location], dest: Path) -> list[ModelFile]:
         target.parent.mkdir(parents=True, exist_ok=True)
         loc = files[rel]
 
-        def copy(loc: Location = loc, target: Path = target) -> tuple[int, str]:
-            with loc.fs.open(loc.path, "rb") as src, open(target, "wb") as dst:
+        def copy(loc: Location = loc, target: Path = target, rel: str = rel) -> tuple[int, str]:
+            with _open_source(loc, rel) as src, open(target, "wb") as dst:
                 return _stream(src, dst)
 
         size, digest = retrying(loc.url, "read", copy)
@@ -214,6 +215,23 @@ def _stream(src: Readable, dst: BinaryIO) -> tuple[int, str]:
     dst.flush()
     os.fsync(dst.fileno())
     return size, digest.hexdigest()
+
+
+def _open_source(loc: Location, rel: str) -> BinaryIO:
+    """A source file, opened for reading. One on this machine is opened under the
+    source's folder without following a link (the folder may be a running job's
+    output, whose account could swap a file for a link after it was listed)."""
+    if not _is_local(loc):
+        return loc.fs.open(loc.path, "rb")
+    path = Path(loc.path)
+    root = path.parents[len(Path(rel).parts) - 1]
+    try:
+        return os.fdopen(open_beneath(root, rel), "rb")
+    except OSError as exc:
+        raise PhalanxError(
+            f"{path}: not a plain file now ({exc.strerror}); the registry copies plain "
+            "files only, and none through a link"
+        ) from None
 
 
 def _is_local(loc: Location) -> bool:

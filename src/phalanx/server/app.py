@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -35,6 +36,8 @@ from phalanx.server.settings import ServerSettings, workspace
 API_VERSION = "v1"
 # An upload not used by a job within this long is removed.
 UPLOAD_TTL_S = 3600.0
+# Uploads of one caller that may wait to be used at once (each up to --max-upload).
+MAX_PENDING_UPLOADS = 8
 
 
 def create_app(settings: ServerSettings) -> FastAPI:
@@ -81,14 +84,21 @@ def create_app(settings: ServerSettings) -> FastAPI:
     @app.put("/api/v1/uploads", status_code=201, tags=["jobs"])
     async def upload(request: Request) -> dict[str, Any]:
         """Receive a tar archive (the body); its id goes into ``POST /api/v1/jobs``."""
-        caller(request).require_member("upload")
+        who = caller(request)
+        who.require_member("upload")
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > settings.max_upload:
             raise HTTPException(413, _too_large(settings))
-        settings.uploads.mkdir(parents=True, exist_ok=True)
-        _expire(settings)
+        folder = settings.uploads_of(who)
+        folder.mkdir(parents=True, exist_ok=True)
+        if _expire(folder) >= MAX_PENDING_UPLOADS:
+            raise HTTPException(
+                429,
+                f"upload refused: {MAX_PENDING_UPLOADS} uploads of yours wait to be used; "
+                "create the jobs or assets they are for (unused ones go after an hour)",
+            )
         upload_id = uuid.uuid4().hex
-        path = settings.uploads / upload_id
+        path = folder / upload_id
         size = 0
         try:
             with open(path, "wb") as f:
@@ -115,11 +125,15 @@ def _too_large(settings: ServerSettings) -> str:
     )
 
 
-def _expire(settings: ServerSettings) -> None:
-    now = time.time()
-    for entry in os.scandir(settings.uploads):
+def _expire(folder: Path) -> int:
+    """Remove the uploads in ``folder`` older than :data:`UPLOAD_TTL_S`; how many remain."""
+    now, left = time.time(), 0
+    for entry in os.scandir(folder):
         try:
             if now - entry.stat().st_mtime > UPLOAD_TTL_S:
                 os.unlink(entry.path)
+            else:
+                left += 1
         except OSError:
             pass
+    return left

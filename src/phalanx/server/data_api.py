@@ -65,7 +65,7 @@ def create_data(body: DataCreate, request: Request, who: User) -> dict[str, Any]
     assert body.upload is not None
     key = uuid.uuid4().hex
     dest = Path(default_datastore(settings.home).path) / UPLOADED / key
-    receive(settings.uploads, body.upload, dest, settings.max_upload)
+    receive(settings.uploads_of(who), body.upload, dest, settings.max_upload)
     try:
         uri = f"azureml://datastores/{DEFAULT_DATASTORE}/paths/{UPLOADED}/{key}"
         if body.type == "uri_file":

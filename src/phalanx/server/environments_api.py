@@ -40,7 +40,7 @@ def create_environment(body: EnvironmentCreate, request: Request, who: User) -> 
     settings = settings_of(request)
     who.require_member("environment create")  # before the upload is unpacked
     dest = settings.home / "server" / "environment-uploads" / uuid.uuid4().hex
-    receive(settings.uploads, body.upload, dest, settings.max_upload)
+    receive(settings.uploads_of(who), body.upload, dest, settings.max_upload)
     try:
         document = dest / DOCUMENT
         if not document.is_file() or document.is_symlink():

@@ -65,13 +65,15 @@ def _wire(job: JobRecord) -> dict[str, Any]:
     return job_to_wire(job, JobPaths(Path(job.job_dir)).log_files())
 
 
-def _placed(body: JobCreate, settings: ServerSettings) -> tuple[list[str], Path | None]:
+def _placed(
+    body: JobCreate, settings: ServerSettings, who: Caller
+) -> tuple[list[str], Path | None]:
     """Unpack the upload into a kept folder; the ``--set`` items that point the spec at it."""
     if not body.places:
         return [], None
     if body.upload is None or not _UPLOAD_ID.fullmatch(body.upload):
         raise PhalanxError("places given without an upload id; PUT /api/v1/uploads first")
-    archive = settings.uploads / body.upload
+    archive = settings.uploads_of(who) / body.upload
     if not archive.is_file():
         raise PhalanxError(f"upload {body.upload} not found (used already, or expired)")
     folder = settings.bundles / uuid.uuid4().hex
@@ -105,7 +107,7 @@ def create_job(body: JobCreate, request: Request, who: User) -> dict[str, Any]:
     settings = settings_of(request)
     jobs = LocalJobs(workspace(settings), who)
     who.require_member("job create")  # before an upload is unpacked
-    placed, folder = _placed(body, settings)
+    placed, folder = _placed(body, settings, who)
     spec = SpecText(body.spec, body.source, folder or settings.bundles, tuple(placed))
     try:
         submission = jobs.create(spec, body.overrides, validate_only=body.validate_only)

@@ -72,7 +72,7 @@ def create_model(body: ModelCreate, request: Request, who: User) -> dict[str, An
         )  # fmt: skip
     assert body.upload is not None
     staging = settings.home / "server" / "staging" / uuid.uuid4().hex
-    receive(settings.uploads, body.upload, staging, settings.max_upload)
+    receive(settings.uploads_of(who), body.upload, staging, settings.max_upload)
     try:
         path = staging
         if body.kind == "file":

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from starlette.requests import Request
 
-from phalanx.service.access import ServerLimits
+from phalanx.service.access import Caller, ServerLimits
 from phalanx.workspace import Workspace
 
 DEFAULT_MAX_UPLOAD = 1 << 30
@@ -36,8 +36,12 @@ class ServerSettings:
 
     @property
     def uploads(self) -> Path:
-        """Uploads not yet turned into a job (removed once used)."""
+        """Uploads not yet turned into a job (removed once used), a folder per caller."""
         return self.home / "server" / "uploads"
+
+    def uploads_of(self, who: Caller) -> Path:
+        """The caller's own uploads: nobody uses another's, and each has a quota."""
+        return self.uploads / (who.user or "_")
 
     @property
     def bundles(self) -> Path:

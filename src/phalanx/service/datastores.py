@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from secrets import token_hex
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
@@ -284,9 +285,11 @@ def build(req: DatastoreCreate, values: dict[str, str]) -> Datastore:
             raise PhalanxError(f"--type {kind} needs --{option}")
         return str(value)
 
+    made = token_hex(4)
+
     def ref(credential: str, env: str | None) -> SecretRef:
         if req.store:
-            key = secret_key(name, credential)
+            key = secret_key(name, credential, made)
             values[key] = _stored_value(req, credential, env)
             return SecretRef(secret=key)
         if env is None:

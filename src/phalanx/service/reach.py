@@ -12,6 +12,8 @@ means to share:
 - anything else (a path on the server's disk, ``file://``, ``az://``,
   ``abfs://``, ``s3://`` or a blob URL read with the server's ambient
   credentials) only with an admin's token;
+- a member's job writes nothing into ``default``'s ``uploads/`` (the files of
+  data asset versions made from uploads);
 - a job runs on a compute target an admin registered, not on a Ray cluster
   named by its address (which would be sent the job's code and credentials).
 
@@ -95,3 +97,31 @@ def check_spec(caller: Caller, spec: JobSpec, placed: Collection[str]) -> None:
     for name, out in spec.outputs.items():
         if out.path is not None:
             check_uri(caller, out.path, f"outputs.{name}.path")
+            check_writable(caller, out.path, f"outputs.{name}.path")
+
+
+def check_writable(caller: Caller, uri: str, what: str) -> None:
+    """Refuse a non-admin's write into the server's own part of the ``default`` datastore
+    (``uploads/``: the files behind data asset versions made from uploads, which no
+    job may change under their owners).
+
+    Raises:
+        Forbidden: naming the field.
+    """
+    if caller.server is None or caller.is_admin:
+        return
+    if ASSET_URI.match(uri):
+        caller.require_admin(
+            f"{what}: {uri}",
+            "a data asset's version is immutable; write to a datastore path, or give the "
+            "output a name: to register it as a new version",
+        )
+    match = DATASTORE_URI.match(uri)
+    if match is None:
+        return
+    parts = [p for p in match["path"].split("/") if p not in ("", ".")]
+    if match["name"] == "default" and parts[:1] == ["uploads"]:
+        caller.require_admin(
+            f"{what}: {uri}",
+            "the server keeps uploaded data assets there; write under another path",
+        )

@@ -94,18 +94,29 @@ def list_datastores(ws: Workspace) -> list[Datastore]:
 
 
 def delete_datastore(ws: Workspace, name: str) -> None:
-    """Forget a datastore and its stored credentials (the data stays where it is)."""
-    get_datastore(ws, name)
+    """Forget a datastore and its stored credentials (the data stays where it is).
+
+    Only the credentials its record names are removed: a datastore of the same name made
+    meanwhile keeps its own (their keys differ, see :func:`secret_key`).
+    """
+    datastore = get_datastore(ws, name)
     if name == DEFAULT_DATASTORE:
         raise PhalanxError(f"datastore {DEFAULT_DATASTORE!r} is built in; it cannot be deleted")
     with ws.transaction() as tx:
         tx.execute("DELETE FROM datastores WHERE name = :name", {"name": name})
-    secrets_of(ws).delete_prefix(secret_key(name, ""))
+    store = secrets_of(ws)
+    for ref in (getattr(datastore, "credentials", None) or {}).values():
+        if ref.secret is not None:
+            store.delete_prefix(ref.secret)
 
 
-def secret_key(datastore: str, credential: str) -> str:
-    """Where a stored credential of ``datastore`` lives in the secrets file."""
-    return f"datastore/{datastore}/{credential}"
+def secret_key(datastore: str, credential: str, made: str | None = None) -> str:
+    """Where a stored credential of ``datastore`` lives in the secrets file; ``made``
+    tells one making of the datastore from another of the same name (two creates at
+    once: the one that loses removes only its own values)."""
+    if made is None:
+        return f"datastore/{datastore}/{credential}"
+    return f"datastore/{datastore}/{made}/{credential}"
 
 
 def _load(config_json: str) -> Datastore:

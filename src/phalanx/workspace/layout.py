@@ -81,9 +81,14 @@ class JobPaths:
         return self.system_logs / f"attempt_{attempt}"
 
     def rank_logs(self) -> list[Path]:
-        """Every rank's log file, in rank order."""
-        found = list(self.user_logs.glob("std_log_process_*.txt"))
-        return sorted(found, key=lambda p: int(p.stem.rsplit("_", 1)[1]))
+        """Every rank's log file, in rank order (a job may put other files in
+        ``user_logs``: only ``std_log_process_<rank>.txt`` is a rank's)."""
+        found = {}
+        for path in self.user_logs.glob("std_log_process_*.txt"):
+            number = path.stem.rsplit("_", 1)[1]
+            if number.isascii() and number.isdigit() and len(number) < 8:
+                found[int(number)] = path
+        return [found[rank] for rank in sorted(found)]
 
     def log_files(self) -> dict[str, list[str]]:
         """The job's log files as ``job show --json`` (and the API) list them."""

@@ -8,12 +8,23 @@ module is the reader's side, for the CLI and the model registry.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from phalanx.nofollow import open_file
+
 METRICS_FILE = "metrics.jsonl"  # phalanx.train.metrics.METRICS_FILE; workspace never imports train
 SYSTEM_METRICS_FILE = "system_metrics.jsonl"
+
+# A job's ranks write the first file, so its reader (a server's thread, the registry)
+# reads it in bounded memory and time: at most MAX_BYTES of it (a job logging more
+# than that should log less often), a line longer than MAX_LINE is skipped, and a
+# link is never followed.
+MAX_BYTES = 32 << 20
+MAX_LINE = 64 << 10
+_CHUNK = 1 << 20
 
 History = dict[str, list[tuple[int | None, float | None]]]
 
@@ -42,11 +53,7 @@ def _records(path: Path) -> Iterator[tuple[int, str, int | None, float | None]]:
     """``(line number, name, step, value)`` of each readable line, as log_metric writes
     them: lines that do not parse (a torn last one) or whose step is not a whole
     number are skipped."""
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        return
-    for order, line in enumerate(lines):
+    for order, line in enumerate(_lines(path)):
         try:
             record = json.loads(line)
             name = str(record["name"])
@@ -55,6 +62,30 @@ def _records(path: Path) -> Iterator[tuple[int, str, int | None, float | None]]:
         step = record.get("step")
         if step is None or (isinstance(step, int) and not isinstance(step, bool)):
             yield order, name, step, record.get("value")
+
+
+def _lines(path: Path) -> Iterator[bytes]:
+    """The file's lines within the bounds above (none when it is missing, a link or not
+    a regular file); the last one too if it ends without a newline."""
+    try:
+        fd = open_file(path)
+    except OSError:
+        return
+    with os.fdopen(fd, "rb") as f:
+        left, pending, skipping = MAX_BYTES, b"", False
+        while left > 0 and (chunk := f.read(min(_CHUNK, left))):
+            left -= len(chunk)
+            lines = (pending + chunk).split(b"\n")
+            pending = lines.pop()
+            for line in lines:
+                if skipping:  # the end of a line too long to keep
+                    skipping = False
+                elif len(line) <= MAX_LINE:
+                    yield line
+            if len(pending) > MAX_LINE:
+                pending, skipping = b"", True
+        if pending and not skipping:
+            yield pending
 
 
 def downsample(
