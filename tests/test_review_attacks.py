@@ -491,3 +491,69 @@ def test_the_supervisor_reads_rank_records_in_bounded_memory(team: Team) -> None
         assert grown < 64 << 20, f"the supervisor grew by {grown >> 20} MiB reading one record"
     finally:
         team.cancel("bob", name)
+
+
+def _wheel(name: str, module: str) -> tuple[str, bytes]:
+    """A pure-Python wheel holding ``module`` as ``<name>.py``: installing it runs no code."""
+    import base64
+    import hashlib
+    import zipfile
+
+    dist = f"{name}-0.1"
+    files = {
+        f"{name}.py": module.encode(),
+        f"{dist}.dist-info/METADATA": (
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n".encode()
+        ),
+        f"{dist}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\n"
+        b"Root-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+
+    def digest(data: bytes) -> str:
+        return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+    record = "".join(f"{n},sha256={digest(d)},{len(d)}\n" for n, d in files.items())
+    files[f"{dist}.dist-info/RECORD"] = (record + f"{dist}.dist-info/RECORD,,\n").encode()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for path, data in files.items():
+            archive.writestr(path, data)
+    return f"{dist}-py3-none-any.whl", buffer.getvalue()
+
+
+def test_a_members_build_code_runs_as_the_jobs_account_and_its_environment_is_roots(
+    team: Team,
+) -> None:
+    # A build backend beside the requirements: pip runs it, as the job's account.
+    name = team.submit(
+        "bob", f"pipuid-{uuid.uuid4().hex[:8]}", "print('never')\n",
+        "environment:\n  pip_file: requirements.txt\n",
+        {
+            "req/evil/pyproject.toml": PYPROJECT.encode(),
+            "req/evil/backend.py": BACKEND.encode(),
+            "req/requirements.txt": b"./evil\n",
+        },
+    )  # fmt: skip
+    job = team.wait("bob", name)
+    with team.api("bob") as bob:
+        log = bob.get(f"/jobs/{name}/files/system_logs/environment.txt", params={"raw": True})
+    assert job["status"] == "Failed" and "pip install failed" in job["error"]["message"]
+    uids = [int(w.split("=")[1]) for w in log.text.split() if w.startswith("uid=")]
+    assert uids and 0 not in uids, log.text  # the backend ran, and not as root
+    assert team.canary not in log.text + json.dumps(job)
+    # A package that builds runs in the job; the environment is root's, read-only to it.
+    wheel, data = _wheel("mypkg", "WHO = 'from the wheel'\n")
+    name = team.submit(
+        "bob", f"pipok-{uuid.uuid4().hex[:8]}",
+        "import os, sys, mypkg\n"
+        "print(mypkg.WHO, os.getuid(), os.access(mypkg.__file__, os.W_OK), sys.prefix, sep='|')\n",
+        "environment:\n  pip_file: requirements.txt\n",
+        {f"req/{wheel}": data, "req/requirements.txt": f"./{wheel}\n".encode()},
+    )  # fmt: skip
+    job = team.wait("bob", name)
+    assert job["status"] == "Completed", job
+    out = (team.home / "jobs" / name / "user_logs" / "std_log_process_0.txt").read_text()
+    said, uid, writable, prefix = out.strip().splitlines()[-1].split("|")
+    assert (said, writable) == ("from the wheel", "False"), out
+    assert int(uid) != 0 and Path(prefix).stat().st_uid == 0
+    assert not [p for p in Path(prefix).rglob("*") if not p.is_symlink() and p.lstat().st_uid != 0]
