@@ -314,8 +314,11 @@ class Clients:
 def test_a_minute_without_postgresql_fails_no_job_runs_none_twice_and_loses_nothing(
     cli: Cli, tmp_path: Path
 ) -> None:
-    gates = tmp_path / "gates"
+    # Beside the workspace, open to all: the server's jobs run walled off as accounts of
+    # their own, which must see the gates (pytest's own folders are root's alone).
+    gates = cli.home.parent / "gates"
     gates.mkdir()
+    gates.chmod(0o755)
     with pg.own_server() as postgres:
         url = postgres.create_database()
         cli.env["PHALANX_DB"] = url
