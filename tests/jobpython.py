@@ -64,21 +64,29 @@ def job_python() -> tuple[str, dict[str, str]]:
     return str(python), env
 
 
+def _link_or_copy(source: str | Path, dest: str | Path) -> None:
+    """A hard link (no space used), or a copy where the two lie on different devices."""
+    try:
+        os.link(source, dest)
+    except OSError:
+        shutil.copy2(source, dest)
+
+
 def _copy_base(base: Path, dest: Path) -> None:
     """The interpreter, its ``libpython`` and its standard library (without its own
-    ``site-packages``), hard-linked from ``base`` into ``dest``."""
+    ``site-packages``), hard-linked (else copied) from ``base`` into ``dest``."""
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     (dest / "bin").mkdir(parents=True)
-    os.link((base / "bin" / version).resolve(), dest / "bin" / version)
+    _link_or_copy((base / "bin" / version).resolve(), dest / "bin" / version)
     (dest / "lib").mkdir()
     for lib in (base / "lib").glob("libpython*.so*"):
         if lib.is_symlink():
             (dest / "lib" / lib.name).symlink_to(os.readlink(lib))
         else:
-            os.link(lib, dest / "lib" / lib.name)
+            _link_or_copy(lib, dest / "lib" / lib.name)
     stdlib = base / "lib" / version
     shutil.copytree(
-        stdlib, dest / "lib" / version, symlinks=True, copy_function=os.link,
+        stdlib, dest / "lib" / version, symlinks=True, copy_function=_link_or_copy,
         ignore=lambda folder, names: ["site-packages"] if Path(folder) == stdlib else [],
     )  # fmt: skip
     (dest / "lib" / version / "site-packages").mkdir()
