@@ -80,7 +80,7 @@ def main() -> None:
     parser.add_argument("--image", default="phalanx-test-bookworm")
     args = parser.parse_args()
 
-    from phalanx.containers.engine import find_engine
+    from phalanx.environments.containers.engine import find_engine
 
     engine = find_engine()
     with tempfile.TemporaryDirectory(prefix="phalanx-bench-") as tmp:

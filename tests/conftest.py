@@ -210,8 +210,8 @@ def _built_images_removed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     """The images the session's jobs build (``phalanx-env:<key>``) are removed at its end:
     those a workspace or Ray node of its tests recorded a use of, and that were not on the
     machine when it began (a session running beside this one keeps its own)."""
-    from phalanx.containers.build import LABEL, TAG, USED
-    from phalanx.containers.engine import find_engine
+    from phalanx.environments.containers.build import LABEL, TAG, USED
+    from phalanx.environments.containers.engine import find_engine
     from phalanx.errors import PhalanxError
 
     try:

@@ -22,8 +22,8 @@ import torch
 
 from conftest import Cli
 from phalanx.errors import PhalanxError
+from phalanx.storage.datastore_records import create_datastore
 from phalanx.storage.datastores import S3Datastore
-from phalanx.storage.registry import create_datastore
 from phalanx.storage.secrets import SecretRef
 from phalanx.train import CheckpointDiskFull, Checkpointer
 from phalanx.train.checkpoint import _fs

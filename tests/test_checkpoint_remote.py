@@ -24,8 +24,8 @@ from azure.storage.blob import ContainerClient
 from conftest import torchrun
 from phalanx.errors import PhalanxError
 from phalanx.launch.ports import free_port
+from phalanx.storage.datastore_records import create_datastore
 from phalanx.storage.datastores import AzureBlobDatastore
-from phalanx.storage.registry import create_datastore
 from phalanx.storage.secrets import SecretRef
 from phalanx.train import Checkpointer
 from phalanx.train.checkpoint import _fs

@@ -23,11 +23,11 @@ import psutil
 import pytest
 
 from conftest import BIN, REPO, Cli
-from phalanx.containers.build import TAG
-from phalanx.containers.engine import CONTAINERS_CONF, Engine, find_engine
-from phalanx.containers.ignore import ContextIgnore, ignore_file
-from phalanx.containers.image import ImageRef, image_id
-from phalanx.containers.sweep import job_containers
+from phalanx.environments.containers.build import TAG
+from phalanx.environments.containers.engine import CONTAINERS_CONF, Engine, find_engine
+from phalanx.environments.containers.ignore import ContextIgnore, ignore_file
+from phalanx.environments.containers.image import ImageRef, image_id
+from phalanx.environments.containers.sweep import job_containers
 from phalanx.errors import PhalanxError
 from test_distributions import TF_JOB, TF_SCRIPT
 from test_job_retry import STEPS, TWO_NODES, _steps_done, _wait_for_step
@@ -363,7 +363,7 @@ def _launch(tmp_path: Path, **kw: object) -> object:
 
 
 def test_run_command_line(tmp_path: Path) -> None:
-    from phalanx.containers.run import container_name, run_argv
+    from phalanx.environments.containers.run import container_name, run_argv
 
     ref = ImageRef("docker", "/usr/bin/docker", "img", "abc", "/usr/bin/python3", "3.11",
                    "/usr/bin:/bin", torch=True)  # fmt: skip
@@ -393,7 +393,7 @@ def test_mpi_command_line_on_one_machine(tmp_path: Path) -> None:
     """No GPU here: the GPUs are declared ids, and the command line is what is checked.
     Node 0's container runs every local node's daemon, so it gets every node's GPUs and
     each "host" its own, renumbered inside."""
-    from phalanx.containers.run import run_argv
+    from phalanx.environments.containers.run import run_argv
 
     ref = ImageRef("docker", "/usr/bin/docker", "img", "abc", "/usr/bin/python3", "3.11",
                    "/usr/bin:/bin", torch=True, mpirun="/usr/bin/mpirun",
@@ -599,7 +599,7 @@ def test_prune_removes_the_built_images_no_job_uses(cli: Cli, engine: Engine) ->
 
 
 def test_ignore_file_rules_and_choice(tmp_path: Path) -> None:
-    from phalanx.containers.build import ContextBuild
+    from phalanx.environments.containers.build import ContextBuild
 
     ignore = ContextIgnore(
         ["# comment", "  *.tmp  ", "a/**/b", "c?", "[x-z].txt", "docs", "!docs/keep/**", "\\#x"]

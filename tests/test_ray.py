@@ -206,8 +206,8 @@ def test_compute_targets_without_a_cluster(cli: Cli) -> None:
 
 
 def test_ray_nodes_run_their_launcher_in_the_image(cli: Cli, ray_cluster: RayCluster) -> None:
-    from phalanx.containers.engine import find_engine
-    from phalanx.containers.sweep import job_containers
+    from phalanx.environments.containers.engine import find_engine
+    from phalanx.environments.containers.sweep import job_containers
 
     engine = find_engine()
     if engine.run(["image", "exists", "phalanx-test-bookworm"]).returncode != 0:

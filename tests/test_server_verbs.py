@@ -346,7 +346,7 @@ def test_tensorboard_runs_here_on_a_copy_of_the_servers_event_files(
 def test_job_create_and_validate_print_the_same_notes_here_and_through_a_server(
     cli: Cli,
 ) -> None:
-    from phalanx.launch.environment import environment_notes
+    from phalanx.environments.pythonenv import environment_notes
 
     spec = cli.write("job.yml", "command: echo hi\nenvironment: azureml:AzureML-pytorch:3\n")
     expected = [f"note: {n}" for n in environment_notes("azureml:AzureML-pytorch:3")]

@@ -26,8 +26,8 @@ from phalanx.registry import get_model, list_models, register_model
 from phalanx.scheduler import ledger
 from phalanx.scheduler.model import Decision, NodeGrant
 from phalanx.storage.assets import create_asset, get_asset, list_assets
+from phalanx.storage.datastore_records import create_datastore, delete_datastore, get_datastore
 from phalanx.storage.datastores import LocalDatastore
-from phalanx.storage.registry import create_datastore, delete_datastore, get_datastore
 from phalanx.workspace import JobStatus, QueueEntry, Workspace
 from phalanx.workspace.tokens import (
     create_token,

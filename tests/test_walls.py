@@ -32,7 +32,7 @@ from fsspec.implementations.local import LocalFileSystem
 import jobpython
 import servers
 from conftest import PHALANX, Cli, blob_datastore, job_processes_under
-from phalanx.containers.engine import Engine
+from phalanx.environments.containers.engine import Engine
 from phalanx.jobs.inputs import download_dir
 from phalanx.jobs.walls import DEFAULT_COUNT, DEFAULT_FIRST_UID, blocking_folder
 from phalanx.launch.ports import free_port
@@ -517,7 +517,7 @@ Path(os.environ["PHALANX_OUTPUTS_DIR"], "seen.json").write_text(json.dumps(seen)
 @pytest.fixture(scope="session")
 def engine() -> Engine:
     """The engine, with the test image on it."""
-    from phalanx.containers.engine import find_engine
+    from phalanx.environments.containers.engine import find_engine
 
     found = find_engine()
     make_test_image()

@@ -7,7 +7,7 @@
 set -eu
 NAME=${PHALANX_TEST_IMAGE:-phalanx-test-bookworm}
 HERE=$(cd "$(dirname "$0")" && pwd)
-export CONTAINERS_CONF=${CONTAINERS_CONF:-$HERE/../../src/phalanx/containers/containers.conf}
+export CONTAINERS_CONF=${CONTAINERS_CONF:-$HERE/../../src/phalanx/environments/containers/containers.conf}
 if podman image exists "$NAME" &&
   podman run --rm --pull never "$NAME" test -x /usr/bin/mpirun 2>/dev/null; then exit 0; fi
 mirror=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -1)

@@ -186,8 +186,8 @@ def prepare(config: DataBenchConfig, root: Path, azurite: Any) -> dict[str, Any]
 def register_datastore(root: Path, azurite: Any) -> None:
     """The Azurite container as datastore ``bench`` of a private workspace under ``root``."""
     from phalanx.bench import azurite as server
+    from phalanx.storage.datastore_records import create_datastore
     from phalanx.storage.datastores import AzureBlobDatastore
-    from phalanx.storage.registry import create_datastore
     from phalanx.storage.secrets import SecretRef
     from phalanx.workspace import Workspace
 

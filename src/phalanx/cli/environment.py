@@ -82,7 +82,7 @@ def list_cmd(name: str | None, as_json: bool) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def show_cmd(environment: str, as_json: bool) -> int:
     """One environment version: NAME (latest), NAME:VERSION or NAME@latest."""
-    from phalanx.registry.environments import split_reference
+    from phalanx.environments.registered import split_reference
 
     name, version = split_reference(environment)
     shown = _environments().show(name, version)

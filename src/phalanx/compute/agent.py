@@ -15,8 +15,8 @@ changes each poll returns for the supervisor to write into the workspace.
 
 With ``environment.image`` the agent makes the image ready on its node at set-up
 (its engine; pulled there if missing, or built there from the files the supervisor
-sent: :mod:`phalanx.containers.nodebuild`) and starts the launcher in a container of
-it, through the same code local compute uses (:mod:`phalanx.containers`); its sweep
+sent: :mod:`phalanx.environments.containers.nodebuild`) and starts the launcher in a container of
+it, through the same code local compute uses (:mod:`phalanx.environments.containers`); its sweep
 removes the job's containers on the node by label.
 
 This module is imported inside Ray's worker processes; it imports ``ray`` only
@@ -39,7 +39,7 @@ from typing import Any
 
 from phalanx.compute.nodejob import NodeFolder, NodeJob, node_home
 from phalanx.compute.ship import Change
-from phalanx.containers.image import ImageRef
+from phalanx.environments.containers.image import ImageRef
 from phalanx.errors import PhalanxError
 from phalanx.jobs.watchdog import dump_stacks
 from phalanx.launch import procs
@@ -94,8 +94,8 @@ class NodeAgent:
         store), before the attempt's launcher is started."""
         import ray
 
-        from phalanx.containers.image import ready_image
-        from phalanx.containers.nodebuild import NodeBuildError, ready_on_node
+        from phalanx.environments.containers.image import ready_image
+        from phalanx.environments.containers.nodebuild import NodeBuildError, ready_on_node
 
         home = node_home()
         build = job.image_build
@@ -160,7 +160,7 @@ class NodeAgent:
             raise RuntimeError("this node has no MPI job to run a daemon for")
         env, log, launch = self._armed
         if launch.image is not None:
-            from phalanx.containers.run import start
+            from phalanx.environments.containers.run import start
 
             # In a container of the node's image, as its launcher would have run.
             daemon = ["/bin/sh", "-c", command]
@@ -238,7 +238,7 @@ class NodeAgent:
 
     def sweep(self, job_dir: str, attempt: int | None, grace_s: float) -> int:
         """Stop every process and container of the job (or attempt) left on this node."""
-        from phalanx.containers.sweep import remove
+        from phalanx.environments.containers.sweep import remove
 
         here = self._job_dir(job_dir)
         stopped = remove(Path(here), attempt, grace_s)

@@ -131,7 +131,7 @@ class LocalCompute:
         Returns:
             How many processes and containers had to be stopped.
         """
-        from phalanx.containers.sweep import remove
+        from phalanx.environments.containers.sweep import remove
         from phalanx.jobs.accounts import account_of
 
         # A walled-off job's account: every process running as it is the job's.

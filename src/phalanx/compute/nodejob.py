@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.compute.ship import Scanner
-from phalanx.containers.nodebuild import NodeBuild
+from phalanx.environments.containers.nodebuild import NodeBuild
 from phalanx.errors import PhalanxError
 from phalanx.jobs.inputs import InputsReady, is_local_fs, make_ready
 from phalanx.launch.node import NodeLaunch

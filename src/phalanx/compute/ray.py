@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from phalanx.compute.nodejob import NodeJob, pack
 from phalanx.compute.ship import apply
 from phalanx.compute.targets import RayTarget
-from phalanx.containers.nodebuild import NodeBuildError
+from phalanx.environments.containers.nodebuild import NodeBuildError
 from phalanx.errors import PhalanxError
 from phalanx.launch import procs
 from phalanx.launch.node import NodeLaunch

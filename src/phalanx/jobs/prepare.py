@@ -17,19 +17,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phalanx.containers.image import ImageRef
-from phalanx.containers.nodebuild import NodeBuild, for_nodes
-from phalanx.errors import PhalanxError
-from phalanx.jobs.accounts import account_for, own_folder
-from phalanx.jobs.inputs import InputsReady, check_inputs, is_local_fs, make_ready
-from phalanx.launch.account import JobAccount
-from phalanx.launch.environment import (
+from phalanx.environments.containers.image import ImageRef
+from phalanx.environments.containers.nodebuild import NodeBuild, for_nodes
+from phalanx.environments.pythonenv import (
     EnvironmentRequest,
     conda_pip_packages,
     ensure_environment,
     ray_runtime_env,
     request_for,
 )
+from phalanx.errors import PhalanxError
+from phalanx.jobs.accounts import account_for, own_folder
+from phalanx.jobs.inputs import InputsReady, check_inputs, is_local_fs, make_ready
+from phalanx.launch.account import JobAccount
 from phalanx.spec import InputSpec, JobSpec, interpolate, render_literal
 from phalanx.spec.environment import EnvironmentSpec
 from phalanx.storage.location import Location, local
@@ -264,7 +264,7 @@ def with_registered_environment(spec: JobSpec, ws: Workspace) -> JobSpec:
     """
     if not isinstance(spec.environment, str):
         return spec
-    from phalanx.registry.environments import find_environment, split_reference
+    from phalanx.environments.registered import find_environment, split_reference
 
     found = find_environment(ws, *split_reference(spec.environment))
     if found is None:
@@ -317,9 +317,9 @@ def _ready_image(
 ) -> ImageRef | None:
     """:func:`check_image`'s image, built first where the environment asks for a build
     (only when ``build_log`` is given; ``None`` then until it is)."""
-    from phalanx.containers.build import LayerBuild, context_build, ensure_built
-    from phalanx.containers.engine import find_engine
-    from phalanx.containers.image import ready_image
+    from phalanx.environments.containers.build import LayerBuild, context_build, ensure_built
+    from phalanx.environments.containers.engine import find_engine
+    from phalanx.environments.containers.image import ready_image
 
     if env.build is not None:
         request = context_build(env.build)

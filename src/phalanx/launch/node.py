@@ -22,7 +22,7 @@ from phalanx.launch import procs
 from phalanx.launch.account import JobAccount, runs_as_root
 
 if TYPE_CHECKING:
-    from phalanx.containers.image import ImageRef
+    from phalanx.environments.containers.image import ImageRef
 
 _RANK_VARIABLES = (
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
@@ -70,7 +70,7 @@ class NodeLaunch:
     node's daemon its own)."""
     image: ImageRef | None = None
     """The job's image: the launcher and its ranks run in a container of it
-    (:mod:`phalanx.containers`)."""
+    (:mod:`phalanx.environments.containers`)."""
     shm_size: str | None = None
     """A private ``/dev/shm`` of this size for the node's container (``resources.shm_size``,
     given when the node has its machine to itself); otherwise the host's is shared."""
@@ -133,7 +133,7 @@ class NodeLaunch:
                 its ranks) when the starting process dies.
         """
         if self.image is not None:
-            from phalanx.containers.run import start
+            from phalanx.environments.containers.run import start
 
             return start(self, env, log_path, end_with_parent=end_with_parent)
         log_path.parent.mkdir(parents=True, exist_ok=True)

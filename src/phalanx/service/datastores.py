@@ -20,9 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from phalanx.errors import PhalanxError, UnsetVariableError
 from phalanx.service.access import LOCAL, Caller
-from phalanx.storage.datastores import AzureBlobDatastore, Datastore, LocalDatastore, S3Datastore
-from phalanx.storage.errors import check_reachable, storage_errors
-from phalanx.storage.registry import (
+from phalanx.storage.datastore_records import (
     create_datastore,
     datastore_owner,
     delete_datastore,
@@ -31,6 +29,8 @@ from phalanx.storage.registry import (
     secret_key,
     secrets_of,
 )
+from phalanx.storage.datastores import AzureBlobDatastore, Datastore, LocalDatastore, S3Datastore
+from phalanx.storage.errors import check_reachable, storage_errors
 from phalanx.storage.secrets import SecretRef, SecretStore
 from phalanx.workspace import Workspace
 

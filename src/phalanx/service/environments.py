@@ -9,13 +9,13 @@ import datetime as dt
 from pathlib import Path
 from typing import Any, Protocol
 
-from phalanx.errors import PhalanxError
-from phalanx.registry.environments import (
+from phalanx.environments.registered import (
     RegisteredEnvironment,
     create_environment,
     get_environment,
     list_environments,
 )
+from phalanx.errors import PhalanxError
 from phalanx.service.access import LOCAL, Caller
 from phalanx.workspace import Workspace
 
@@ -132,7 +132,7 @@ class WorkspaceEnvironments:
         Raises:
             PhalanxError: there are images to remove and no engine to remove them with.
         """
-        from phalanx.containers.build import prune
+        from phalanx.environments.containers.build import prune
 
         self.caller.require_admin("environment prune", "it removes every user's built images")
         pruned = prune(self.ws.home / "containers" / "builds", unused_for_s, dry_run=dry_run)

@@ -148,8 +148,8 @@ def load_for_run(
         Forbidden: it names what the caller may not make the server read or write
             (:mod:`phalanx.service.reach`), or registers under another's name.
     """
+    from phalanx.environments.pythonenv import environment_notes
     from phalanx.jobs.prepare import check, with_registered_environment
-    from phalanx.launch.environment import environment_notes
     from phalanx.service.reach import check_spec
 
     spec = spec_text.load(overrides)

@@ -5,7 +5,7 @@ Azure ML's keys are accepted as written (``image``, ``conda_file``, ``name``,
 ``pip_file``, a pip requirements file. A ``conda_file`` or ``pip_file`` is
 built once per content into a cached environment on each node and the job's
 ``python`` is that environment's. With ``image``, each node's launcher and ranks
-run inside a container of that image (:mod:`phalanx.containers`); a registered
+run inside a container of that image (:mod:`phalanx.environments.containers`); a registered
 ``azureml:name@version`` is recorded.
 """
 

@@ -74,7 +74,7 @@ def build(spec: JobSpec, ws: Workspace) -> dict[str, Any]:
     an unset variable) is left out and logged: the rank that uses it gets the error.
     """
     from phalanx.storage.assets import get_asset
-    from phalanx.storage.registry import get_datastore, secret_key, secrets_of
+    from phalanx.storage.datastore_records import get_datastore, secret_key, secrets_of
     from phalanx.storage.secrets import resolve
     from phalanx.storage.uri import DATASTORE_URI
 

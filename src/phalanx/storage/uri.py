@@ -22,8 +22,8 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from phalanx.errors import PhalanxError
+from phalanx.storage.datastore_records import get_datastore, secrets_of
 from phalanx.storage.location import Location, local
-from phalanx.storage.registry import get_datastore, secrets_of
 from phalanx.workspace import Workspace
 
 DATASTORE_URI = re.compile(r"^azureml://datastores/(?P<name>[^/]+)/paths/?(?P<path>.*)$")

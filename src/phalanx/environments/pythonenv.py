@@ -606,4 +606,5 @@ def environment_notes(environment: Any) -> list[str]:
             "with `phalanx environment create -f env.yml`, or give environment: {image: …} "
             "or {pip_file: requirements.txt}"
         ]
-    return []  # an image runs (phalanx.containers); what it cannot do is refused at create
+    # an image runs (phalanx.environments.containers); what it cannot do is refused at create
+    return []

@@ -43,14 +43,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import phalanx
-from phalanx.containers.sweep import mark
+from phalanx.environments.containers.sweep import mark
 from phalanx.errors import PhalanxError
 from phalanx.launch import procs
 from phalanx.launch.mpi_agent import SOCKET_ENV
 from phalanx.nofollow import write_new
 
 if TYPE_CHECKING:
-    from phalanx.containers.image import ImageRef
+    from phalanx.environments.containers.image import ImageRef
     from phalanx.launch.node import NodeLaunch
 
 # Host variables that tune the frameworks and reach the ranks inside as they would outside.
@@ -99,7 +99,7 @@ def inside_env(launch: NodeLaunch, ref: ImageRef, env: Mapping[str, str]) -> dic
     parts = [PACKAGE_INSIDE, ref.pythonpath, launch.user_env.get("PYTHONPATH", "")]
     if not ref.torch:
         # First, so no other sitecustomize shadows it; it runs the next one itself.
-        parts.insert(0, f"{PACKAGE_INSIDE}/phalanx/containers/lend")
+        parts.insert(0, f"{PACKAGE_INSIDE}/phalanx/environments/containers/lend")
         inside[LENT_PATH] = os.pathsep.join(map(str, site_packages()))
     inside["PYTHONPATH"] = os.pathsep.join(p for p in parts if p)
     devices = container_devices(launch)
@@ -279,7 +279,7 @@ def start(
     """
     ref = launch.image
     assert ref is not None  # the caller starts a container only for an image
-    from phalanx.containers.build import mark_used
+    from phalanx.environments.containers.build import mark_used
 
     engine = ref.engine_cli()
     mark(launch.job_dir, engine)  # before the container exists: a sweep must know to look

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from phalanx.environments.pythonenv import copy_requirements
 from phalanx.errors import PhalanxError
-from phalanx.launch.environment import copy_requirements
 from phalanx.limits import check_labels
 from phalanx.spec.environment import EnvironmentSpec
 from phalanx.workspace import Workspace

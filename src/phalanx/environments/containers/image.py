@@ -21,7 +21,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from phalanx.containers.engine import Engine, find_engine, last_line
+from phalanx.environments.containers.engine import Engine, find_engine, last_line
 from phalanx.errors import PhalanxError
 
 PULL_TIMEOUT_S = 900.0

@@ -7,8 +7,9 @@ launcher and its ranks see the same paths, the same environment contract and
 write the same per-rank logs and error files as without an image; phalanx's
 worker wrapper is standard-library only, so it runs on the image's Python.
 
-- :mod:`~phalanx.containers.engine`: which engine (podman or docker) and how it is called.
-- :mod:`~phalanx.containers.image`: an image made ready (there, or pulled) and probed.
-- :mod:`~phalanx.containers.run`: the ``run`` command line of a node's launcher.
-- :mod:`~phalanx.containers.sweep`: a job's containers found and removed by label.
+- :mod:`~phalanx.environments.containers.engine`: which engine (podman or docker),
+  and how it is called.
+- :mod:`~phalanx.environments.containers.image`: an image made ready (there, or pulled) and probed.
+- :mod:`~phalanx.environments.containers.run`: the ``run`` command line of a node's launcher.
+- :mod:`~phalanx.environments.containers.sweep`: a job's containers found and removed by label.
 """

@@ -13,7 +13,7 @@ Each build is named by a hash of what goes into it (the context's files, the
 Dockerfile, the base image's ID, the packages file): ``phalanx-env:<key>``. A
 context's files are those the engine keeps: its ``.dockerignore`` or
 ``.containerignore`` is honoured as the engine honours it
-(:mod:`phalanx.containers.ignore`), so editing a file it leaves out builds nothing;
+(:mod:`phalanx.environments.containers.ignore`), so editing a file it leaves out builds nothing;
 ``.git`` and ``__pycache__`` folders are never hashed. A second
 job asking for the same content finds the image and starts at once; builds of one
 key are serialised with a file lock. The build's output is appended to the job's
@@ -40,10 +40,10 @@ from pathlib import Path
 import psutil
 
 from phalanx.cancelable import held, run_logged
-from phalanx.containers.engine import Engine, find_engine, last_line
-from phalanx.containers.ignore import ContextIgnore, ignore_file
-from phalanx.containers.image import ImageRef, image_id
-from phalanx.containers.run import site_packages
+from phalanx.environments.containers.engine import Engine, find_engine, last_line
+from phalanx.environments.containers.ignore import ContextIgnore, ignore_file
+from phalanx.environments.containers.image import ImageRef, image_id
+from phalanx.environments.containers.run import site_packages
 from phalanx.errors import PhalanxError, PreparationCanceled
 from phalanx.hashing import file_digest
 

@@ -11,7 +11,7 @@ content as on local compute (a second job of the same content finds it):
   packages), or the conda file's content. It travels with the job's set-up, as
   the code does;
 - each node's agent unpacks it under ``$PHALANX_NODE_HOME/containers/contexts``
-  (one folder per content) and builds through :mod:`phalanx.containers.build`
+  (one folder per content) and builds through :mod:`phalanx.environments.containers.build`
   (:func:`ready_on_node`), with the build's output in that node's
   ``system_logs/image_build_node<K>.txt``, shipped back with its other logs.
 """
@@ -32,8 +32,8 @@ import yaml
 from phalanx.errors import PhalanxError
 
 if TYPE_CHECKING:
-    from phalanx.containers.build import ContextBuild
-    from phalanx.containers.image import ImageRef
+    from phalanx.environments.containers.build import ContextBuild
+    from phalanx.environments.containers.image import ImageRef
     from phalanx.spec.environment import EnvironmentSpec
 
 
@@ -73,8 +73,8 @@ def for_nodes(env: EnvironmentSpec, *, check_only: bool = False) -> NodeBuild | 
             names files outside its folder. One line each.
     """
     from phalanx.compute.nodejob import pack
-    from phalanx.containers.build import context_build
-    from phalanx.launch.environment import copy_requirements
+    from phalanx.environments.containers.build import context_build
+    from phalanx.environments.pythonenv import copy_requirements
 
     if env.build is not None:
         context = context_build(env.build)
@@ -142,8 +142,8 @@ def _sent(context: ContextBuild) -> set[Path]:
     """The context's files a node's engine may read: those podman or docker keeps (the
     node's engine is not known here; it applies its own ignore file again), the
     Dockerfile and the ignore files themselves."""
-    from phalanx.containers.build import SKIPPED
-    from phalanx.containers.ignore import ContextIgnore, ignore_file
+    from phalanx.environments.containers.build import SKIPPED
+    from phalanx.environments.containers.ignore import ContextIgnore, ignore_file
 
     sent = {context.dockerfile}
     for engine in ("podman", "docker"):
@@ -166,9 +166,9 @@ def ready_on_node(
     Raises:
         PhalanxError: the base image cannot be had, or the build failed (naming the log).
     """
-    from phalanx.containers.build import LayerBuild, context_build, ensure_built
-    from phalanx.containers.image import ready_image
-    from phalanx.launch.environment import conda_pip_packages
+    from phalanx.environments.containers.build import LayerBuild, context_build, ensure_built
+    from phalanx.environments.containers.image import ready_image
+    from phalanx.environments.pythonenv import conda_pip_packages
 
     images = home / "containers"
     folder = _unpacked(build, images / "contexts")

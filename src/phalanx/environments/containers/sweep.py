@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from phalanx.containers.engine import Engine
+from phalanx.environments.containers.engine import Engine
 from phalanx.errors import PhalanxError
 
 log = logging.getLogger(__name__)
