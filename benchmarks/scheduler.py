@@ -169,6 +169,7 @@ def long_queue(root: Path, count: int) -> dict[str, float]:
     # One round of the scheduler and one decision, in this process, over that queue.
     os.environ["PHALANX_HOME"] = str(home)
     from phalanx.compute.targets import resolve_target
+    from phalanx.jobs import control
     from phalanx.scheduler import ledger
     from phalanx.scheduler.capacity import local_capacity
     from phalanx.scheduler.daemon import Scheduler
@@ -176,7 +177,7 @@ def long_queue(root: Path, count: int) -> dict[str, float]:
     from phalanx.workspace import Workspace
 
     ws = Workspace(home)
-    scheduler = Scheduler(ws)
+    scheduler = Scheduler(ws, control)
     rounds, decisions = [], []
     for _ in range(20):
         t0 = time.perf_counter()

@@ -18,6 +18,7 @@ import pytest
 
 import pg
 from phalanx.errors import DatabaseUnavailable
+from phalanx.jobs import control
 from phalanx.scheduler import ledger
 from phalanx.scheduler.daemon import Scheduler
 from phalanx.scheduler.model import Decision, NodeGrant
@@ -146,7 +147,7 @@ def test_the_scheduler_judges_a_remote_supervisor_by_its_lease_and_forgets_outag
     ws.claim_supervisor(name, 1, lambda pid: False, host="elsewhere")
     ws.set_status(name, JobStatus.RUNNING)
     now = [0.0]
-    scheduler = Scheduler(ws, LeaseWatch(clock=lambda: now[0]))
+    scheduler = Scheduler(ws, control, LeaseWatch(clock=lambda: now[0]))
     assert scheduler._jobs_to_watch(waiting_too=True) == []  # pid 1 here says nothing
     now[0] += EXPIRE_S / 2
     assert scheduler._jobs_to_watch(waiting_too=True) == []

@@ -37,9 +37,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from phalanx import prctl
 from phalanx.compute.nodejob import NodeFolder, NodeJob, node_home
 from phalanx.compute.ship import Change
 from phalanx.environments.containers.image import ImageRef
+from phalanx.environments.containers.run import start_launcher
 from phalanx.errors import PhalanxError
 from phalanx.jobs.watchdog import dump_stacks
 from phalanx.launch import procs
@@ -150,7 +152,7 @@ class NodeAgent:
             return 0
         if peers:
             env[SOCKET_ENV] = self._serve(peers)
-        self._proc = launch.start(env, log, end_with_parent=True)
+        self._proc = start_launcher(launch, env, log, end_with_parent=True)
         return self._proc.pid
 
     def run_daemon(self, command: str) -> int:
@@ -175,7 +177,7 @@ class NodeAgent:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=procs.end_with_parent,
+                preexec_fn=prctl.end_with_parent,
             )
         return self._proc.wait()
 

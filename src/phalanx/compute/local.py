@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from phalanx.environments.containers.run import start_launcher
 from phalanx.launch import procs
 from phalanx.launch.account import JobAccount
 from phalanx.launch.node import NodeLaunch
@@ -115,7 +116,7 @@ class LocalCompute:
         # Every node is on this machine, so gloo's traffic stays on loopback
         # (its default, the interface of the host name, may not exist).
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        proc = launch.start(env, log_path)
+        proc = start_launcher(launch, env, log_path)
         return LocalNode(launch.node_rank, proc, log_path)
 
     def sweep(

@@ -21,7 +21,7 @@ each launcher, which passes it to its workers), waits up to
 ``retry.preemption_grace`` seconds for them to save an emergency checkpoint
 and exit, and starts the next attempt, which resumes from it. ``phalanx job
 preempt`` asks for exactly that; a rank that exits with
-:data:`phalanx.launch.exitcodes.PREEMPTED_EXIT_CODE`, or a node whose
+:data:`phalanx.exitcodes.PREEMPTED_EXIT_CODE`, or a node whose
 ranks were all sent SIGTERM from outside, counts as a preemption too.
 
 The job's lease (:mod:`phalanx.workspace.leases`). Every state write of the
@@ -46,13 +46,13 @@ from typing import Any
 from phalanx.compute.local import LocalCompute, LocalNode
 from phalanx.compute.ray import RayCompute, RayNode
 from phalanx.errors import DatabaseUnavailable, PhalanxError, PreparationCanceled
+from phalanx.exitcodes import PREEMPTED_EXIT_CODE
 from phalanx.jobs.policy import decide
 from phalanx.jobs.prepare import Prepared, prepare
 from phalanx.jobs.register import register_outputs
 from phalanx.jobs.sysmetrics import SystemSampler
 from phalanx.jobs.uploads import UPLOAD_REQUEST, UploadLoop
 from phalanx.jobs.watchdog import STACK_DUMP_WAIT_S, Watchdog
-from phalanx.launch.exitcodes import PREEMPTED_EXIT_CODE
 from phalanx.launch.node import NodeLaunch
 from phalanx.launch.rootcause import (
     failed,

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from phalanx.errors import DatabaseUnavailable, PhalanxError
-from phalanx.launch.procs import become_subreaper
+from phalanx.prctl import become_subreaper
 from phalanx.scheduler.process import is_supervisor
 from phalanx.scheduler.waiting import wait_for_grant
 from phalanx.storage.redact import RedactingFormatter, redact

@@ -93,7 +93,7 @@ Logs and failures
 * A preemption notice (``phalanx job preempt``, or SIGTERM to a launcher) is
   passed to every rank the same way, but the runner then waits up to
   ``retry.preemption_grace`` (torchrun's ``--shutdown-timeout``) for ranks to
-  save and exit with :data:`phalanx.launch.exitcodes.PREEMPTED_EXIT_CODE`.
+  save and exit with :data:`phalanx.exitcodes.PREEMPTED_EXIT_CODE`.
 * With ``limits.stall_timeout``, an attempt in which no rank heartbeats or logs
   for that long is a hang: every rank's Python stacks are dumped into its log
   (SIGUSR2 → faulthandler), then the gang is stopped.

@@ -16,13 +16,21 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from phalanx.launch import procs
+from phalanx import prctl
 from phalanx.launch.account import JobAccount, runs_as_root
 
-if TYPE_CHECKING:
-    from phalanx.environments.containers.image import ImageRef
+
+class LauncherImage(Protocol):
+    """The image a node's launcher runs in, as far as its command line needs to know
+    (:class:`phalanx.environments.containers.image.ImageRef` is one)."""
+
+    @property
+    def mpirun(self) -> str:
+        """The image's ``mpirun`` (an absolute path inside it); empty when it has none."""
+        ...
+
 
 _RANK_VARIABLES = (
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
@@ -68,9 +76,9 @@ class NodeLaunch:
     node_devices: tuple[tuple[str, ...], ...] = ()
     """MPI on this machine: every node's GPUs, node 0 first (the rsh agent gives each
     node's daemon its own)."""
-    image: ImageRef | None = None
-    """The job's image: the launcher and its ranks run in a container of it
-    (:mod:`phalanx.environments.containers`)."""
+    image: LauncherImage | None = None
+    """The job's image: the launcher and its ranks run in a container of it, started by
+    :func:`phalanx.environments.containers.run.start_launcher` (not :meth:`start`)."""
     shm_size: str | None = None
     """A private ``/dev/shm`` of this size for the node's container (``resources.shm_size``,
     given when the node has its machine to itself); otherwise the host's is shared."""
@@ -125,17 +133,16 @@ class NodeLaunch:
     def start(
         self, env: Mapping[str, str], log_path: Path, *, end_with_parent: bool = False
     ) -> subprocess.Popen[bytes]:
-        """Start this node's launcher in ``env``, its output appended to ``log_path``;
-        with an :attr:`image`, inside a container of it.
+        """Start this node's launcher here in ``env``, its output appended to ``log_path``.
+
+        (One with an :attr:`image` starts through
+        :func:`phalanx.environments.containers.run.start_launcher`.)
 
         Args:
             end_with_parent: Have the kernel SIGTERM the launcher (which passes it on to
                 its ranks) when the starting process dies.
         """
-        if self.image is not None:
-            from phalanx.environments.containers.run import start
-
-            return start(self, env, log_path, end_with_parent=end_with_parent)
+        assert self.image is None, "a launcher in an image starts through its engine"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             return subprocess.Popen(
@@ -148,7 +155,7 @@ class NodeLaunch:
                 # Its own session: a Ctrl-C at the user's terminal never reaches it.
                 start_new_session=True,
                 # (Run after the switch to the job's account, so it survives it.)
-                preexec_fn=procs.end_with_parent if end_with_parent else None,
+                preexec_fn=prctl.end_with_parent if end_with_parent else None,
                 **(self.account.popen_kwargs() if self.account is not None else {}),
             )
 

@@ -11,34 +11,12 @@ cleared its environment is still found among the supervisor's descendants.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
-import signal
 import time
 
 import psutil
 
-_PR_SET_CHILD_SUBREAPER = 36
-_PR_SET_PDEATHSIG = 1
 _SWEEP_ROUNDS = 10
-
-
-def become_subreaper() -> bool:
-    """Make orphaned descendants of this process re-parent to it (Linux only)."""
-    return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-
-
-def end_with_parent(sig: int = signal.SIGTERM) -> bool:
-    """Have the kernel send ``sig`` to this process when its parent dies (Linux only)."""
-    return _prctl(_PR_SET_PDEATHSIG, int(sig))
-
-
-def _prctl(option: int, value: int) -> bool:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(option, value, 0, 0, 0) == 0)
-    except (OSError, AttributeError):  # not Linux
-        return False
 
 
 def _marker(proc: psutil.Process) -> tuple[str | None, str | None]:

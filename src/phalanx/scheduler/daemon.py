@@ -1,4 +1,4 @@
-"""The scheduler of one workspace: ``python -m phalanx.scheduler.daemon``.
+"""The scheduler of one workspace, run by ``python -m phalanx.jobs.schedulerd``.
 
 Started by phalanx itself when needed (:mod:`phalanx.scheduler.process`); its
 log is ``$PHALANX_HOME/scheduler.log``. Each round (when rung, and at least
@@ -46,6 +46,7 @@ from phalanx.errors import DatabaseUnavailable, PhalanxError
 from phalanx.scheduler import ledger
 from phalanx.scheduler.bell import Bell, job_bell, ring, scheduler_bell
 from phalanx.scheduler.capacity import local_capacity
+from phalanx.scheduler.keeper import JobKeeper
 from phalanx.scheduler.model import Capacity, Decision, Host, QueuedJob
 from phalanx.scheduler.policy import decide
 from phalanx.scheduler.process import LOCK_FILE
@@ -66,8 +67,9 @@ SPAWN_AFTER_S = 10.0
 class Scheduler:
     """One round of scheduling over a workspace; the server runs the same rounds."""
 
-    def __init__(self, ws: Workspace, leases: LeaseWatch | None = None) -> None:
+    def __init__(self, ws: Workspace, keeper: JobKeeper, leases: LeaseWatch | None = None) -> None:
         self.ws = ws
+        self.keeper = keeper
         self._probe_started: dict[str, float] = {}
         self._rounds = 0
         self._leases = leases or LeaseWatch()
@@ -75,28 +77,24 @@ class Scheduler:
 
     def round(self) -> bool:
         """Watch supervisors, then schedule every target; whether anything is queued or held."""
-        from phalanx.jobs.control import recover_lost
-
         self._rounds += 1
         # Supervisors of running jobs are checked every round; those only waiting in the
         # queue (hundreds, maybe) every tenth: losing one of them loses no work.
         for job, expired in self._jobs_to_watch(waiting_too=self._rounds % 10 == 1):
             try:
-                recover_lost(self.ws, job, expired=expired)
+                self.keeper.recover_lost(self.ws, job, expired=expired)
             except DatabaseUnavailable:
                 raise  # not the job's trouble: the next round tries again
             except Exception as exc:  # one job's trouble must not stop the queue
                 log.exception("recovering job %s failed", job.name)
                 self._fail(job.name, f"phalanx could not recover the job after its supervisor "
                                      f"was lost: {exc}")  # fmt: skip
-        from phalanx.jobs.control import fill_queue_entry
-
         for row in self.ws.query(
             "SELECT name FROM jobs WHERE status = :queued AND request_json IS NULL",
             {"queued": JobStatus.QUEUED.value},
         ):
             try:
-                fill_queue_entry(self.ws, row["name"])
+                self.keeper.fill_queue_entry(self.ws, row["name"])
             except DatabaseUnavailable:
                 raise
             except Exception as exc:
@@ -121,8 +119,6 @@ class Scheduler:
     def _jobs_to_watch(self, waiting_too: bool) -> list[tuple[JobRecord, bool]]:
         """Jobs whose supervisor is lost, each with whether by its lease's expiry (one of
         another machine) rather than by its process (one of this machine)."""
-        from phalanx.jobs.control import supervisor_alive
-
         if self.ws.database.outages != self._outages:
             # Time the database was away says nothing about the supervisors.
             self._outages = self.ws.database.outages
@@ -150,7 +146,7 @@ class Scheduler:
                     log.warning("job %s: the lease of its supervisor %s went unrenewed; "
                                 "recovering the job", job.name, holder)  # fmt: skip
                     lost.append((job, True))
-            elif not supervisor_alive(job):
+            elif not self.keeper.supervisor_alive(job):
                 lost.append((job, False))
         if waiting_too:
             self._leases.forget(keep={row["name"] for row in rows})
@@ -220,13 +216,11 @@ class Scheduler:
 
     def _wake(self, name: str) -> None:
         """Tell the job's supervisor it may start, or start one for it."""
-        from phalanx.jobs.control import spawn_supervisor, supervisor_alive
-
         job = self.ws.get_job(name)
-        if supervisor_alive(job):
+        if self.keeper.supervisor_alive(job):
             ring(job_bell(self.ws.home, name))
         elif job.supervisor_pid is not None or time.time() - job.created_at > SPAWN_AFTER_S:
-            spawn_supervisor(self.ws, name)
+            self.keeper.spawn_supervisor(self.ws, name)
 
     def spawn_missing(self) -> None:
         """Jobs holding devices whose supervisor never came (its start failed): start one."""
@@ -273,7 +267,8 @@ def _start_probe(ws: Workspace, target: str) -> None:
         )
 
 
-def main() -> int:
+def main(keeper: JobKeeper) -> int:
+    """Schedule the workspace of ``PHALANX_HOME`` until it is idle; ``keeper`` acts on jobs."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s scheduler[%(process)d] %(message)s"
     )
@@ -297,7 +292,7 @@ def main() -> int:
         log.error("%s; exiting", exc)
         return 1
     log.info("scheduling workspace %s", ws.home)
-    scheduler = Scheduler(ws)
+    scheduler = Scheduler(ws, keeper)
     idle_since = time.monotonic()
     down = False
     while True:
@@ -326,7 +321,3 @@ def main() -> int:
             log.info("nothing queued or running for %.0f s; exiting", IDLE_EXIT_S)
             return 0
         bell.wait(ROUND_S)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

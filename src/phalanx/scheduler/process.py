@@ -89,7 +89,7 @@ def _start(home: Path, extra: Mapping[str, str]) -> None:
     env["PHALANX_HOME"] = str(home)
     with contextlib.suppress(OSError), open(home / LOG_FILE, "ab") as log:
         subprocess.Popen(
-            [sys.executable, "-m", "phalanx.scheduler.daemon"],
+            [sys.executable, "-m", "phalanx.jobs.schedulerd"],
             env=env,
             cwd=home,
             stdin=subprocess.DEVNULL,

@@ -112,7 +112,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
             raise
         return {"upload": upload_id, "bytes": size}
 
-    from phalanx.studio.pages import install as install_studio
+    from phalanx.server.studio_pages import install as install_studio
 
     install_studio(app)  # last: its "/" routes come after the API's
     return app

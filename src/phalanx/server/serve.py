@@ -294,7 +294,7 @@ def serving_app() -> FastAPI:
 
 def _end_with_parent() -> None:
     """In a worker uvicorn spawned: end when the parent does, however it ended."""
-    from phalanx.launch.procs import end_with_parent
+    from phalanx.prctl import end_with_parent
 
     parent = multiprocessing.parent_process()
     if parent is None:

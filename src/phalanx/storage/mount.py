@@ -424,7 +424,7 @@ def _end_with_parent() -> None:
     A supervisor killed outright (SIGKILL, the OOM killer) never unmounts; without
     this its mount servers would outlive it, and their mounts with them.
     """
-    from phalanx.launch.procs import end_with_parent
+    from phalanx.prctl import end_with_parent
 
     if not end_with_parent(signal.SIGTERM):  # not Linux: the supervisor's unmount is all
         return

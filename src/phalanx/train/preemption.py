@@ -32,7 +32,7 @@ from typing import NoReturn
 import torch
 import torch.distributed as dist
 
-from phalanx.launch.exitcodes import PREEMPTED_EXIT_CODE
+from phalanx.exitcodes import PREEMPTED_EXIT_CODE
 from phalanx.train.dist import DistContext, cleanup
 from phalanx.train.log import get_logger
 

@@ -43,14 +43,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import phalanx
+from phalanx import prctl
+from phalanx.environments.containers.image import ImageRef
 from phalanx.environments.containers.sweep import mark
 from phalanx.errors import PhalanxError
-from phalanx.launch import procs
 from phalanx.launch.mpi_agent import SOCKET_ENV
 from phalanx.nofollow import write_new
 
 if TYPE_CHECKING:
-    from phalanx.environments.containers.image import ImageRef
     from phalanx.launch.node import NodeLaunch
 
 # Host variables that tune the frameworks and reach the ranks inside as they would outside.
@@ -263,6 +263,16 @@ def env_file(launch: NodeLaunch) -> Path:
     return launch.job_dir / "system_logs" / f".container_a{launch.attempt}_n{launch.node_rank}.env"
 
 
+def start_launcher(
+    launch: NodeLaunch, env: Mapping[str, str], log_path: Path, *, end_with_parent: bool = False
+) -> subprocess.Popen[bytes]:
+    """Start node ``launch.node_rank``'s launcher: in a container of its image when it names
+    one, else here (:meth:`NodeLaunch.start`)."""
+    if launch.image is None:
+        return launch.start(env, log_path, end_with_parent=end_with_parent)
+    return start(launch, env, log_path, end_with_parent=end_with_parent)
+
+
 def start(
     launch: NodeLaunch,
     env: Mapping[str, str],
@@ -278,7 +288,7 @@ def start(
     process sweep finds it); what it and the container print goes to ``log_path``.
     """
     ref = launch.image
-    assert ref is not None  # the caller starts a container only for an image
+    assert isinstance(ref, ImageRef)  # the caller starts a container only for an image
     from phalanx.environments.containers.build import mark_used
 
     engine = ref.engine_cli()
@@ -295,5 +305,5 @@ def start(
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=procs.end_with_parent if end_with_parent else None,
+            preexec_fn=prctl.end_with_parent if end_with_parent else None,
         )

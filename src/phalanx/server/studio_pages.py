@@ -1,4 +1,4 @@
-"""The studio's pages: one HTML shell per view, the script and styles beside it.
+"""The studio's pages served: one HTML shell per view, the scripts and styles beside it.
 
 A page holds no data: its scripts (``static/*.js``: ``core.js`` the helpers, one
 file per view, ``main.js`` which starts the page's view) read everything from
@@ -13,7 +13,6 @@ should an escape ever be missed.
 from __future__ import annotations
 
 from html import escape
-from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
@@ -24,8 +23,8 @@ from starlette.exceptions import HTTPException
 from phalanx import __version__
 from phalanx.server.sessions import csrf_value, loopback_host
 from phalanx.server.settings import settings_of
+from phalanx.studio import STATIC
 
-STATIC = Path(__file__).parent / "static"
 HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
