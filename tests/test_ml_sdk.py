@@ -668,3 +668,29 @@ def test_environments_are_registered_got_and_listed_as_the_cli_sees_them(here: P
     # A job names it as Azure ML's scripts do; the YAML loader takes it as it is.
     job = command(command="python -c 'print(1)'", environment="azureml:reqs@latest")
     assert job.environment == "azureml:reqs@latest"
+
+
+def test_a_job_made_and_submitted_unchanged_is_parsed_once(
+    here: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """command() validates, create_or_update() validates and creates: one parse of one text,
+    and a job changed in between is parsed again."""
+    import phalanx.spec
+
+    parses: list[str] = []
+    real = phalanx.spec.load_spec_text
+
+    def counted(text: str, **kwargs: Any) -> Any:
+        parses.append(text)
+        return real(text, **kwargs)
+
+    monkeypatch.setattr(phalanx.spec, "load_spec_text", counted)
+    job = command(command="python -c 'print(41 + 1)'", compute="local")
+    assert len(parses) == 1
+    ml_client = MLClient()
+    created = ml_client.jobs.create_or_update(job)
+    assert created.status == "Queued" and len(parses) == 1, parses
+    ml_client.jobs.stream(created.name)
+    assert ml_client.jobs.get(created.name).status == "Completed"
+    job.set_limits(timeout=60)
+    assert validate(job).limits.timeout == 60 and len(parses) == 2

@@ -236,10 +236,17 @@ def spec_dict(job: Command) -> dict[str, Any]:
 
 def spec_text(job: Command) -> SpecText:
     """The job as the YAML text a job is created from; relative paths resolve against
-    the folder ``command()`` was called in, as in Azure ML."""
+    the folder ``command()`` was called in, as in Azure ML. The same text is the
+    same object, so a job validated by ``command()`` and created unchanged is
+    parsed once (:meth:`SpecText.load` keeps its result)."""
     from phalanx.service.jobs import SpecText
 
-    return SpecText(job._yaml(), COMMAND, job._base_dir)
+    text = job._yaml()
+    kept = job._spec_text
+    if kept is None or kept.text != text or kept.base_dir != job._base_dir:
+        # A new text: the job was changed since it was last validated.
+        kept = job._spec_text = SpecText(text, COMMAND, job._base_dir)
+    return kept
 
 
 def validate(job: Command) -> JobSpec:

@@ -49,6 +49,11 @@ class SpecText:
     placed: tuple[str, ...] = ()
     """``field=path`` items that point the spec at files uploaded with it (a server
     sets them): applied like ``--set`` items, but not recorded as the user's."""
+    _loaded: dict[tuple[str, ...], JobSpec] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
+    """What :meth:`load` gave, by overrides: a front end that validates and then
+    creates the same text parses it once."""
 
     @property
     def placed_fields(self) -> frozenset[str]:
@@ -75,14 +80,17 @@ class SpecText:
         """
         from phalanx.spec import load_spec_text
 
-        spec = load_spec_text(
-            self.text,
-            source=self.source,
-            base_dir=self.base_dir,
-            overrides=[*overrides, *self.placed],
-        )
-        spec.check_supported()
-        return spec
+        key = tuple(overrides)
+        if key not in self._loaded:
+            spec = load_spec_text(
+                self.text,
+                source=self.source,
+                base_dir=self.base_dir,
+                overrides=[*overrides, *self.placed],
+            )
+            spec.check_supported()
+            self._loaded[key] = spec
+        return self._loaded[key].model_copy(deep=True)  # a caller may change its copy
 
 
 @dataclass

@@ -15,12 +15,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from phalanx.ml.distribution import Distribution
 from phalanx.ml.errors import checked_keywords
+
+if TYPE_CHECKING:
+    from phalanx.service.jobs import SpecText
 
 
 class AttrDict(dict[str, Any]):
@@ -183,6 +186,8 @@ class Command:
         self.creation_context: dict[str, Any] = {}
         self._base_dir = base_dir if base_dir is not None else Path.cwd()
         self._renames: dict[str, str] = {}
+        self._spec_text: SpecText | None = None
+        """The job's YAML as last validated (:func:`phalanx.ml.specdict.spec_text`)."""
 
     @property
     def inputs(self) -> AttrDict:
