@@ -10,7 +10,7 @@ AZURITE_VERSION := 3.37.0
 TOOLS := .tools
 AZURITE := $(TOOLS)/node_modules/.bin/azurite-blob
 
-.PHONY: demo test check lint format typecheck pytest bench clean fuse mpi postgresql chromium \
+.PHONY: demo test check test-hosts lint format typecheck pytest bench clean fuse mpi postgresql chromium \
 	containers test-image
 
 $(STAMP): pyproject.toml constraints.txt | mpi
@@ -85,6 +85,10 @@ UNIT_TESTS := tests/test_access.py tests/test_cache.py tests/test_images.py \
 ## check: the edit-test loop: lint, type-check and the unit tests (a few minutes at most)
 check: lint typecheck
 	$(BIN)/python -m pytest -q -p no:cacheprovider -k "not postgresql" $(UNIT_TESTS)
+
+## test-hosts: the tests on separate hosts (network, mount, PID namespaces; root)
+test-hosts: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_hosts.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests examples benchmarks tools
