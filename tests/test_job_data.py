@@ -258,7 +258,9 @@ def test_a_cancel_stops_a_download_between_files(
     """In process (the supervisor's code path): a cancel noticed mid-download ends it."""
     from unittest import mock
 
-    from phalanx.jobs.inputs import PreparationCanceled, check_inputs, make_ready
+    from phalanx.compute.inputs import make_ready
+    from phalanx.errors import PreparationCanceled
+    from phalanx.jobs.inputs import check_inputs
     from phalanx.spec import load_spec
     from phalanx.storage.cache import NodeCache
     from phalanx.workspace import Workspace

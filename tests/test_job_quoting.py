@@ -14,6 +14,7 @@ import pytest
 
 from conftest import Cli
 from phalanx.compute.nodejob import NODE_HOME_ENV, NodeFolder, NodeJob, pack
+from phalanx.compute.plan import JobPlan, OutputPlan
 from phalanx.spec import InputSpec, interpolate, render_literal
 from phalanx.storage.location import Location
 
@@ -149,10 +150,9 @@ def test_a_ray_node_quotes_its_own_paths(tmp_path: Path, monkeypatch: pytest.Mon
     data = tmp_path / "my data"
     data.mkdir()
     job_dir = tmp_path / "ws" / "jobs" / "j1"
-    job = NodeJob(
-        job_name="j1",
+    model_dir = job_dir / "outputs" / "model"
+    plan = JobPlan(
         job_dir=job_dir,
-        files="local",
         command=(
             "show ${{outputs.model}} \"${{outputs.model}}\" '${{outputs.checkpoints}}' "
             "${{inputs.data}} ${{inputs.raw}} ${{inputs.words}}"
@@ -166,8 +166,10 @@ def test_a_ray_node_quotes_its_own_paths(tmp_path: Path, monkeypatch: pytest.Mon
             "data": Location(fsspec.filesystem("file"), str(data), str(data)),
             "raw": Location(fsspec.filesystem("memory"), "/raw set", RAW),
         },
-        output_dirs={"model": job_dir / "outputs" / "model"},
+        outputs={"model": OutputPlan(value=model_dir, folder=model_dir)},
+        env={},
     )
+    job = NodeJob(job_name="j1", plan=plan, files="local")
     folder = NodeFolder(job, 0, code=pack(tmp_path / "no code"))
     try:
         model = folder.root / "named_outputs" / "model"

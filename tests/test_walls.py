@@ -32,8 +32,8 @@ from fsspec.implementations.local import LocalFileSystem
 import jobpython
 import servers
 from conftest import PHALANX, Cli, blob_datastore, job_processes_under
+from phalanx.compute.inputs import download_dir
 from phalanx.environments.containers.engine import Engine
-from phalanx.jobs.inputs import download_dir
 from phalanx.jobs.walls import DEFAULT_COUNT, DEFAULT_FIRST_UID, blocking_folder
 from phalanx.launch.ports import free_port
 from phalanx.storage.cache import NodeCache

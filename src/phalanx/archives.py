@@ -1,5 +1,7 @@
 """Unpacking an archive from elsewhere (a client's upload, a server's download):
-inside its folder, within its size, or refused.
+inside its folder, within its size, or refused; and phalanx's own archives of a
+folder (:func:`pack_folder`: a job's code and checkpoints sent to Ray nodes, an
+image's build files).
 
 An archive entry whose name is absolute or climbs out with ``..``, a link
 that points out of the folder, a hard link, a device or a FIFO is refused with
@@ -12,8 +14,10 @@ refused archive's later entries are never read.
 
 from __future__ import annotations
 
+import io
 import posixpath
 import tarfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from phalanx.errors import PhalanxError
@@ -95,3 +99,36 @@ def unpack(archive: Path, dest: Path, limit: int, entries: int = MAX_ENTRIES) ->
                 tar.extractall(dest, members=members)
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise UploadError(f"upload refused: not a readable tar archive ({exc})") from None
+
+
+def pack_folder(folder: Path, only: Iterable[Path] | None = None) -> bytes:
+    """``folder`` as an uncompressed tar archive (regular files and folders only).
+
+    Args:
+        only: Just these files of it (with the folders they are in).
+    """
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        if folder.is_dir():
+            paths = folder.rglob("*") if only is None else _with_parents(folder, only)
+            for path in sorted(paths):
+                if path.is_symlink() or not (path.is_file() or path.is_dir()):
+                    continue
+                tar.add(path, arcname=path.relative_to(folder).as_posix(), recursive=False)
+    return buf.getvalue()
+
+
+def _with_parents(folder: Path, files: Iterable[Path]) -> set[Path]:
+    found: set[Path] = set()
+    for file in files:
+        found.add(file)
+        found.update(p for p in file.parents if p != folder and p.is_relative_to(folder))
+    return found
+
+
+def unpack_folder(data: bytes, dest: Path) -> None:
+    """Unpack an archive :func:`pack_folder` made (phalanx's own: a job's code, checkpoints,
+    build files) into ``dest``; tar's ``data`` filter still refuses what leaves it."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+        tar.extractall(dest, filter="data")

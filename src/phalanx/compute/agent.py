@@ -43,11 +43,11 @@ from phalanx.compute.ship import Change
 from phalanx.environments.containers.image import ImageRef
 from phalanx.environments.containers.run import start_launcher
 from phalanx.errors import PhalanxError
-from phalanx.jobs.watchdog import dump_stacks
 from phalanx.launch import procs
 from phalanx.launch.mpi_agent import SOCKET_ENV
 from phalanx.launch.node import NodeLaunch
 from phalanx.launch.ports import free_ports
+from phalanx.launch.stacks import dump_stacks
 
 _BUILD_STOP_S = 20.0
 """How long :meth:`NodeAgent.close` waits for a canceled build to stop."""

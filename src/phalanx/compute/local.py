@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from phalanx.environments.containers.run import start_launcher
+from phalanx.errors import PhalanxError
 from phalanx.launch import procs
-from phalanx.launch.account import JobAccount
+from phalanx.launch.account import JobAccount, account_of, own_attempt_folder
 from phalanx.launch.node import NodeLaunch
 from phalanx.launch.ports import free_ports
+from phalanx.launch.stacks import dump_stacks
 
 if TYPE_CHECKING:
-    from phalanx.jobs.prepare import Prepared
+    from phalanx.compute.base import Node
+    from phalanx.compute.plan import JobPlan
+    from phalanx.compute.targets import LocalTarget
     from phalanx.workspace.layout import JobPaths
 
 
@@ -34,6 +38,8 @@ class LocalNode:
     log_path: Path
     signalled: bool = False
     """Whether phalanx has sent it SIGTERM."""
+    lost: str | None = None
+    """Never set: this machine is where the supervisor runs."""
 
     def poll(self) -> int | None:
         return self.proc.poll()
@@ -54,7 +60,12 @@ class LocalNode:
 
 
 class LocalCompute:
-    """Runs nodes as processes of this machine."""
+    """Runs nodes as processes of this machine.
+
+    Args:
+        target: The part of this machine the job was scheduled on (its GPUs decide
+            whether a node given none has them hidden); ``None``: the whole of it.
+    """
 
     name = "local"
     master_addr = "127.0.0.1"
@@ -63,25 +74,60 @@ class LocalCompute:
     starts_every_node = False
     """MPI: one ``mpirun`` on node 0 starts every node's ranks (its daemons run here)."""
 
-    def __init__(self) -> None:
+    def __init__(self, target: LocalTarget | None = None) -> None:
+        self.target = target
         self.account: JobAccount | None = None
         self.datastores_file: Path | None = None
         self._paths: JobPaths | None = None
+        self._has_gpus: bool | None = None
 
-    def attach(self, prepared: Prepared, paths: JobPaths) -> None:
-        """Nothing to send anywhere (every node is this machine); note who the nodes run
-        as and where their datastores are."""
-        self.account, self.datastores_file = prepared.account, prepared.datastores_file
+    def attach(
+        self,
+        plan: JobPlan,
+        paths: JobPaths,
+        *,
+        account: JobAccount | None = None,
+        datastores_file: Path | None = None,
+    ) -> None:
+        """Nothing to send anywhere (every node is this machine, made ready by the
+        supervisor); note who the nodes run as and where their datastores are."""
+        self.account, self.datastores_file = account, datastores_file
         self._paths = paths
 
     def dump_stacks(self, job_dir: Path, attempt: int) -> int:
         """Ask the attempt's Python processes for their stacks."""
-        from phalanx.jobs.watchdog import dump_stacks
-
         return dump_stacks(str(job_dir), attempt)
 
-    def allocate(self, nodes: int, procs_per_node: int, deadline: float | None) -> None:
-        """Nothing to reserve: this machine is always there."""
+    def allocate(
+        self,
+        nodes: int,
+        procs_per_node: int,
+        deadline: float | None,
+        on_wait: Callable[[str], None],
+    ) -> tuple[str, ...]:
+        """Nothing to reserve: this machine is always there, as the scheduler's grant
+        says."""
+        self._has_gpus = None  # asked again, once per attempt
+        return ()
+
+    def node_devices(self, granted: tuple[str, ...]) -> tuple[str, ...] | None:
+        """Exactly the granted GPUs; none when none were granted on a machine that has
+        some (``None`` on one without: nothing to hide)."""
+        if not granted and not self._target_has_gpus():
+            return None
+        return granted
+
+    def _target_has_gpus(self) -> bool:
+        """Whether the target has GPUs (asked once per attempt, before nodes start)."""
+        if self._has_gpus is None:
+            from phalanx.compute.machine import detect_gpus
+
+            try:
+                gpus = self.target.gpus if self.target is not None else None
+                self._has_gpus = bool(gpus if gpus is not None else detect_gpus())
+            except PhalanxError:
+                self._has_gpus = True  # nvidia-smi fails now: hide what the job was not given
+        return self._has_gpus
 
     def release(self) -> None:
         """Nothing to give back."""
@@ -109,9 +155,8 @@ class LocalCompute:
         """Start node ``launch.node_rank``'s launcher, its output appended to ``log_path``."""
         launch = replace(launch, account=self.account, datastores_file=self.datastores_file)
         if self.account is not None and self._paths is not None:
-            from phalanx.jobs.accounts import attempt_folder
-
-            attempt_folder(self._paths, self.account, launch.attempt)  # its ranks write there
+            # Its ranks write there.
+            own_attempt_folder(self._paths.attempt_dir(launch.attempt), self.account)
         env = launch.env()
         # Every node is on this machine, so gloo's traffic stays on loopback
         # (its default, the interface of the host name, may not exist).
@@ -133,7 +178,6 @@ class LocalCompute:
             How many processes and containers had to be stopped.
         """
         from phalanx.environments.containers.sweep import remove
-        from phalanx.jobs.accounts import account_of
 
         # A walled-off job's account: every process running as it is the job's.
         account = account_of(job_dir)
@@ -144,6 +188,6 @@ class LocalCompute:
         stopped += procs.sweep(str(job_dir), attempt, grace_s, descendants=descendants, uid=uid)
         return stopped + remove(job_dir, attempt, 0.0)
 
-    def reap(self, nodes: Sequence[object]) -> None:
+    def reap(self, nodes: Sequence[Node]) -> None:
         """Collect orphans that re-parented to this process, leaving the launchers' status."""
         procs.reap_orphans(frozenset(n.proc.pid for n in nodes if isinstance(n, LocalNode)))

@@ -1,11 +1,12 @@
 """One node of a job on a Ray cluster: what the supervisor sends, what the node makes of it.
 
-The supervisor resolves the job's inputs and outputs once (:class:`NodeJob`);
-each node's agent then makes the inputs ready *on its node*, through that
-node's cache (downloads, read-only mounts), and substitutes its own paths into
-the command (:class:`NodeFolder`). Datastore credentials travel inside the
-resolved locations, in memory through Ray; they are never written to a spec,
-log or record.
+The supervisor plans the job once (:class:`~phalanx.compute.plan.JobPlan`, sent
+in a :class:`NodeJob`); each node's agent then makes it ready *on its node*
+(:class:`NodeFolder`) through :func:`phalanx.compute.ready.make_ready`, the
+function the supervisor uses for local compute: the inputs through that node's
+cache (downloads, read-only mounts), its own paths substituted into the command.
+Datastore credentials travel inside the resolved locations, in memory through
+Ray; they are never written to a spec, log or record.
 
 Where the job's files live depends on the target's ``files``:
 
@@ -23,51 +24,41 @@ Where the job's files live depends on the target's ``files``:
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 import os
 import shutil
-import tarfile
-from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from phalanx.archives import pack_folder as pack
+from phalanx.archives import unpack_folder as unpack
+from phalanx.compute.inputs import InputsReady, is_local_fs
+from phalanx.compute.plan import JobPlan
+from phalanx.compute.ready import Ready, make_ready
 from phalanx.compute.ship import Scanner
 from phalanx.environments.containers.nodebuild import NodeBuild
 from phalanx.errors import PhalanxError
-from phalanx.jobs.inputs import InputsReady, is_local_fs, make_ready
 from phalanx.launch.node import NodeLaunch
-from phalanx.spec import InputSpec, interpolate
 from phalanx.storage.cache import NodeCache
-from phalanx.storage.location import Location
 
 log = logging.getLogger(__name__)
 
 NODE_HOME_ENV = "PHALANX_NODE_HOME"
+__all__ = ["NODE_HOME_ENV", "NodeFolder", "NodeJob", "node_home", "pack", "unpack"]
 SKIPPED = frozenset({"named_outputs"})
 """Folders of a node's job folder not shipped as such (named outputs go to their own)."""
 
 
 @dataclass(frozen=True)
 class NodeJob:
-    """What every node of a job needs to run it, resolved once by the supervisor."""
+    """What every node of a job needs to run it: the job's plan and how it travels."""
 
     job_name: str
-    job_dir: Path
-    """The job's folder in the workspace."""
+    plan: JobPlan
+    """The job's plan (:mod:`phalanx.compute.plan`), made once by the supervisor."""
     files: str
     """``local`` or ``shared``."""
-    command: str
-    """The spec's command, ``${{...}}`` not yet substituted."""
-    literals: dict[str, str]
-    """Inputs that are values, rendered."""
-    data_inputs: dict[str, InputSpec]
-    locations: dict[str, Location]
-    output_dirs: dict[str, Path]
-    """Each output's folder in the workspace (where shipped files land)."""
-    output_files: dict[str, str] = field(default_factory=dict)
-    """``uri_file`` outputs: the file's name inside its folder."""
     code: Any = None
     """``local``: the code snapshot as a tar archive (bytes, or a Ray object reference)."""
     image: str | None = None
@@ -75,36 +66,10 @@ class NodeJob:
     image_build: NodeBuild | None = None
     """What each node builds the job's image from (a build context, a pip layer)."""
 
-
-def pack(folder: Path, only: Iterable[Path] | None = None) -> bytes:
-    """``folder`` as an uncompressed tar archive (regular files and folders only).
-
-    Args:
-        only: Just these files of it (with the folders they are in).
-    """
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        if folder.is_dir():
-            paths = folder.rglob("*") if only is None else _with_parents(folder, only)
-            for path in sorted(paths):
-                if path.is_symlink() or not (path.is_file() or path.is_dir()):
-                    continue
-                tar.add(path, arcname=path.relative_to(folder).as_posix(), recursive=False)
-    return buf.getvalue()
-
-
-def _with_parents(folder: Path, files: Iterable[Path]) -> set[Path]:
-    found: set[Path] = set()
-    for file in files:
-        found.add(file)
-        found.update(p for p in file.parents if p != folder and p.is_relative_to(folder))
-    return found
-
-
-def unpack(data: bytes, dest: Path) -> None:
-    dest.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
-        tar.extractall(dest, filter="data")
+    @property
+    def job_dir(self) -> Path:
+        """The job's folder in the workspace."""
+        return self.plan.job_dir
 
 
 def node_home() -> Path:
@@ -144,15 +109,16 @@ class NodeFolder:
             mounts = self.home / "mounts" / name
             self._mounts = mounts
             self._fresh(code or b"", checkpoints)
-            outputs = {n: self.root / "named_outputs" / n for n in job.output_dirs}
+            outputs = {n: self.root / "named_outputs" / n for n in job.plan.outputs}
         else:
             self.root = job.job_dir
             mounts = self.root / "mounts" / f"node_{node_rank}"
-            outputs = dict(job.output_dirs)
+            outputs = job.plan.output_dirs
         for folder in outputs.values():
             folder.mkdir(parents=True, exist_ok=True)
+        files = job.plan.output_files
         self.outputs = {
-            n: str(folder / job.output_files[n]) if n in job.output_files else str(folder)
+            n: str(folder / files[n]) if n in files else str(folder)
             for n, folder in outputs.items()
         }
         if job.files == "local":
@@ -161,15 +127,11 @@ class NodeFolder:
             self.scanner.know("job")  # the code and checkpoints copied in: the workspace's
         self.ready = InputsReady()
         try:
-            self.ready = self._inputs(mounts)
-            self.inputs = {**job.literals, **self.ready.values}
-            references = {**self.outputs, "checkpoints": str(self.root / "checkpoints")}
-            self.command = interpolate(
-                job.command, self.inputs, references, literals=job.literals.keys()
-            )
+            ready = self._ready(mounts)
         except BaseException:
             self.close()  # nothing left mounted or half set up
             raise
+        self.ready, self.inputs, self.command = ready.inputs_ready, ready.inputs, ready.command
 
     def _fresh(self, code: bytes, checkpoints: bytes | None) -> None:
         """A new job folder: the code and the workspace's checkpoints (a folder an agent
@@ -181,8 +143,9 @@ class NodeFolder:
         if checkpoints:
             unpack(checkpoints, self.root / "checkpoints")
 
-    def _inputs(self, mounts: Path) -> InputsReady:
-        located = self.job.locations
+    def _ready(self, mounts: Path) -> Ready:
+        """The inputs made ready on this node (through its cache), the command its own."""
+        located = self.job.plan.locations
         for name, loc in located.items():
             if is_local_fs(loc) and not Path(loc.path).exists():
                 raise PhalanxError(
@@ -193,7 +156,10 @@ class NodeFolder:
         # The node's cache: $PHALANX_CACHE_DIR on the node, else the node home's cache.
         cache = NodeCache.from_env({**os.environ, "PHALANX_HOME": str(self.home)})
         mounts.mkdir(parents=True, exist_ok=True)
-        return make_ready(self.job.data_inputs, located, mounts, cache=cache)
+        return make_ready(
+            self.job.plan, outputs=self.outputs, checkpoints=self.root / "checkpoints",
+            mounts=mounts, cache=cache,
+        )  # fmt: skip
 
     def launch(self, launch: NodeLaunch) -> NodeLaunch:
         """``launch`` with this node's paths, inputs and command."""

@@ -50,10 +50,13 @@ from phalanx.environments.containers.nodebuild import NodeBuildError
 from phalanx.errors import PhalanxError
 from phalanx.launch import procs
 from phalanx.launch.node import NodeLaunch
+from phalanx.launch.stacks import dump_stacks
 from phalanx.storage.redact import remember
 
 if TYPE_CHECKING:
-    from phalanx.jobs.prepare import Prepared
+    from phalanx.compute.base import Node
+    from phalanx.compute.plan import JobPlan
+    from phalanx.launch.account import JobAccount
     from phalanx.workspace.layout import JobPaths
 
 log = logging.getLogger(__name__)
@@ -184,24 +187,38 @@ class RayCompute:
         self.node_ids: list[str] = []
         """The Ray node of each of the attempt's nodes, once placed."""
 
-    def attach(self, prepared: Prepared, paths: JobPaths) -> None:
-        """The job the next attempts run: what each node needs to set it up."""
+    def attach(
+        self,
+        plan: JobPlan,
+        paths: JobPaths,
+        *,
+        account: JobAccount | None = None,
+        datastores_file: Path | None = None,
+    ) -> None:
+        """The job the next attempts run: what each node needs to set it up. Its
+        environment is built on each node: an image (pulled or built there), else Ray's
+        ``runtime_env`` from its pip or conda file.
+
+        Raises:
+            PhalanxError: the environment's files cannot be read or sent to the nodes.
+        """
+        from phalanx.environments.containers.nodebuild import for_nodes
+        from phalanx.environments.pythonenv import ray_runtime_env
+
+        env = plan.environment
+        has_image = env is not None and (env.image is not None or env.build is not None)
+        self._runtime_env = None
+        if env is not None and env.builds and not has_image:
+            self._runtime_env = ray_runtime_env(env.pip_file, env.conda_file)
         files = self.target.files
         self._code = pack(paths.code) if files == "local" else None
         self._paths = paths
-        self._runtime_env = prepared.runtime_env
         self._job = NodeJob(
             job_name=paths.root.name,
-            job_dir=paths.root,
+            plan=plan,
             files=files,
-            command=prepared.template,
-            literals=dict(prepared.literals),
-            data_inputs=dict(prepared.data_inputs),
-            locations=dict(prepared.located),
-            output_dirs=dict(prepared.output_dirs),
-            output_files=dict(prepared.output_files),
-            image=prepared.image_name,
-            image_build=prepared.image_build,
+            image=env.image if env is not None else None,
+            image_build=for_nodes(env) if env is not None else None,
         )
 
     def connect(self) -> None:
@@ -253,13 +270,23 @@ class RayCompute:
 
     # -- per attempt -------------------------------------------------------
 
-    def allocate(self, nodes: int, procs_per_node: int, deadline: float | None) -> None:
+    def allocate(
+        self,
+        nodes: int,
+        procs_per_node: int,
+        deadline: float | None,
+        on_wait: Callable[[str], None] | None = None,
+    ) -> tuple[str, ...]:
         """Reserve ``nodes`` bundles and start an agent in each; waits for Ray to place them.
+
+        Returns:
+            The Ray node of each of the attempt's nodes.
 
         Raises:
             PhalanxError: canceled, or the deadline passed before Ray could place them.
         """
         self.connect()  # first: Ray reads its authentication settings when imported
+        self.on_wait = on_wait or self.on_wait
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -317,6 +344,7 @@ class RayCompute:
         log.info("Ray placed %d node(s): %s", nodes, ", ".join(self._hosts))
         if self._job is not None:
             self._setup_nodes(deadline)
+        return tuple(self.node_ids)
 
     def _setup_nodes(self, deadline: float | None) -> None:
         """Have every agent set the job up on its node, all at once."""
@@ -415,6 +443,10 @@ class RayCompute:
 
         return list(ray.get(self._agents[node].free_ports.remote(count), timeout=CALL_TIMEOUT_S))
 
+    def node_devices(self, granted: tuple[str, ...]) -> tuple[str, ...] | None:
+        """``None``: Ray assigns each node's GPUs."""
+        return None
+
     def start_node(self, launch: NodeLaunch, log_path: Path) -> RayNode:
         import ray
 
@@ -431,14 +463,12 @@ class RayCompute:
         roots = None
         if self._job is not None and self._job.files == "local":
             roots = {"job": self._job.job_dir}
-            roots.update({f"out:{n}": p for n, p in self._job.output_dirs.items()})
+            roots.update({f"out:{n}": p for n, p in self._job.plan.output_dirs.items()})
         return RayNode(launch.node_rank, agent, log_path, roots=roots)
 
     def dump_stacks(self, job_dir: Path, attempt: int) -> int:
         """Ask the attempt's Python processes on every node for their stacks."""
         import ray
-
-        from phalanx.jobs.watchdog import dump_stacks
 
         asked = dump_stacks(str(job_dir), attempt)
         for agent in self._agents:
@@ -467,7 +497,7 @@ class RayCompute:
                 continue  # a lost node: nothing to reach there
         return stopped
 
-    def reap(self, nodes: Sequence[object]) -> None:
+    def reap(self, nodes: Sequence[Node]) -> None:
         procs.reap_orphans(frozenset())
 
     def release(self) -> None:

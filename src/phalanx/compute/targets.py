@@ -18,13 +18,17 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from phalanx.errors import PhalanxError
 from phalanx.storage.secrets import SecretRef, SecretStore, resolve
 from phalanx.workspace import Workspace
+
+if TYPE_CHECKING:
+    from phalanx.compute.base import Compute
 
 TARGET_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 RAY_ADDRESS_RE = re.compile(r"^(ray://)?[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
@@ -142,6 +146,26 @@ def target_for(compute: str, ws: Workspace) -> RayTarget | None:
     """
     target = resolve_target(compute, ws)
     return target if isinstance(target, RayTarget) else None
+
+
+def open_compute(
+    target: Target, ws: Workspace, *, cancelled: Callable[[], bool] = lambda: False
+) -> Compute:
+    """The compute that runs a job's nodes on ``target`` (its token resolved now).
+
+    Args:
+        cancelled: Polled while waiting for a cluster to place the nodes.
+
+    Raises:
+        PhalanxError: the target's token cannot be read.
+    """
+    if isinstance(target, LocalTarget):
+        from phalanx.compute.local import LocalCompute
+
+        return LocalCompute(target)
+    from phalanx.compute.ray import RayCompute
+
+    return RayCompute(target, target.token_value(ws), cancelled=cancelled)
 
 
 def create_target(ws: Workspace, target: Target, *, owner: str | None = None) -> None:

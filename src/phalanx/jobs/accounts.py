@@ -32,31 +32,16 @@ from pathlib import Path
 
 from phalanx.errors import PhalanxError
 from phalanx.jobs.walls import WallSettings, active, check_python, harden
-from phalanx.launch.account import JobAccount
+from phalanx.launch.account import ACCOUNT_FILE, JobAccount, account_of
+from phalanx.launch.account import claims_folder as _claims
 from phalanx.workspace.layout import JobPaths
 
 log = logging.getLogger(__name__)
 
-ACCOUNT_FILE = "account.json"
 _OWNED = ("code", "user_logs", "outputs", "checkpoints", "tmp", "cache")
 _OWNED_FILES = ("metrics.jsonl", "upload.request")
 _ROOT_FOLDERS = ("system_logs", "inputs", "mounts", "staging")
 _SHARED_TMP = (Path("/dev/shm"), Path("/tmp"), Path("/var/tmp"))
-
-
-def _claims(home: Path) -> Path:
-    return home / "server" / "accounts"
-
-
-def account_of(job_dir: Path) -> JobAccount | None:
-    """The account job ``job_dir`` holds now; ``None`` when it holds none."""
-    try:
-        account = JobAccount.from_json(json.loads((job_dir / ACCOUNT_FILE).read_text()))
-        claim = _claims(job_dir.parent.parent) / str(account.uid)
-        held = claim.read_text() == str(job_dir)
-    except (OSError, ValueError, KeyError):
-        return None
-    return account if held else None
 
 
 def account_for(home: Path, paths: JobPaths) -> JobAccount | None:
@@ -145,14 +130,6 @@ def _set_up(paths: JobPaths, account: JobAccount, *, new: bool) -> None:
     if new:  # past attempts' folders (a job resumed under a new account)
         for attempt in (root / "system_logs").glob("attempt_*"):
             _chown_tree(attempt, ids)
-
-
-def attempt_folder(paths: JobPaths, account: JobAccount, attempt: int) -> Path:
-    """Attempt ``attempt``'s folder (rank records, error files, heartbeats), the job's own."""
-    folder = paths.attempt_dir(attempt)
-    folder.mkdir(exist_ok=True)
-    os.chown(folder, account.uid, account.gid, follow_symlinks=False)
-    return folder
 
 
 def own_folder(base: Path, target: Path, uid: int, gid: int) -> None:

@@ -17,8 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from phalanx.compute.inputs import InputsReady, is_local_fs
+from phalanx.compute.plan import JobPlan, OutputPlan
+from phalanx.compute.ready import Ready, make_ready
 from phalanx.environments.containers.image import ImageRef
-from phalanx.environments.containers.nodebuild import NodeBuild, for_nodes
+from phalanx.environments.containers.nodebuild import for_nodes
 from phalanx.environments.pythonenv import (
     EnvironmentRequest,
     conda_pip_packages,
@@ -28,9 +31,9 @@ from phalanx.environments.pythonenv import (
 )
 from phalanx.errors import PhalanxError
 from phalanx.jobs.accounts import account_for, own_folder
-from phalanx.jobs.inputs import InputsReady, check_inputs, is_local_fs, make_ready
+from phalanx.jobs.inputs import check_inputs
 from phalanx.launch.account import JobAccount
-from phalanx.spec import InputSpec, JobSpec, interpolate, render_literal
+from phalanx.spec import InputSpec, JobSpec, OutputSpec, render_literal
 from phalanx.spec.environment import EnvironmentSpec
 from phalanx.storage.location import Location, local
 from phalanx.storage.uri import resolve
@@ -46,40 +49,36 @@ MAX_LOCAL_HOSTS = 254
 
 @dataclass
 class Prepared:
+    """The job planned, and made ready on the supervisor's side: its outputs' folders and
+    uploads, and, where the supervisor makes it ready for the nodes (local compute), its
+    inputs, command, environment and account."""
+
+    plan: JobPlan
     command: str
+    """The command as the nodes get it (substituted here, or by each node)."""
     inputs: Mapping[str, str]
-    outputs: Mapping[str, str]
-    env: Mapping[str, str]
     uploads: dict[str, tuple[Path, Location]] = field(default_factory=dict)
     """Outputs copied to a datastore: name → (local folder, destination)."""
     ready: InputsReady | None = None
+    """What holds the inputs and the read-write output mounts of this machine."""
     env_prefix: Path | None = None
     """The job's built environment (``environment.pip_file``/``conda_file``), if any."""
-    template: str = ""
-    """The spec's command before substitution (nodes that make their own inputs ready)."""
-    literals: dict[str, str] = field(default_factory=dict)
-    """Inputs that are values, rendered."""
-    data_inputs: dict[str, InputSpec] = field(default_factory=dict)
-    located: dict[str, Location] = field(default_factory=dict)
-    """Where each data input is (``on_nodes``: made ready by each node, not here)."""
-    output_dirs: dict[str, Path] = field(default_factory=dict)
-    """Each output's folder here (for a ``uri_file`` output, the folder it is written in)."""
-    output_files: dict[str, str] = field(default_factory=dict)
-    """``uri_file`` outputs: the file's name inside its folder."""
-    runtime_env: dict[str, Any] | None = None
-    """``on_nodes``: the job's environment for Ray to build on each node."""
     image: ImageRef | None = None
-    """The image the job's nodes run in (``environment.image``), if any."""
-    image_name: str | None = None
-    """``on_nodes``: the image each node makes ready itself (Ray)."""
-    image_build: NodeBuild | None = None
-    """``on_nodes``: what each node builds its image from (Ray)."""
+    """The image the job's nodes run in (``environment.image``), made ready here."""
     account: JobAccount | None = None
     """A walled-off job's own account (:mod:`phalanx.jobs.accounts`), released at
     :meth:`close`."""
     datastores_file: Path | None = None
     """The datastores the spec names, credentials resolved; removed at :meth:`close`."""
     job_dir: Path | None = None
+
+    @property
+    def outputs(self) -> dict[str, str]:
+        return self.plan.output_values
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.plan.env
 
     def upload(self) -> list[str]:
         """Copy every upload-mode output's new and changed files to its datastore.
@@ -402,6 +401,66 @@ def check_launcher(spec: JobSpec) -> None:
             )
 
 
+def plan(spec: JobSpec, paths: JobPaths, ws: Workspace, *, walled: bool = False) -> JobPlan:
+    """The job's plan, the same whatever compute runs it: inputs located and checked,
+    what each output becomes, the command and environment asked for. Changes nothing.
+
+    Args:
+        walled: The job runs as an account of its own (it then writes every output in
+            its folder, and the supervisor copies what it wrote).
+
+    Raises:
+        PhalanxError: an input or output cannot be provided.
+    """
+    spec = with_registered_environment(spec, ws)
+    remote = check_outputs(spec, ws)
+    literals = {
+        name: render_literal(value)
+        for name, value in spec.inputs.items()
+        if not isinstance(value, InputSpec)
+    }
+    return JobPlan(
+        job_dir=paths.root,
+        command=spec.command,
+        literals=literals,
+        data_inputs=spec.data_inputs(),
+        locations=check_inputs(spec, ws),
+        outputs={
+            name: _plan_output(name, out, remote.get(name), paths, walled)
+            for name, out in spec.outputs.items()
+        },
+        env={k: str(v) for k, v in spec.environment_variables.items()},
+        environment=spec.inline_environment,
+    )
+
+
+def _plan_output(
+    name: str, out: OutputSpec, dest: Location | None, paths: JobPaths, walled: bool
+) -> OutputPlan:
+    """Where output ``name`` is written, and where it goes after."""
+    if walled and dest is None and out.path is not None:
+        dest = local(str(out.local_path))  # see below: copied there, as uploads are
+    if dest is not None and out.mode == "rw_mount" and not is_local_fs(dest):
+        mountpoint = paths.root / "mounts" / f"out_{name}"
+        return OutputPlan(value=mountpoint, folder=mountpoint, dest=dest, rw_mount=True)
+    if dest is not None and is_local_fs(dest) and not walled:
+        # A datastore on this machine's file system (`default`, a shared folder): written
+        # in place, nothing to upload or mount. (A walled-off job cannot write there: it
+        # writes in its folder and the supervisor copies the files.)
+        folder, dest = Path(dest.path), None
+    elif out.path is not None and dest is None:
+        folder = out.local_path
+    else:
+        folder = paths.outputs / name
+    if out.type != "uri_file":
+        return OutputPlan(value=folder, folder=folder, dest=dest)
+    if dest is not None:
+        # Written as outputs/<name>/<file name>; that folder goes to the file's folder.
+        folder = folder / dest.path.rpartition("/")[2]
+        dest = Location(dest.fs, dest.path.rpartition("/")[0], dest.url.rpartition("/")[0])
+    return OutputPlan(value=folder, folder=folder.parent, file=folder.name, dest=dest)
+
+
 def prepare(
     spec: JobSpec,
     paths: JobPaths,
@@ -410,22 +469,25 @@ def prepare(
     *,
     on_nodes: bool = False,
 ) -> Prepared:
-    """Make inputs ready, create output folders and substitute them into the command.
+    """Plan the job, create its output folders, and make it ready for its nodes here.
 
     Args:
-        on_nodes: The nodes make the inputs ready and Ray builds the environment (Ray
-            compute): here they are only located and checked, and the command is left
-            for each node to substitute.
+        on_nodes: The nodes make the job ready themselves (through the same
+            :func:`phalanx.compute.ready.make_ready`), and build its environment: here
+            it is only planned, and its outputs' folders made.
 
     Raises:
         PreparationCanceled: ``canceled()`` answered ``True`` while inputs were prepared.
         PhalanxError: an input or output cannot be provided.
     """
     spec = with_registered_environment(spec, ws)
-    remote_outputs = check_outputs(spec, ws)
     account = None if on_nodes else account_for(ws.home, paths)
     try:
-        return _prepare(spec, paths, ws, canceled, on_nodes, remote_outputs, account)
+        job_plan = plan(spec, paths, ws, walled=account is not None)
+        if on_nodes:
+            ready = Ready(InputsReady(), dict(job_plan.literals), job_plan.command)
+            return _with_outputs(job_plan, paths, ready, None)
+        return _prepare_here(spec, job_plan, paths, ws, canceled, account)
     except BaseException:
         from phalanx.storage.jobstores import file_for
 
@@ -437,19 +499,44 @@ def prepare(
         raise
 
 
-def _prepare(
+def _prepare_here(
+    spec: JobSpec,
+    job_plan: JobPlan,
+    paths: JobPaths,
+    ws: Workspace,
+    canceled: Callable[[], bool],
+    account: JobAccount | None,
+) -> Prepared:
+    """The job made ready on this machine, where its nodes run: environment, the
+    datastores file, inputs, command."""
+    from phalanx.storage import jobstores
+
+    image, env_prefix = _environment_here(spec, paths, ws, canceled, account)
+    owner = (account.uid, account.gid) if account is not None else None
+    datastores_file = jobstores.write(
+        jobstores.file_for(ws.home, paths.root.name), jobstores.build(spec, ws), owner
+    )
+    ready = make_ready(
+        job_plan, outputs=job_plan.output_values, checkpoints=paths.checkpoints,
+        mounts=paths.root / "mounts", canceled=canceled, owner=owner,
+        shown_in=paths.root / "inputs",
+    )  # fmt: skip
+    return _with_outputs(
+        job_plan, paths, ready, account,
+        env_prefix=env_prefix, image=image, datastores_file=datastores_file,
+    )  # fmt: skip
+
+
+def _environment_here(
     spec: JobSpec,
     paths: JobPaths,
     ws: Workspace,
     canceled: Callable[[], bool],
-    on_nodes: bool,
-    remote_outputs: dict[str, Location],
     account: JobAccount | None,
-) -> Prepared:
-    env_prefix = None
-    runtime_env = None
+) -> tuple[ImageRef | None, Path | None]:
+    """The job's image, or its built pip/conda environment, made ready on this machine."""
     image = check_image(
-        spec, ws, on_ray=on_nodes, build_log=paths.system_logs / "image_build.txt",
+        spec, ws, on_ray=False, build_log=paths.system_logs / "image_build.txt",
         canceled=canceled,
     )  # fmt: skip
     if image is not None:
@@ -458,119 +545,56 @@ def _prepare(
             image.image, image.engine, image.image_id[:12], image.version,
             "" if image.torch else ", phalanx's torch lent read-only",
         )  # fmt: skip
-    if image is not None or has_image(spec):
-        pass  # the image is the job's environment (on Ray, each node's)
-    elif on_nodes:
-        runtime_env = runtime_env_for(spec)
-    elif (request := check_environment(spec)) is not None:
-        env_prefix = ensure_environment(
-            request, ws.home / "envs", paths.system_logs / "environment.txt", canceled,
-            builder=account,
-        )  # fmt: skip
-    located = check_inputs(spec, ws)
-    owner = (account.uid, account.gid) if account is not None else None
-    datastores_file = None
-    if not on_nodes:
-        from phalanx.storage import jobstores
+        return image, None
+    request = None if has_image(spec) else check_environment(spec)
+    if request is None:
+        return None, None
+    env_prefix = ensure_environment(
+        request, ws.home / "envs", paths.system_logs / "environment.txt", canceled,
+        builder=account,
+    )  # fmt: skip
+    return None, env_prefix
 
-        datastores_file = jobstores.write(
-            jobstores.file_for(ws.home, paths.root.name), jobstores.build(spec, ws), owner
-        )
-    if on_nodes:
-        ready = InputsReady()
-    else:
-        ready = make_ready(
-            spec.data_inputs(), located, paths.root / "mounts", canceled=canceled,
-            owner=owner, shown_in=paths.root / "inputs",
-        )  # fmt: skip
+
+def _with_outputs(
+    job_plan: JobPlan,
+    paths: JobPaths,
+    ready: Ready,
+    account: JobAccount | None,
+    **made: Any,
+) -> Prepared:
+    """The job with its outputs' folders made (and mounted, read-write) on this machine."""
     try:
-        literals = {
-            name: render_literal(value)
-            for name, value in spec.inputs.items()
-            if not isinstance(value, InputSpec)
-        }
-        inputs = {**literals, **ready.values}
-        output_dirs: dict[str, Path] = {}
-        output_files: dict[str, str] = {}
-        outputs: dict[str, str] = {}
-        uploads: dict[str, tuple[Path, Location]] = {}
-        for name, out in spec.outputs.items():
-            dest = remote_outputs.get(name)
-            in_place: Path | None = None
-            if account is not None and dest is None and out.path is not None:
-                dest = local(str(out.local_path))  # see below: copied there, as uploads are
-            if dest is not None and is_local_fs(dest) and account is None:
-                # A datastore on this machine's file system (`default`, a shared folder):
-                # written in place, nothing to upload or mount. (A walled-off job cannot
-                # write there: it writes in its folder and the supervisor copies the files.)
-                in_place, dest = Path(dest.path), None
-            if dest is not None and out.mode == "rw_mount" and not is_local_fs(dest):
-                outputs[name] = str(_rw_mount(name, dest, paths, ready, account))
-                output_dirs[name] = Path(outputs[name])
-                continue
-            if in_place is not None:
-                folder = in_place
-            elif out.path is not None and dest is None:
-                folder = out.local_path
-            else:
-                folder = paths.outputs / name
-            if dest is not None and out.type == "uri_file":
-                # Written as outputs/<name>/<file name>; that folder goes to the file's folder.
-                base = dest.path.rpartition("/")[2]
-                folder = folder / base
-                dest = Location(dest.fs, dest.path.rpartition("/")[0], dest.url.rpartition("/")[0])
-            target = folder.parent if out.type == "uri_file" else folder
-            output_dirs[name] = target
-            if out.type == "uri_file":
-                output_files[name] = folder.name
-            try:
-                if account is not None and target.is_relative_to(paths.outputs):
-                    # The job's account wrote here before (an earlier attempt): what it
-                    # left is never followed, however it looks now.
-                    own_folder(paths.outputs, target, account.uid, account.gid)
-                else:
-                    target.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise PhalanxError(
-                    f"outputs.{name}: cannot create {target}: {exc.strerror}"
-                ) from exc
-            outputs[name] = str(folder)
-            if dest is not None:
-                uploads[name] = (target, dest)
+        uploads = _make_outputs(job_plan, paths, ready.inputs_ready, account)
     except BaseException:
-        ready.close()
+        ready.inputs_ready.close()
         raise
-    # The built-in output (a spec cannot declare one of that name).
-    references = {**outputs, "checkpoints": str(paths.checkpoints)}
-    command = (
-        spec.command
-        if on_nodes
-        else interpolate(spec.command, inputs, references, literals=literals.keys())
-    )
-    env = {k: str(v) for k, v in spec.environment_variables.items()}
     return Prepared(
-        command,
-        inputs,
-        outputs,
-        env,
-        uploads=uploads,
-        ready=ready,
-        env_prefix=env_prefix,
-        template=spec.command,
-        literals=literals,
-        data_inputs=spec.data_inputs(),
-        located=located,
-        output_dirs=output_dirs,
-        output_files=output_files,
-        runtime_env=runtime_env,
-        image=image,
-        image_name=spec.inline_environment.image
-        if on_nodes and spec.inline_environment is not None
-        else None,
-        image_build=for_nodes(spec.inline_environment)
-        if on_nodes and spec.inline_environment is not None
-        else None,
-        account=account,
-        datastores_file=datastores_file,
-        job_dir=paths.root,
-    )
+        job_plan, ready.command, ready.inputs, uploads=uploads, ready=ready.inputs_ready,
+        account=account, job_dir=paths.root, **made,
+    )  # fmt: skip
+
+
+def _make_outputs(
+    job_plan: JobPlan, paths: JobPaths, ready: InputsReady, account: JobAccount | None
+) -> dict[str, tuple[Path, Location]]:
+    """Create each output's folder (a read-write mount held by ``ready``); the uploads."""
+    uploads: dict[str, tuple[Path, Location]] = {}
+    for name, out in job_plan.outputs.items():
+        if out.rw_mount:
+            assert out.dest is not None  # a mount of a datastore, by its plan
+            _rw_mount(name, out.dest, paths, ready, account)
+            continue
+        target = out.folder
+        try:
+            if account is not None and target.is_relative_to(paths.outputs):
+                # The job's account wrote here before (an earlier attempt): what it
+                # left is never followed, however it looks now.
+                own_folder(paths.outputs, target, account.uid, account.gid)
+            else:
+                target.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise PhalanxError(f"outputs.{name}: cannot create {target}: {exc.strerror}") from exc
+        if out.dest is not None:
+            uploads[name] = (target, out.dest)
+    return uploads

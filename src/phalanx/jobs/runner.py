@@ -43,8 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx.compute.local import LocalCompute, LocalNode
-from phalanx.compute.ray import RayCompute, RayNode
+from phalanx.compute.base import Compute, Node
 from phalanx.errors import DatabaseUnavailable, PhalanxError, PreparationCanceled
 from phalanx.exitcodes import PREEMPTED_EXIT_CODE
 from phalanx.jobs.policy import decide
@@ -79,9 +78,6 @@ from phalanx.workspace.leases import RANKS_WITHOUT_DB_S, LeaseKeeper, LeaseLost
 
 log = logging.getLogger(__name__)
 
-Node = LocalNode | RayNode
-"""A node's launcher as the runner drives it, on this machine or a Ray node."""
-
 POLL_S = 0.1
 REQUEST_EVERY = 5  # polls between reads of cancel/preemption requests
 SCHEDULER_CHECK_EVERY = 50  # polls between checks that the workspace's scheduler runs
@@ -110,20 +106,19 @@ class JobRunner:
         self,
         workspace: Workspace,
         name: str,
-        compute: LocalCompute | RayCompute | None = None,
+        compute: Compute,
         *,
         lease: LeaseKeeper | None = None,
     ) -> None:
         self.ws = workspace
         self.name = name
-        self.compute: LocalCompute | RayCompute = compute or LocalCompute()
+        self.compute = compute
         self.paths: JobPaths = workspace.paths(name)
         self.lease = lease
         self._cancel = False
         self._master_port = 0
         self._grant: tuple[NodeGrant, ...] | None = None
         """What each node holds this attempt (from the scheduler)."""
-        self._has_gpus: bool | None = None
         self._attempt: int | None = None
         """The attempt this runner started last (its processes carry its number)."""
 
@@ -196,16 +191,26 @@ class JobRunner:
         except PreparationCanceled:
             return self._finish(JobStatus.CANCELED, None)
         except PhalanxError as exc:
-            _raise_if_database(exc)
-            log.error("preparing failed: %s", exc)
-            return self._finish(JobStatus.FAILED, RootCause(message=str(exc)))
-        self.compute.attach(prepared, self.paths)
+            return self._preparing_failed(exc)
+        try:
+            self.compute.attach(
+                prepared.plan, self.paths,
+                account=prepared.account, datastores_file=prepared.datastores_file,
+            )  # fmt: skip
+        except PhalanxError as exc:
+            prepared.close()
+            return self._preparing_failed(exc)
         syncer = UploadLoop(prepared, self.paths.root / UPLOAD_REQUEST)
         try:
             return self._attempts(spec, prepared, deadline, syncer)
         finally:
             syncer.stop()
             prepared.close()
+
+    def _preparing_failed(self, exc: PhalanxError) -> JobStatus:
+        _raise_if_database(exc)
+        log.error("preparing failed: %s", exc)
+        return self._finish(JobStatus.FAILED, RootCause(message=str(exc)))
 
     def _attempts(
         self, spec: JobSpec, prepared: Prepared, deadline: float | None, syncer: UploadLoop
@@ -232,14 +237,13 @@ class JobRunner:
                 poke(self.ws.home)
                 continue
             try:
-                # Ray: reserve the attempt's nodes, waiting for Ray to have them.
-                if isinstance(self.compute, RayCompute):
-                    self.compute.on_wait = self._waiting_for_ray
-                self.compute.allocate(
-                    spec.instance_count, spec.process_count_per_instance, deadline
-                )
-                if isinstance(self.compute, RayCompute) and self.compute.node_ids:
-                    set_hosts(self.ws, self.name, self.compute.node_ids)
+                # Reserve the attempt's nodes, waiting for the compute to have them.
+                placed = self.compute.allocate(
+                    spec.instance_count, spec.process_count_per_instance, deadline,
+                    self._waiting_for_nodes,
+                )  # fmt: skip
+                if placed:
+                    set_hosts(self.ws, self.name, list(placed))
                     self._grant = grant_of(self.ws, self.name)
             except PhalanxError as exc:
                 _raise_if_database(exc)
@@ -287,8 +291,8 @@ class JobRunner:
                 release(self.ws, self.name, requeue=True)
                 poke(self.ws.home)
 
-    def _waiting_for_ray(self, reason: str) -> None:
-        """A placement group Ray cannot place yet: the job shows as waiting, not running."""
+    def _waiting_for_nodes(self, reason: str) -> None:
+        """Nodes the compute cannot give yet: the job shows as waiting, not running."""
         log.info("%s", reason)
         self.ws.set_waiting(self.name, reason)
 
@@ -304,9 +308,6 @@ class JobRunner:
         master_addr = self.compute.master_addr
         master_port = self._master_port = self.compute.free_ports(0, 1)[0]
         grant = self._grant or ()
-        if isinstance(self.compute, LocalCompute) and grant:
-            # Read before any node starts: nothing waits for the database while nodes run.
-            self._has_gpus = self._target_has_gpus()
         attempt = self.ws.start_attempt(
             self.name,
             master_port=master_port,
@@ -412,18 +413,11 @@ class JobRunner:
         return self.compute.start_node(launch, self.paths.node_log(node_rank))
 
     def _devices(self, node_rank: int) -> tuple[str, ...] | None:
-        """The GPUs node ``node_rank`` was given (``None``: leave ``CUDA_VISIBLE_DEVICES`` be).
-
-        On this machine every node gets exactly its devices, none when it was given
-        none on a machine that has some. On Ray, Ray assigns each node's GPUs.
-        """
-        if not isinstance(self.compute, LocalCompute) or not self._grant:
+        """The GPUs node ``node_rank`` was given (``None``: leave ``CUDA_VISIBLE_DEVICES`` be),
+        as its compute binds the scheduler's grant (:meth:`Compute.node_devices`)."""
+        if not self._grant or node_rank >= len(self._grant):
             return None
-        if node_rank >= len(self._grant):
-            return None
-        if not self._grant[node_rank].gpus and not self._has_gpus:
-            return None
-        return self._grant[node_rank].gpus
+        return self.compute.node_devices(self._grant[node_rank].gpus)
 
     def _mpi_devices(self, spec: JobSpec) -> tuple[tuple[str, ...], ...]:
         """MPI: every node's GPUs, for its daemon (empty when they are left be)."""
@@ -431,19 +425,6 @@ class JobRunner:
             return ()
         devices = [self._devices(k) for k in range(spec.instance_count)]
         return tuple(d for d in devices if d is not None) if None not in devices else ()
-
-    def _target_has_gpus(self) -> bool:
-        from phalanx.compute.targets import LocalTarget, resolve_target
-        from phalanx.scheduler.capacity import local_capacity
-
-        spec = JobSpec.model_validate(self.ws.get_job(self.name).spec)
-        target = resolve_target(spec.compute, self.ws)
-        if not isinstance(target, LocalTarget):
-            return False
-        try:
-            return local_capacity(target).gpus > 0
-        except PhalanxError:
-            return True  # nvidia-smi fails now: hide what the job was not given
 
     def _watch(
         self, spec: JobSpec, attempt: int, nodes: list[Node], deadline: float | None
@@ -567,7 +548,7 @@ class JobRunner:
         notice: str | None,
     ) -> AttemptOutcome:
         """What an attempt that stopped came to, judged from every rank's record."""
-        lost = [n for n in nodes if isinstance(n, RayNode) and n.lost is not None]
+        lost = [n for n in nodes if n.lost is not None]
         if lost:
             message = f"node {lost[0].node_rank} was lost: {lost[0].lost}"
             return AttemptOutcome(

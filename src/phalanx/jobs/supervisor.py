@@ -42,8 +42,7 @@ from phalanx.workspace import FailureCause, JobStatus, RootCause, Workspace
 from phalanx.workspace.leases import GIVE_UP_S, LeaseKeeper, LeaseLost
 
 if TYPE_CHECKING:
-    from phalanx.compute.local import LocalCompute
-    from phalanx.compute.ray import RayCompute
+    from phalanx.compute.base import Compute
     from phalanx.jobs.runner import JobRunner
 
 log = logging.getLogger(__name__)
@@ -106,7 +105,7 @@ class _Supervision:
         self.name = name
         self.keeper = keeper
         self.runner: JobRunner | None = None
-        self.compute: LocalCompute | RayCompute | None = None
+        self.compute: Compute | None = None
 
     def run(self) -> int:
         ws, name, keeper = self.ws, self.name, self.keeper
@@ -171,24 +170,17 @@ class _Supervision:
             self.compute.sweep(self.ws.paths(self.name).root, 0, grace_s=2.0, descendants=True)
 
 
-def make_compute(
-    ws: Workspace, name: str, cancelled: Callable[[], bool]
-) -> LocalCompute | RayCompute:
+def make_compute(ws: Workspace, name: str, cancelled: Callable[[], bool]) -> Compute:
     """Where the job's spec says its nodes run.
 
     Raises:
         PhalanxError: an unknown target, or its token cannot be read.
     """
-    from phalanx.compute.local import LocalCompute
-    from phalanx.compute.ray import RayCompute
-    from phalanx.compute.targets import target_for
+    from phalanx.compute.targets import open_compute, resolve_target
     from phalanx.spec import JobSpec
 
     spec = JobSpec.model_validate(ws.get_job(name).spec)
-    target = target_for(spec.compute, ws)
-    if target is None:
-        return LocalCompute()
-    return RayCompute(target, target.token_value(ws), cancelled=cancelled)
+    return open_compute(resolve_target(spec.compute, ws), ws, cancelled=cancelled)
 
 
 if __name__ == "__main__":

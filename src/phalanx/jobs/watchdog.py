@@ -15,17 +15,16 @@ quiet first.
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import time
 from pathlib import Path
 
-import psutil
-
 from phalanx.launch.rootcause import tail
+from phalanx.launch.stacks import dump_stacks
 from phalanx.workspace import JobPaths, RootCause
 
 STACK_DUMP_WAIT_S = 1.0
+
+__all__ = ["STACK_DUMP_WAIT_S", "Watchdog", "dump_stacks"]
 
 
 class Watchdog:
@@ -108,40 +107,3 @@ def _in_collective(stack: str) -> bool:
     """Whether the innermost frames are torch.distributed's (waiting for peers)."""
     frames = [line for line in stack.splitlines() if line.startswith("  File")]
     return any("torch/distributed/" in frame for frame in frames[:3])
-
-
-def dump_stacks(job_dir: str, attempt: int) -> int:
-    """Ask every Python process of the attempt's commands for its stacks.
-
-    Only processes started under the worker hook (they carry
-    ``PHALANX_ERROR_FILE``) get SIGUSR2: for any other process the signal's
-    default action is to exit.
-
-    Returns:
-        How many processes were asked.
-    """
-    hooked = [p for p in psutil.process_iter() if _hooked_python(p, job_dir, attempt)]
-    pids = {p.pid for p in hooked}
-    asked = 0
-    for proc in hooked:
-        # A rank's main process only: its children (DataLoader workers) would
-        # write their stacks into the same log and hide the one that matters.
-        with contextlib.suppress(psutil.Error, OSError):
-            if proc.ppid() in pids:
-                continue
-            proc.send_signal(signal.SIGUSR2)
-            asked += 1
-    return asked
-
-
-def _hooked_python(proc: psutil.Process, job_dir: str, attempt: int) -> bool:
-    try:
-        env = proc.environ()
-        return (
-            env.get("PHALANX_JOB_DIR") == job_dir
-            and env.get("PHALANX_ATTEMPT") == str(attempt)
-            and "PHALANX_ERROR_FILE" in env
-            and "python" in os.path.basename(proc.exe())
-        )
-    except (psutil.Error, OSError):
-        return False

@@ -13,6 +13,7 @@ wrapper use it.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ BASE_NAMES = frozenset({
 BASE_PREFIXES = ("LC_", "NCCL_", "GLOO_", "CUDA_", "TORCH_")
 UMASK = 0o077
 """What a walled-off job creates is its own (the server reads it as root)."""
+ACCOUNT_FILE = "account.json"
+"""The account a job holds, in its folder (written by :mod:`phalanx.jobs.accounts`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,3 +90,26 @@ def base_environment(source: Mapping[str, str]) -> dict[str, str]:
 def runs_as_root(account: JobAccount | None) -> bool:
     """Whether a process started for this account (none: this process's) is root."""
     return os.geteuid() == 0 if account is None else account.uid == 0
+
+
+def claims_folder(home: Path) -> Path:
+    """Where a workspace's held uids are claimed, one file each."""
+    return home / "server" / "accounts"
+
+
+def account_of(job_dir: Path) -> JobAccount | None:
+    """The account job ``job_dir`` holds now; ``None`` when it holds none."""
+    try:
+        account = JobAccount.from_json(json.loads((job_dir / ACCOUNT_FILE).read_text()))
+        claim = claims_folder(job_dir.parent.parent) / str(account.uid)
+        held = claim.read_text() == str(job_dir)
+    except (OSError, ValueError, KeyError):
+        return None
+    return account if held else None
+
+
+def own_attempt_folder(folder: Path, account: JobAccount) -> Path:
+    """An attempt's folder (rank records, error files, heartbeats), the job's own."""
+    folder.mkdir(exist_ok=True)
+    os.chown(folder, account.uid, account.gid, follow_symlinks=False)
+    return folder

@@ -72,7 +72,7 @@ def for_nodes(env: EnvironmentSpec, *, check_only: bool = False) -> NodeBuild | 
         PhalanxError: the build context, Dockerfile, pip or conda file is missing or
             names files outside its folder. One line each.
     """
-    from phalanx.compute.nodejob import pack
+    from phalanx.archives import pack_folder as pack
     from phalanx.environments.containers.build import context_build
     from phalanx.environments.pythonenv import copy_requirements
 
@@ -192,7 +192,7 @@ def ready_on_node(
 def _unpacked(build: NodeBuild, contexts: Path) -> Path:
     """The build's files in a folder of their own, named by their content; unpacked once
     (two jobs' agents on one machine may race: the first rename wins)."""
-    from phalanx.compute.nodejob import unpack
+    from phalanx.archives import unpack_folder as unpack
 
     folder = contexts / build.digest
     if folder.is_dir():
