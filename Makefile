@@ -87,12 +87,12 @@ check: lint typecheck
 	$(BIN)/python -m pytest -q -p no:cacheprovider -k "not postgresql" $(UNIT_TESTS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests examples benchmarks
-	$(BIN)/ruff format --check src tests examples benchmarks
+	$(BIN)/ruff check src tests examples benchmarks tools
+	$(BIN)/ruff format --check src tests examples benchmarks tools
 
 format: $(STAMP)
-	$(BIN)/ruff format src tests examples benchmarks
-	$(BIN)/ruff check --fix src tests examples benchmarks
+	$(BIN)/ruff format src tests examples benchmarks tools
+	$(BIN)/ruff check --fix src tests examples benchmarks tools
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
