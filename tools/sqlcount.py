@@ -9,12 +9,14 @@ re-measured:
     .venv/bin/python tools/sqlcount.py            # per file, outside the homes
     .venv/bin/python tools/sqlcount.py --all      # every file, homes included
     .venv/bin/python tools/sqlcount.py --lines    # each statement's line and tables
+    .venv/bin/python tools/sqlcount.py --check    # exit 1 if a front end sends any
 
 A statement is a call that sends SQL: `.query(`, `.execute(`, `.all(` or
 `.first(` whose first argument is (or is a name assigned) text starting with
 a SQL verb, and SQLAlchemy's `text(...)` or `sa.select/insert/update/delete`.
 It reads the source with `ast`, so comments and strings that merely mention
-SQL are not counted. Exits 0; the numbers are the output.
+SQL are not counted. Exits 0 (the numbers are the output), except that
+``--check`` (run by ``make check``) exits 1 when a front end sends SQL itself.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "src" / "phalanx"
 # Where SQL on the records belongs (issue 22, step 4).
 HOMES = ("workspace/", "scheduler/ledger.py")
+# Packages that must hold none: they call the service, which calls the records' modules.
+FRONT_ENDS = ("cli/", "ml/", "server/", "studio/", "service/", "client/", "terminal/")
 SENDERS = {"query", "execute", "all", "first"}
 BUILDERS = {"select", "insert", "update", "delete", "text"}
 VERB = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|WITH|CREATE|ALTER|DROP|PRAGMA)\b", re.I)
@@ -101,8 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--all", action="store_true", help="count the homes too")
     parser.add_argument("--lines", action="store_true", help="list each statement")
+    parser.add_argument("--check", action="store_true", help="fail if a front end sends SQL")
     args = parser.parse_args(argv)
     total = 0
+    in_front_ends: list[str] = []
     for path in sorted(SOURCE.rglob("*.py")):
         relative = path.relative_to(SOURCE).as_posix()
         home = relative.startswith(HOMES)
@@ -112,12 +118,21 @@ def main(argv: list[str] | None = None) -> int:
         if not found:
             continue
         total += 0 if home else len(found)
+        if relative.startswith(FRONT_ENDS):
+            in_front_ends += [f"src/phalanx/{relative}:{line}" for line, _ in found]
         mark = "  (home)" if home else ""
         print(f"{len(found):4d}  src/phalanx/{relative}{mark}")
         if args.lines:
             for line, tables in found:
                 print(f"        {line:5d}  {tables}")
     print(f"{total:4d}  outside {' and '.join(HOMES)}")
+    if args.check and in_front_ends:
+        print(
+            "SQL in a front end (move it into the workspace store, the scheduler's ledger "
+            "or the module that holds its table): " + ", ".join(in_front_ends),
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
