@@ -84,6 +84,7 @@ UNIT_TESTS := tests/test_access.py tests/test_cache.py tests/test_images.py \
 
 ## check: the edit-test loop: lint, type-check and the unit tests (a few minutes at most)
 check: lint typecheck
+	$(BIN)/python tools/sqlcount.py --check
 	$(BIN)/python -m pytest -q -p no:cacheprovider -k "not postgresql" $(UNIT_TESTS)
 
 ## test-hosts: the tests on separate hosts (network, mount, PID namespaces; root)
@@ -96,8 +97,8 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 
 format: $(STAMP)
-	$(BIN)/ruff format src tests examples benchmarks
-	$(BIN)/ruff check --fix src tests examples benchmarks
+	$(BIN)/ruff format src tests examples benchmarks tools
+	$(BIN)/ruff check --fix src tests examples benchmarks tools
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

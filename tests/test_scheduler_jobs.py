@@ -239,15 +239,18 @@ def test_priority_then_submission_order_and_cancel_while_queued(
 
 
 # A script that counts to 20, one step each 0.2 s, keeping its count in the checkpoint
-# folder: a resumed attempt goes on from the count saved.
+# folder: a resumed attempt goes on from the count saved. The count is written aside and
+# renamed into place, as a real checkpoint is: a rank killed in the middle of a write must
+# not leave the next attempt an empty count.
 COUNTER = """
 command: >-
   python -c "import os, time, pathlib;
   ck = pathlib.Path(os.environ['PHALANX_CHECKPOINT_DIR'], 'count');
+  tmp = ck.with_name('count.tmp');
   n = int(ck.read_text()) if ck.exists() else 0;
   print('START', n, flush=True);
-  [(time.sleep(0.2), ck.write_text(str(i + 1)), print('STEP', i + 1, flush=True))
-   for i in range(n, 20)]"
+  [(time.sleep(0.2), tmp.write_text(str(i + 1)), os.replace(tmp, ck),
+    print('STEP', i + 1, flush=True)) for i in range(n, 20)]"
 retry: {max_attempts: 2}
 """
 

@@ -22,6 +22,7 @@ from phalanx.compute.targets import (
     resolve_target,
 )
 from phalanx.errors import PhalanxError
+from phalanx.jobs.control import fill_queue_entry
 from phalanx.registry import get_model, list_models, register_model
 from phalanx.scheduler import ledger
 from phalanx.scheduler.model import Decision, NodeGrant
@@ -163,6 +164,36 @@ def test_a_terminal_status_frees_devices_and_ends_the_attempt(ws: Workspace) -> 
     job = ws.get_job(name)
     assert ledger.grant_of(ws, name) == () and job.supervisor_pid == 4343
     assert [(a.status.value, a.note) for a in job.attempts] == [("Canceled", "first")]
+
+
+def test_the_schedulers_reads_find_the_jobs_each_is_named_for(ws: Workspace) -> None:
+    ws.ping()
+    assert not ws.any_job_not_over()
+    # A job recorded before the scheduler existed asks for nothing until it is worked out.
+    old = ws.create_job(SPEC, spec_text="", name="old").name
+    assert ws.any_job_not_over()
+    assert ledger.unrequested(ws) == [old]
+    fill_queue_entry(ws, old)
+    assert ledger.unrequested(ws) == []
+    ledger.fill_request(ws, old, QueueEntry(request={"nodes": 9}))  # worked out once only
+    [row] = ws.query("SELECT request_json FROM jobs WHERE name = 'old'")
+    assert '"nodes": 1' in row["request_json"]
+    queue = QueueEntry(target="local", request={"nodes": 1})
+    admitted = ws.create_job(SPEC, spec_text="", name="admitted", queue=queue).name
+    waiting = ws.create_job(SPEC, spec_text="", name="waiting", queue=queue).name
+    ledger.apply(ws, "local", Decision(admit={admitted: (NodeGrant("h", ("0",)),)}), {})
+    assert ledger.held_elsewhere(ws, "h", "other") == {"0"}
+    assert ledger.held_elsewhere(ws, "h", "local") == set()
+    assert ledger.unsupervised(ws) == [admitted]  # it holds devices but no supervisor came
+    assert ws.claim_supervisor(admitted, 4242, lambda pid: True)
+    assert ws.claim_supervisor(waiting, 4343, lambda pid: True)
+    assert ledger.unsupervised(ws) == []
+    assert ledger.supervised(ws, every_queued=False) == [admitted]
+    assert sorted(ledger.supervised(ws, every_queued=True)) == [admitted, waiting]
+    for name in (old, admitted, waiting):
+        ws.set_status(name, JobStatus.CANCELED)
+    assert ledger.supervised(ws, every_queued=True) == []
+    assert not ws.any_job_not_over()
 
 
 def test_a_transaction_is_all_or_nothing_and_nested_ones_join_it(ws: Workspace) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 # Only what `job list`/`show` need is imported here; the spec's models, the compute
 # targets and the retry policy are imported by the functions that use them.
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -90,17 +89,10 @@ def queue_entry(ws: Workspace, spec: JobSpec) -> QueueEntry:
 
 def fill_queue_entry(ws: Workspace, name: str) -> None:
     """Work out what a job recorded before the scheduler existed asks for (schema < 7)."""
+    from phalanx.scheduler import ledger
     from phalanx.spec import JobSpec
 
-    entry = queue_entry(ws, JobSpec.model_validate(ws.get_job(name).spec))
-    with ws.transaction() as tx:
-        tx.execute(
-            "UPDATE jobs SET target = :target, request_json = :request, priority = :priority,"
-            " tier = :tier, timeout = :timeout WHERE name = :name AND request_json IS NULL",
-            {"target": entry.target, "request": json.dumps(entry.request),
-             "priority": entry.priority, "tier": entry.tier, "timeout": entry.timeout,
-             "name": name},
-        )  # fmt: skip
+    ledger.fill_request(ws, name, queue_entry(ws, JobSpec.model_validate(ws.get_job(name).spec)))
 
 
 def spawn_supervisor(ws: Workspace, name: str) -> int:

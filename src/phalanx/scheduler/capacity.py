@@ -10,10 +10,9 @@ job of more nodes than that is refused when it is created.
 
 from __future__ import annotations
 
-import json
-
 from phalanx.compute.machine import detect_cpus, detect_gpus, detect_memory
 from phalanx.compute.targets import LocalTarget, list_targets
+from phalanx.scheduler import ledger
 from phalanx.scheduler.model import Capacity, Host, launchers_for
 from phalanx.workspace import Workspace
 
@@ -44,14 +43,7 @@ def local_capacity(target: LocalTarget, ws: Workspace | None = None) -> Capacity
             }
             gpus = tuple(g for g in gpus if g not in taken)
     if ws is not None:
-        held = {
-            gpu
-            for row in ws.query(
-                "SELECT gpus_json FROM allocations WHERE host = :host AND target != :target",
-                {"host": LOCAL_HOST, "target": target.name},
-            )
-            for gpu in json.loads(row["gpus_json"])
-        }
+        held = ledger.held_elsewhere(ws, LOCAL_HOST, target.name)
         gpus = tuple(g for g in gpus if g not in held)
     cpus = target.cpus if target.cpus is not None else detect_cpus()
     memory = target.memory if target.memory is not None else detect_memory()

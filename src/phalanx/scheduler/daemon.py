@@ -89,17 +89,14 @@ class Scheduler:
                 log.exception("recovering job %s failed", job.name)
                 self._fail(job.name, f"phalanx could not recover the job after its supervisor "
                                      f"was lost: {exc}")  # fmt: skip
-        for row in self.ws.query(
-            "SELECT name FROM jobs WHERE status = :queued AND request_json IS NULL",
-            {"queued": JobStatus.QUEUED.value},
-        ):
+        for name in ledger.unrequested(self.ws):
             try:
-                self.keeper.fill_queue_entry(self.ws, row["name"])
+                self.keeper.fill_queue_entry(self.ws, name)
             except DatabaseUnavailable:
                 raise
             except Exception as exc:
-                log.exception("working out what job %s asks for failed", row["name"])
-                self._fail(row["name"], f"phalanx could not queue the job: {exc}")
+                log.exception("working out what job %s asks for failed", name)
+                self._fail(name, f"phalanx could not queue the job: {exc}")
         targets = ledger.targets_with_work(self.ws)
         for target in targets:
             try:
@@ -123,21 +120,11 @@ class Scheduler:
             # Time the database was away says nothing about the supervisors.
             self._outages = self.ws.database.outages
             self._leases.forget()
-        sql = (
-            "SELECT name FROM jobs WHERE supervisor_pid IS NOT NULL"
-            " AND (status IN (:preparing, :running, :finalizing)"
-        )
-        if waiting_too:
-            sql += " OR status = :queued"
-        else:
-            # Queued jobs that hold devices (admitted, or waiting for Ray) are watched always.
-            sql += " OR (status = :queued AND EXISTS (SELECT 1 FROM allocations a WHERE "
-            sql += "a.job_name = jobs.name))"
-        statuses = (JobStatus.PREPARING, JobStatus.RUNNING, JobStatus.FINALIZING, JobStatus.QUEUED)
-        rows = self.ws.query(sql + ")", {s.value.lower(): s.value for s in statuses})
+        # Queued jobs that hold devices (admitted, or waiting for Ray) are watched always.
+        names = ledger.supervised(self.ws, every_queued=waiting_too)
         lost = []
-        for row in rows:
-            job = self.ws.get_job(row["name"])
+        for name in names:
+            job = self.ws.get_job(name)
             if job.status.is_terminal:
                 continue
             holder = Holder.parse(job.lease_holder)
@@ -149,7 +136,7 @@ class Scheduler:
             elif not self.keeper.supervisor_alive(job):
                 lost.append((job, False))
         if waiting_too:
-            self._leases.forget(keep={row["name"] for row in rows})
+            self._leases.forget(keep=set(names))
         return lost
 
     def schedule(self, target_name: str) -> Decision | None:
@@ -189,11 +176,8 @@ class Scheduler:
 
     def _ray_capacity(self, target: RayTarget) -> Capacity | None:
         """The cluster's nodes from a fresh probe reading; starts a probe when there is none."""
-        rows = self.ws.query(
-            "SELECT hosts_json, read_at FROM capacities WHERE target = :target",
-            {"target": target.name},
-        )
-        if rows and time.time() - rows[0]["read_at"] < FRESH_S:
+        reading = ledger.capacity_reading(self.ws, target.name)
+        if reading is not None and time.time() - reading[1] < FRESH_S:
             hosts = tuple(
                 Host(
                     h["host"],
@@ -201,7 +185,7 @@ class Scheduler:
                     float(h["cpus"]),
                     int(h.get("memory", 0)),
                 )
-                for h in json.loads(rows[0]["hosts_json"])
+                for h in reading[0]
             )
             return Capacity(target.name, hosts, spread=target.placement == "spread")
         last = self._probe_started.get(target.name, -math.inf)
@@ -224,19 +208,14 @@ class Scheduler:
 
     def spawn_missing(self) -> None:
         """Jobs holding devices whose supervisor never came (its start failed): start one."""
-        rows = self.ws.query(
-            "SELECT DISTINCT a.job_name FROM allocations a JOIN jobs j ON j.name = a.job_name "
-            "WHERE j.supervisor_pid IS NULL AND j.status = :queued",
-            {"queued": JobStatus.QUEUED.value},
-        )
-        for row in rows:
+        for name in ledger.unsupervised(self.ws):
             try:
-                self._wake(row["job_name"])
+                self._wake(name)
             except DatabaseUnavailable:
                 raise
             except Exception as exc:
-                log.exception("starting a supervisor for %s failed", row["job_name"])
-                self._fail(row["job_name"], f"phalanx could not start the job's supervisor: {exc}")
+                log.exception("starting a supervisor for %s failed", name)
+                self._fail(name, f"phalanx could not start the job's supervisor: {exc}")
 
 
 def _unbounded(target: str, queued: list[QueuedJob]) -> Capacity:

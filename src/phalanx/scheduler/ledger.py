@@ -1,5 +1,11 @@
 """The queue and the allocations, as the workspace database keeps them.
 
+Every statement the scheduler sends is here: the queue (a job's ``target``,
+``request_json``, ``priority``, ``tier``, ``timeout`` and ``queue_json``), the
+``allocations``, the probes' ``capacities``, and the scheduler's reads of the
+jobs it watches. A job's own record and attempts are the workspace store's
+(:class:`phalanx.workspace.Workspace`).
+
 A job's allocation is one row per node (``allocations``): its host, devices and
 CPU slots. Rows are written by the scheduler when it starts a job, marked
 *releasing* when it preempts one, and deleted when the job gives its devices
@@ -21,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from phalanx.scheduler.model import Decision, NodeGrant, QueuedJob, Request, RunningJob
-from phalanx.workspace import JobStatus, Workspace
+from phalanx.workspace import JobStatus, QueueEntry, Workspace
 
 if TYPE_CHECKING:
     from sqlalchemy import RowMapping
@@ -37,6 +43,56 @@ def targets_with_work(ws: Workspace) -> list[str]:
         {"queued": JobStatus.QUEUED.value},
     )
     return sorted(r["target"] for r in rows)
+
+
+def unrequested(ws: Workspace) -> list[str]:
+    """Queued jobs recorded before the scheduler existed (schema < 7): they ask for
+    nothing yet."""
+    rows = ws.query(
+        "SELECT name FROM jobs WHERE status = :queued AND request_json IS NULL",
+        {"queued": JobStatus.QUEUED.value},
+    )
+    return [row["name"] for row in rows]
+
+
+def fill_request(ws: Workspace, name: str, entry: QueueEntry) -> None:
+    """Record where such a job queues and what it asks for (unless it already does)."""
+    with ws.transaction() as tx:
+        tx.execute(
+            "UPDATE jobs SET target = :target, request_json = :request, priority = :priority,"
+            " tier = :tier, timeout = :timeout WHERE name = :name AND request_json IS NULL",
+            {"target": entry.target, "request": json.dumps(entry.request),
+             "priority": entry.priority, "tier": entry.tier, "timeout": entry.timeout,
+             "name": name},
+        )  # fmt: skip
+
+
+def supervised(ws: Workspace, *, every_queued: bool) -> list[str]:
+    """Jobs not over whose supervisor the scheduler watches: those that recorded one and
+    are Preparing, Running or Finalizing, or Queued holding devices (admitted, or waiting
+    for Ray); with ``every_queued``, Queued ones holding nothing too."""
+    sql = (
+        "SELECT name FROM jobs WHERE supervisor_pid IS NOT NULL"
+        " AND (status IN (:preparing, :running, :finalizing)"
+    )
+    if every_queued:
+        sql += " OR status = :queued"
+    else:
+        sql += " OR (status = :queued AND EXISTS (SELECT 1 FROM allocations a WHERE "
+        sql += "a.job_name = jobs.name))"
+    statuses = (JobStatus.PREPARING, JobStatus.RUNNING, JobStatus.FINALIZING, JobStatus.QUEUED)
+    rows = ws.query(sql + ")", {s.value.lower(): s.value for s in statuses})
+    return [row["name"] for row in rows]
+
+
+def unsupervised(ws: Workspace) -> list[str]:
+    """Queued jobs holding devices that recorded no supervisor (its start failed)."""
+    rows = ws.query(
+        "SELECT DISTINCT a.job_name FROM allocations a JOIN jobs j ON j.name = a.job_name "
+        "WHERE j.supervisor_pid IS NULL AND j.status = :queued",
+        {"queued": JobStatus.QUEUED.value},
+    )
+    return [row["job_name"] for row in rows]
 
 
 def queued(ws: Workspace, target: str) -> list[QueuedJob]:
@@ -183,6 +239,15 @@ def grant_of(ws: Workspace, name: str) -> tuple[NodeGrant, ...]:
         NodeGrant(r["host"], tuple(json.loads(r["gpus_json"])), r["cpus"], r["memory"] or 0)
         for r in rows
     )
+
+
+def held_elsewhere(ws: Workspace, host: str, target: str) -> set[str]:
+    """The device ids of ``host`` that jobs of targets other than ``target`` hold."""
+    rows = ws.query(
+        "SELECT gpus_json FROM allocations WHERE host = :host AND target != :target",
+        {"host": host, "target": target},
+    )
+    return {gpu for row in rows for gpu in json.loads(row["gpus_json"])}
 
 
 def is_releasing(ws: Workspace, name: str) -> bool:

@@ -67,7 +67,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         """
         answer: dict[str, Any] = {"status": "ok", "version": __version__, "api": API_VERSION}
         try:
-            workspace(settings).query("SELECT 1 AS up")
+            workspace(settings).ping()
         except DatabaseUnavailable:
             answer.update(status="database unavailable", error=errors.DATABASE_UNAVAILABLE)
             return JSONResponse(

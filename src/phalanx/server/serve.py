@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from phalanx.errors import DatabaseUnavailable, PhalanxError
 from phalanx.server.settings import ServerSettings
-from phalanx.workspace import JobStatus, Workspace
+from phalanx.workspace import Workspace
 from phalanx.workspace.layout import HOME_ENV
 
 if TYPE_CHECKING:
@@ -112,12 +112,10 @@ def _keep_scheduler(home: Path) -> None:
     from phalanx.scheduler.process import ensure_running
 
     ws = Workspace(home)
-    live = {f"s{k}": s.value for k, s in enumerate(JobStatus) if not s.is_terminal}
-    marks = ",".join(f":{key}" for key in live)
     while True:
         _reap_children()
         try:
-            if ws.query(f"SELECT 1 FROM jobs WHERE status IN ({marks}) LIMIT 1", live):
+            if ws.any_job_not_over():
                 ensure_running(ws.home, ws.child_env())
         except DatabaseUnavailable:
             pass  # requests answer 503 meanwhile; supervisors and the scheduler wait it out

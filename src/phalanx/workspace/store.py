@@ -143,6 +143,14 @@ class Workspace:
         """Rows of one read-only statement (``:name`` parameters)."""
         return self._db.query(sql, params)
 
+    def ping(self) -> None:
+        """Reach the database with one trivial read (waiting within the patience).
+
+        Raises:
+            DatabaseUnavailable: it cannot be reached.
+        """
+        self.query("SELECT 1 AS up")
+
     def patience(self, seconds: float) -> contextlib.AbstractContextManager[None]:
         """Within the block, this thread waits at most ``seconds`` for the database."""
         return self._db.patience(seconds)
@@ -303,6 +311,12 @@ class Workspace:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created_at DESC LIMIT :limit"
         return [self._job_from_row(row, ()) for row in self.query(sql, args)]
+
+    def any_job_not_over(self) -> bool:
+        """Whether any job is not yet in a terminal status (one cheap read)."""
+        live = {f"s{k}": s.value for k, s in enumerate(JobStatus) if not s.is_terminal}
+        marks = ",".join(f":{key}" for key in live)
+        return bool(self.query(f"SELECT 1 FROM jobs WHERE status IN ({marks}) LIMIT 1", live))
 
     def _job_from_row(self, row: RowMapping, attempts: Any) -> JobRecord:
         return JobRecord(
