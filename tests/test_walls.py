@@ -622,3 +622,59 @@ def test_a_job_made_on_the_machine_is_walled_off_too_or_says_why_not(cli: Cli) -
             "install phalanx where every account can read it, or start with --trust-jobs (jobs "
             "then run as root and can read the server's database and secrets)"
         )
+
+
+HOLDER = """
+import os, sys, time
+from pathlib import Path
+print("uid", os.getuid(), flush=True)
+go = Path(sys.argv[1])
+deadline = time.monotonic() + 300
+while not go.exists() and time.monotonic() < deadline:
+    time.sleep(0.2)
+print("released", flush=True)
+"""
+
+
+@SERVER
+def test_jobs_of_two_workspaces_on_one_machine_never_share_an_account(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Two root servers give out uids from the same default range; while a job of one
+    holds a uid the other's jobs get others, so one's end never stops the other."""
+    go = Path(tempfile.gettempdir()) / f"phalanx-go-{uuid.uuid4().hex}"
+    first = _job(cli, "holder", HOLDER, "", f"python main.py {go}")
+    first_log = cli.home / "jobs" / first / "user_logs" / "std_log_process_0.txt"
+    _wait_for("the first job's uid", lambda: first_log.is_file() and "uid" in first_log.read_text())
+    (tmp_path / "other").mkdir()
+    other_home = jobpython.workspace_home(tmp_path / "other")
+    env = {k: v for k, v in cli.env.items() if k not in ("PHALANX_SERVER", "PHALANX_HOME")}
+    other = servers.start_phalanx_server(other_home, env)
+    try:
+        client = {**env, "PHALANX_SERVER": other.url, "PHALANX_HOME": str(tmp_path / "laptop2")}
+        (cli.workdir / "quick").mkdir()
+        (cli.workdir / "quick" / "main.py").write_text("import os; print('uid', os.getuid())\n")
+        (cli.workdir / "quick.yml").write_text("command: python main.py\ncode: quick\n")
+        made = subprocess.run(
+            [PHALANX, "job", "create", "-f", "quick.yml"], env=client, cwd=cli.workdir,
+            capture_output=True, text=True, timeout=120, check=True,
+        )  # fmt: skip
+        second = made.stdout.split()[-1]
+        streamed = subprocess.run(
+            [PHALANX, "job", "stream", second], env=client, cwd=cli.workdir,
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert streamed.returncode == 0, streamed.stdout + streamed.stderr
+    finally:
+        servers.kill_phalanx_server(other)
+    uids = [int(line.split()[1]) for line in first_log.read_text().splitlines() if "uid" in line]
+    second_uid = int(streamed.stdout.split("uid ")[1].split()[0])
+    assert second_uid != uids[0], "the two workspaces' jobs ran as one account"
+    # The second job's end (its account's processes killed) left the first one running.
+    assert cli.show(first)["status"] == "Running"
+    go.touch()
+    try:
+        job = cli.wait(first, ("Completed", "Failed", "Canceled"), timeout=120)
+    finally:
+        go.unlink(missing_ok=True)
+    assert job["status"] == "Completed" and len(job["attempts"]) == 1, job

@@ -7,6 +7,13 @@ Each live job holds one uid (its gid is the same number) from the range of
 next claim starts after the last one made, so a uid comes back only after the whole
 range went round.
 
+The uid is also claimed for the whole machine (``/run/phalanx/accounts/<uid>``,
+naming the job's folder): two workspaces on one machine share the default range,
+and a job's end kills every process of its uid and removes its files from
+``/tmp``, so one uid held by jobs of two workspaces would let one job's end stop the
+other. A machine claim whose job no longer holds that uid (its workspace removed
+while it ran) is stale and taken over; ``/run`` empties at boot, with the processes.
+
 The job's folder stays root's (group: the job's gid, 0750: the job lists and reads it,
 other accounts cannot enter it); what the job writes is its own: ``code/`` (its
 working copy), ``user_logs/``, ``outputs/``, ``checkpoints/``, ``tmp/`` (``HOME`` and
@@ -28,6 +35,7 @@ import logging
 import os
 import shutil
 import stat
+import time
 from pathlib import Path
 
 from phalanx.errors import PhalanxError
@@ -42,6 +50,11 @@ _OWNED = ("code", "user_logs", "outputs", "checkpoints", "tmp", "cache")
 _OWNED_FILES = ("metrics.jsonl", "upload.request")
 _ROOT_FOLDERS = ("system_logs", "inputs", "mounts", "staging")
 _SHARED_TMP = (Path("/dev/shm"), Path("/tmp"), Path("/var/tmp"))
+MACHINE_CLAIMS = Path("/run/phalanx/accounts")
+"""The uids held by jobs of every workspace of this machine, one file each."""
+_STALE_AFTER_S = 300.0
+"""A machine claim younger than this is never stale: its job may not have written its
+``account.json`` yet."""
 
 
 def account_for(home: Path, paths: JobPaths) -> JobAccount | None:
@@ -88,9 +101,12 @@ def _new(home: Path, paths: JobPaths, settings: WallSettings) -> JobAccount:
         last = settings.first_uid - 1
     for step in range(1, settings.count + 1):
         uid = settings.first_uid + (last - settings.first_uid + step) % settings.count
+        if not _claim_on_machine(uid, paths.root):
+            continue  # a job of another workspace of this machine holds it
         try:
             fd = os.open(claims / str(uid), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
+            _unclaim_on_machine(uid, paths.root)
             continue
         with os.fdopen(fd, "w") as f:
             f.write(str(paths.root))
@@ -105,6 +121,46 @@ def _new(home: Path, paths: JobPaths, settings: WallSettings) -> JobAccount:
         f"every job account of the range {settings.first_uid}-"
         f"{settings.first_uid + settings.count - 1} is held by a running job; widen --job-uids"
     )
+
+
+def _claim_on_machine(uid: int, job_dir: Path) -> bool:
+    """Claim ``uid`` for ``job_dir`` on this machine; ``False`` when another job holds it."""
+    MACHINE_CLAIMS.mkdir(parents=True, exist_ok=True)
+    os.chmod(MACHINE_CLAIMS, 0o700)
+    path = MACHINE_CLAIMS / str(uid)
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            if not _stale(path, uid):
+                return False
+            path.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(job_dir))
+        return True
+    return False
+
+
+def _stale(path: Path, uid: int) -> bool:
+    """Whether the machine claim at ``path`` names a job that no longer holds ``uid``."""
+    try:
+        if time.time() - path.stat().st_mtime < _STALE_AFTER_S:
+            return False
+        holder = path.read_text()
+    except OSError:
+        return False
+    if not holder:
+        return False
+    held = account_of(Path(holder))
+    return held is None or held.uid != uid
+
+
+def _unclaim_on_machine(uid: int, job_dir: Path) -> None:
+    path = MACHINE_CLAIMS / str(uid)
+    with contextlib.suppress(OSError):
+        if path.read_text() == str(job_dir):
+            path.unlink()
 
 
 def _set_up(paths: JobPaths, account: JobAccount, *, new: bool) -> None:
@@ -176,6 +232,7 @@ def release(job_dir: Path) -> None:
     os.chmod(job_dir, 0o700)
     (job_dir / ACCOUNT_FILE).unlink(missing_ok=True)
     (_claims(job_dir.parent.parent) / str(account.uid)).unlink(missing_ok=True)
+    _unclaim_on_machine(account.uid, job_dir)
     log.info("uid %d released", account.uid)
 
 
