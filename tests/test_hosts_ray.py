@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import sys
 import time
 import urllib.parse
@@ -24,12 +25,15 @@ import pytest
 
 import hostbed
 from hostbed import Host, HostBed
+from phalanx.bench.azurite import find_azurite
+from servers import AZURITE_ACCOUNT, AZURITE_KEY
 from test_hosts import PORT, SERVER_HOME, _wait_answering
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 GCS_PORT = 6379
 CLIENT_PORT = 10001
+BLOB_PORT = 10000
 """Ports on the head host's own network stack: no other process of this machine is there."""
 RAY_COMMON = [
     "--disable-usage-stats",
@@ -44,6 +48,17 @@ class Team:
     bed: HostBed
     url: str
     token: str
+
+    @property
+    def blob_endpoint(self) -> str:
+        return f"http://{self.bed['blob'].address}:{BLOB_PORT}/{AZURITE_ACCOUNT}"
+
+    @property
+    def blob_connection(self) -> str:
+        return (
+            f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};"
+            f"AccountKey={AZURITE_KEY};BlobEndpoint={self.blob_endpoint};"
+        )
 
     def client_env(self) -> dict[str, str]:
         return self.bed["client"].env(PHALANX_SERVER=self.url, PHALANX_TOKEN=self.token)
@@ -82,8 +97,15 @@ def start_ray_worker(bed: HostBed, name: str) -> None:
 
 @pytest.fixture(scope="module")
 def team() -> Iterator[Team]:
-    """Ray head, two Ray workers, a server with a Ray target at the head, a client."""
-    with HostBed(["head", "w1", "w2", "server", "client"]) as bed:
+    """Ray head, two Ray workers, a server with a Ray target at the head, a client, and
+    Azurite (the object store) on a host of its own."""
+    with HostBed(["head", "w1", "w2", "server", "client", "blob"]) as bed:
+        blob = bed["blob"]
+        azurite = blob.popen(
+            [str(find_azurite()), "--blobHost", blob.address, "--blobPort", str(BLOB_PORT),
+             "--location", "/root/azurite", "--silent", "--skipApiVersionCheck", "--loose"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
         head = bed["head"]
         # The head runs no job's node (no CPU to give): the two workers do.
         head.run(["ray", "start", "--head", f"--node-ip-address={head.address}",
@@ -105,9 +127,12 @@ def team() -> Iterator[Team]:
         bed["client"].run(["phalanx", "compute", "create", "--name", "cluster", "--type", "ray",
                            "--address", f"ray://{head.address}:{CLIENT_PORT}"],
                           team.client_env(), timeout=120)  # fmt: skip
+        _wait_answering(bed["client"], f"http://{blob.address}:{BLOB_PORT}")
         yield team
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
+        azurite.kill()
+        azurite.wait(timeout=30)
     assert hostbed.leftovers() == []
 
 
@@ -226,3 +251,124 @@ def test_a_gcs_address_is_refused_where_no_ray_node_runs(team: Team) -> None:
     assert shown["status"] == "Failed", shown
     assert "runs none" in shown["error"]["message"], shown
     assert time.monotonic() - started < 50  # not Ray's minute of waiting for a raylet
+
+
+def _blob_container(team: Team, files: dict[str, str]) -> str:
+    """A new container on the blob host holding ``files``, made from the client host (as
+    a user uploads a data set); its name."""
+    container = f"c{time.time_ns():x}"
+    script = (
+        "import json, sys\n"
+        "from azure.storage.blob import BlobServiceClient\n"
+        "service = BlobServiceClient.from_connection_string(sys.argv[1])\n"
+        "service.create_container(sys.argv[2])\n"
+        "for name, text in json.loads(sys.argv[3]).items():\n"
+        "    service.get_blob_client(sys.argv[2], name).upload_blob(text.encode())\n"
+    )
+    team.bed["client"].run([sys.executable, "-c", script, team.blob_connection, container,
+                            json.dumps(files)], timeout=120)  # fmt: skip
+    return container
+
+
+def _blob_names(team: Team, container: str, prefix: str) -> dict[str, bytes]:
+    """The blobs under ``prefix``, read on the blob host itself."""
+    script = (
+        "import json, sys\n"
+        "from azure.storage.blob import BlobServiceClient\n"
+        "service = BlobServiceClient.from_connection_string(sys.argv[1])\n"
+        "c = service.get_container_client(sys.argv[2])\n"
+        "print(json.dumps({b.name: c.download_blob(b.name).readall().decode(errors='replace')\n"
+        "                  for b in c.list_blobs(name_starts_with=sys.argv[3])}))\n"
+    )
+    out = team.bed["blob"].run(
+        [sys.executable, "-c", script, team.blob_connection, container, prefix]
+    )
+    return {k: v.encode() for k, v in json.loads(out.stdout).items()}
+
+
+def _datastore(team: Team, name: str, container: str) -> None:
+    """Datastore ``name`` on the blob host's ``container``, its key piped in from the
+    client and kept by the server (the client's environment is not the server's)."""
+    team.bed["client"].run(
+        ["phalanx", "datastore", "create", "--name", name, "--type", "azure_blob",
+         "--account-name", AZURITE_ACCOUNT, "--container-name", container,
+         "--endpoint", team.blob_endpoint, "--store"],
+        team.client_env(), input=AZURITE_KEY + "\n", timeout=120,
+    )  # fmt: skip
+
+
+TRAIN = """\
+import os, pathlib, socket, sys, time
+import torch, torch.distributed as dist
+from phalanx.train import Checkpointer
+dist.init_process_group("gloo")
+rank, host = dist.get_rank(), socket.gethostname()
+data, out, where, steps, pause = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), \\
+    sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+words = sum(len(p.read_text().split()) for p in sorted(data.rglob("*.txt")))
+checkpoints = Checkpointer(where)
+loaded = checkpoints.load_latest()
+start = loaded.step + 1 if loaded is not None else 0
+print(f"rank {rank} on {host} attempt {os.environ['PHALANX_ATTEMPT']} starts at step {start} "
+      f"with {words} words", flush=True)
+for step in range(start, steps):
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    checkpoints.save({"step": torch.tensor(step), "words": words}, step)
+    print(f"rank {rank} step {step}", flush=True)
+    time.sleep(pause)
+checkpoints.close()
+out.mkdir(parents=True, exist_ok=True)
+(out / f"rank_{rank}.txt").write_text(f"{host} {words}")
+dist.destroy_process_group()
+"""
+
+
+def _train_spec(steps: int, pause: float, retries: int = 1) -> str:
+    return f"""\
+command: >-
+  python train.py ${{{{inputs.data}}}} ${{{{outputs.model}}}}
+  azureml://datastores/blobs/paths/checkpoints {steps} {pause}
+code: src
+compute: cluster
+inputs:
+  data: {{type: uri_folder, path: azureml://datastores/blobs/paths/train, mode: download}}
+outputs:
+  model: {{type: uri_folder, path: azureml://datastores/blobs/paths/model, mode: upload}}
+resources: {{instance_count: 2}}
+distribution: {{type: pytorch, process_count_per_instance: 1}}
+retry: {{max_attempts: {retries}}}
+limits: {{timeout: 600}}
+"""
+
+
+def test_a_job_reads_and_writes_the_blob_host_from_the_worker_hosts(team: Team) -> None:
+    """Its input downloaded from the datastore on each worker, its checkpoints saved to the
+    datastore, its output uploaded there: nothing passes through the client."""
+    client, env = team.bed["client"], team.client_env()
+    container = _blob_container(team, {"train/a.txt": "one two three", "train/b/c.txt": "four"})
+    _datastore(team, "blobs", container)
+    client.write("/root/train/src/train.py", TRAIN)
+    client.write("/root/train/job.yml", _train_spec(steps=3, pause=0.1))
+    created = client.run(["phalanx", "job", "create", "-f", "job.yml"], env, cwd="/root/train")
+    name = created.stdout.split()[-1]
+    streamed = client.run(["phalanx", "job", "stream", name, "--all-ranks"], env,
+                          cwd="/root/train", timeout=600, check=False)  # fmt: skip
+    story = _story(team, name, streamed.stdout + streamed.stderr)
+    assert streamed.returncode == 0, story
+    for rank in range(2):
+        assert f"rank {rank} step 2" in streamed.stdout, story
+    # The output reached the datastore from both worker hosts; the data were read there.
+    model = _blob_names(team, container, "model/")
+    assert sorted(model) == ["model/rank_0.txt", "model/rank_1.txt"], (model, story)
+    assert sorted(v.decode().split()[0] for v in model.values()) == ["w1", "w2"]
+    assert {v.decode().split()[1] for v in model.values()} == {"4"}
+    # The checkpoints are on the datastore, each committed.
+    saved = _blob_names(team, container, "checkpoints/")
+    committed = sorted(n.split("/")[1] for n in saved if n.endswith("/COMMITTED"))
+    assert committed[-1] == f"step_{2:012d}", sorted(saved)
+    # The key reached the ranks in a file of their node's own, gone with the job; it is in
+    # no file of a worker host, nor of the job's folder on the server.
+    for host, folder in (("w1", "/root"), ("w2", "/root"), ("server", f"{SERVER_HOME}/jobs")):
+        found = team.bed[host].run(["grep", "-rlF", AZURITE_KEY, folder], check=False)
+        assert found.returncode == 1 and not found.stdout, (host, found.stdout)
