@@ -107,11 +107,15 @@ def team() -> Iterator[Team]:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         head = bed["head"]
-        # The head runs no job's node (no CPU to give): the two workers do.
+        # The head runs no job's node (no CPU to give): the two workers do. Its GCS
+        # declares a silent node dead after 5 missed checks 2 s apart (Ray's default is
+        # up to a minute), as an operator who wants lost nodes noticed sooner sets it.
+        head_env = _ray_env(head)
+        head_env.update(RAY_health_check_period_ms="2000", RAY_health_check_timeout_ms="2000")
         head.run(["ray", "start", "--head", f"--node-ip-address={head.address}",
                   f"--port={GCS_PORT}", f"--ray-client-server-port={CLIENT_PORT}",
                   "--num-cpus=0", "--include-dashboard=false", *RAY_COMMON],
-                 _ray_env(head), timeout=180)  # fmt: skip
+                 head_env, timeout=180)  # fmt: skip
         for name in ("w1", "w2"):
             start_ray_worker(bed, name)
         _wait_nodes(head, 3)
@@ -324,17 +328,17 @@ dist.destroy_process_group()
 """
 
 
-def _train_spec(steps: int, pause: float, retries: int = 1) -> str:
+def _train_spec(steps: int, pause: float, retries: int = 1, store: str = "blobs") -> str:
     return f"""\
 command: >-
   python train.py ${{{{inputs.data}}}} ${{{{outputs.model}}}}
-  azureml://datastores/blobs/paths/checkpoints {steps} {pause}
+  azureml://datastores/{store}/paths/checkpoints {steps} {pause}
 code: src
 compute: cluster
 inputs:
-  data: {{type: uri_folder, path: azureml://datastores/blobs/paths/train, mode: download}}
+  data: {{type: uri_folder, path: azureml://datastores/{store}/paths/train, mode: download}}
 outputs:
-  model: {{type: uri_folder, path: azureml://datastores/blobs/paths/model, mode: upload}}
+  model: {{type: uri_folder, path: azureml://datastores/{store}/paths/model, mode: upload}}
 resources: {{instance_count: 2}}
 distribution: {{type: pytorch, process_count_per_instance: 1}}
 retry: {{max_attempts: {retries}}}
@@ -372,3 +376,90 @@ def test_a_job_reads_and_writes_the_blob_host_from_the_worker_hosts(team: Team) 
     for host, folder in (("w1", "/root"), ("w2", "/root"), ("server", f"{SERVER_HOME}/jobs")):
         found = team.bed[host].run(["grep", "-rlF", AZURITE_KEY, folder], check=False)
         assert found.returncode == 1 and not found.stdout, (host, found.stdout)
+
+
+def _committed_steps(team: Team, container: str) -> list[int]:
+    """The checkpoint steps committed on the blob host, listed there."""
+    script = (
+        "import sys\n"
+        "from azure.storage.blob import BlobServiceClient\n"
+        "service = BlobServiceClient.from_connection_string(sys.argv[1])\n"
+        "c = service.get_container_client(sys.argv[2])\n"
+        "for b in c.list_blobs(name_starts_with='checkpoints/'):\n"
+        "    print(b.name)\n"
+    )
+    out = team.bed["blob"].run([sys.executable, "-c", script, team.blob_connection, container])
+    names = out.stdout.split()
+    return sorted(int(n.split("/")[1].removeprefix("step_")) for n in names
+                  if n.endswith("/COMMITTED"))  # fmt: skip
+
+
+def _reboot_ray_worker(team: Team, name: str) -> None:
+    """Host ``name`` comes back as a rebooted machine: every process of it ended (Ray's
+    gave up on a head they could not reach), its link up, its Ray node started again."""
+    host = team.bed[name]
+    # From inside the host, -1 reaches every process of it but its first (the bed's).
+    host.run(["kill", "-KILL", "-1"], check=False)
+    deadline = time.monotonic() + 30
+    while len(host.run(["ps", "-e", "-o", "pid="]).stdout.split()) > 2:  # init, ps
+        assert time.monotonic() < deadline, host.run(["ps", "-ef"]).stdout
+        time.sleep(0.2)
+    team.bed.heal(name)
+    start_ray_worker(team.bed, name)
+
+
+def test_a_worker_host_cut_off_mid_training_is_infrastructure_and_the_job_resumes(
+    team: Team,
+) -> None:
+    """A worker's link goes down while the job trains: Ray loses the node, the attempt
+    ends as infrastructure, and once the host is back the job resumes on both workers from
+    the checkpoint it saved to the datastore."""
+    client, env = team.bed["client"], team.client_env()
+    container = _blob_container(team, {"train/a.txt": "one two three"})
+    _datastore(team, "faults", container)
+    client.write("/root/faults/src/train.py", TRAIN)
+    client.write("/root/faults/job.yml",
+                 _train_spec(steps=30, pause=0.5, retries=3, store="faults"))  # fmt: skip
+    created = client.run(["phalanx", "job", "create", "-f", "job.yml"], env, cwd="/root/faults")
+    name = created.stdout.split()[-1]
+    deadline = time.monotonic() + 300
+    while not (steps := _committed_steps(team, container)) or steps[-1] < 5:
+        assert time.monotonic() < deadline, _story(team, name, "no progress")
+        time.sleep(1)
+    team.bed.cut("w2")
+    cut_at = steps[-1]
+    shown = _wait_attempt_over(team, name, 1, timeout=300)
+    first = shown["attempts"][0]
+    assert first["cause"] == "infrastructure", _story(team, name, json.dumps(first))
+    assert "lost" in json.dumps(first), first
+    _reboot_ray_worker(team, "w2")
+    shown = _wait_status(team, name, ("Completed", "Failed", "Canceled"), 600)
+    streamed = client.run(["phalanx", "job", "stream", name, "--all-ranks"], env, timeout=120,
+                          check=False)  # fmt: skip
+    story = _story(team, name, json.dumps(shown["attempts"], indent=1) + streamed.stdout)
+    assert shown["status"] == "Completed", story
+    assert shown["attempts"][-1]["status"] == "Succeeded", story
+    # The last attempt began where the datastore's checkpoint was, on both workers again.
+    last = len(shown["attempts"])
+    began = [ln for ln in streamed.stdout.splitlines() if f" attempt {last} starts at step " in ln]
+    hosts = sorted(ln.split(" on ")[1].split()[0] for ln in began)
+    assert hosts == ["w1", "w2"], story
+    resumed = {int(ln.split(" starts at step ")[1].split()[0]) for ln in began}
+    assert len(resumed) == 1 and resumed.pop() >= cut_at, story
+    assert _committed_steps(team, container)[-1] == 29, story
+
+
+def _wait_attempt_over(team: Team, name: str, number: int, timeout: float) -> dict:
+    """``job show`` once attempt ``number`` has ended."""
+    client = team.bed["client"]
+    deadline = time.monotonic() + timeout
+    shown: dict = {}
+    while time.monotonic() < deadline:
+        shown = json.loads(
+            client.run(["phalanx", "job", "show", name, "--json"], team.client_env()).stdout
+        )
+        attempts = shown["attempts"]
+        if len(attempts) >= number and attempts[number - 1]["ended_at"]:
+            return shown
+        time.sleep(1)
+    raise AssertionError(_story(team, name, f"attempt {number} not over in {timeout} s: {shown}"))
