@@ -463,3 +463,48 @@ def _wait_attempt_over(team: Team, name: str, number: int, timeout: float) -> di
             return shown
         time.sleep(1)
     raise AssertionError(_story(team, name, f"attempt {number} not over in {timeout} s: {shown}"))
+
+
+PARTITION_S = 20.0
+"""How long the server host is cut off from the Ray head (and everything else)."""
+
+
+def test_a_partition_of_the_server_from_the_head_heals_without_loss_or_duplicates(
+    team: Team,
+) -> None:
+    """The server host's link is down for 20 s while a job trains: once it is back the
+    same attempt goes on to the end (nothing lost, nothing run twice), and a `job stream`
+    the client began before the partition picks up again and ends with the job."""
+    client, env = team.bed["client"], team.client_env()
+    container = _blob_container(team, {"train/a.txt": "one two"})
+    _datastore(team, "split", container)
+    client.write("/root/split/src/train.py", TRAIN)
+    client.write("/root/split/job.yml",
+                 _train_spec(steps=60, pause=0.5, retries=3, store="split"))  # fmt: skip
+    created = client.run(["phalanx", "job", "create", "-f", "job.yml"], env, cwd="/root/split")
+    name = created.stdout.split()[-1]
+    stream = client.popen(["phalanx", "job", "stream", name, "--all-ranks"], env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while not (steps := _committed_steps(team, container)) or steps[-1] < 5:
+            assert time.monotonic() < deadline, _story(team, name, "no progress")
+            time.sleep(1)
+        team.bed.cut("server")
+        time.sleep(PARTITION_S)  # the fault's length, not a wait for a condition
+        assert _committed_steps(team, container)[-1] > steps[-1]  # it trained meanwhile
+        team.bed.heal("server")
+        out, _ = stream.communicate(timeout=600)
+    finally:
+        if stream.poll() is None:
+            stream.kill()
+            stream.wait(timeout=30)
+    text = out.decode(errors="replace")
+    shown = _wait_status(team, name, ("Completed", "Failed", "Canceled"), 120)
+    story = _story(team, name, json.dumps(shown["attempts"], indent=1) + text[-4000:])
+    assert stream.returncode == 0 and shown["status"] == "Completed", story
+    assert len(shown["attempts"]) == 1, story  # not run again
+    # The stream shows every step of each rank exactly once, the partition's too.
+    for rank in range(2):
+        for step in range(60):
+            assert text.count(f"rank {rank} step {step}\n") == 1, (rank, step, story)
