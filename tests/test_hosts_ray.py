@@ -508,3 +508,37 @@ def test_a_partition_of_the_server_from_the_head_heals_without_loss_or_duplicate
     for rank in range(2):
         for step in range(60):
             assert text.count(f"rank {rank} step {step}\n") == 1, (rank, step, story)
+
+
+MPI_JOB = """\
+import socket
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+total = comm.allreduce(comm.Get_rank() + 1)
+print(f"rank {comm.Get_rank()} on {socket.gethostname()} allreduce {total}", flush=True)
+"""
+
+
+def test_an_mpi_job_runs_its_ranks_on_the_two_worker_hosts(team: Team) -> None:
+    """mpirun on node 0's host; node 1's daemon started by its agent on the other host (no
+    ssh between them), the ranks talking over the hosts' addresses."""
+    client, env = team.bed["client"], team.client_env()
+    client.write("/root/mpi/src/mpi_job.py", MPI_JOB)
+    client.write(
+        "/root/mpi/job.yml",
+        "command: python mpi_job.py\ncode: src\ncompute: cluster\n"
+        "resources: {instance_count: 2}\n"
+        "distribution: {type: mpi, process_count_per_instance: 1}\nlimits: {timeout: 600}\n",
+    )
+    created = client.run(["phalanx", "job", "create", "-f", "job.yml"], env, cwd="/root/mpi")
+    name = created.stdout.split()[-1]
+    streamed = client.run(["phalanx", "job", "stream", name, "--all-ranks"], env,
+                          timeout=600, check=False)  # fmt: skip
+    story = _story(team, name, streamed.stdout + streamed.stderr)
+    assert streamed.returncode == 0, story
+    hosts = []
+    for rank in range(2):
+        lines = [ln for ln in streamed.stdout.splitlines() if f"rank {rank} on " in ln]
+        assert lines and lines[0].endswith("allreduce 3"), story
+        hosts.append(lines[0].split(" on ")[1].split()[0])
+    assert sorted(hosts) == ["w1", "w2"], story
