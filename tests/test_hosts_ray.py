@@ -137,7 +137,7 @@ def team() -> Iterator[Team]:
         proc.wait(timeout=30)
         azurite.kill()
         azurite.wait(timeout=30)
-    assert hostbed.leftovers() == []
+    assert hostbed.leftovers(bed.bed) == []
 
 
 def _story(team: Team, name: str, seen: str) -> str:
@@ -542,3 +542,23 @@ def test_an_mpi_job_runs_its_ranks_on_the_two_worker_hosts(team: Team) -> None:
         assert lines and lines[0].endswith("allreduce 3"), story
         hosts.append(lines[0].split(" on ")[1].split()[0])
     assert sorted(hosts) == ["w1", "w2"], story
+
+
+def test_an_input_on_the_clients_disk_is_refused_for_the_ray_hosts(team: Team) -> None:
+    """A folder of the client's reaches the server with the job, but no Ray worker sees
+    the server's disk: the job fails in one line naming the input and the fix."""
+    client, env = team.bed["client"], team.client_env()
+    client.write("/root/local/src/train.py", "print('never')\n")
+    client.write("/root/local/data/a.txt", "one\n")
+    client.write(
+        "/root/local/job.yml",
+        "command: python train.py ${{inputs.data}}\ncode: src\ncompute: cluster\n"
+        "inputs:\n  data: {type: uri_folder, path: ./data}\n",
+    )
+    created = client.run(["phalanx", "job", "create", "-f", "job.yml"], env, cwd="/root/local")
+    name = created.stdout.split()[-1]
+    shown = _wait_status(team, name, ("Completed", "Failed", "Canceled"), 300)
+    message = shown["error"]["message"] if shown["error"] else ""
+    assert shown["status"] == "Failed", _story(team, name, json.dumps(shown))
+    assert "inputs.data" in message and "does not see" in message, message
+    assert "\n" not in message
