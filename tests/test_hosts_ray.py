@@ -12,6 +12,7 @@ Needs root (CI runs as root); the bed refuses to start otherwise.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import signal
 import subprocess
@@ -97,9 +98,10 @@ def start_ray_worker(bed: HostBed, name: str) -> None:
 
 @pytest.fixture(scope="module")
 def team() -> Iterator[Team]:
-    """Ray head, two Ray workers, a server with a Ray target at the head, a client, and
-    Azurite (the object store) on a host of its own."""
-    with HostBed(["head", "w1", "w2", "server", "client", "blob"]) as bed:
+    """Ray head, two Ray workers, a server with a Ray target at the head, a client,
+    Azurite (the object store) on a host of its own, and a second client (``laptop``)
+    that a test switches off for good."""
+    with HostBed(["head", "w1", "w2", "server", "client", "blob", "laptop"]) as bed:
         blob = bed["blob"]
         azurite = blob.popen(
             [str(find_azurite()), "--blobHost", blob.address, "--blobPort", str(BLOB_PORT),
@@ -562,3 +564,65 @@ def test_an_input_on_the_clients_disk_is_refused_for_the_ray_hosts(team: Team) -
     assert shown["status"] == "Failed", _story(team, name, json.dumps(shown))
     assert "inputs.data" in message and "does not see" in message, message
     assert "\n" not in message
+
+
+LIVE = """\
+import json, sys, time, urllib.request
+req = urllib.request.Request(sys.argv[1], headers={"Authorization": "Bearer " + sys.argv[2]})
+first = None
+with urllib.request.urlopen(req, timeout=120) as events:
+    event = ""
+    for raw in events:
+        line = raw.decode().rstrip("\\n")
+        if line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("data: ") and event != "end":
+            for rank, text, _ in json.loads(line[6:])["lines"]:
+                first = first or time.time()
+                print(f"[{rank}] {text}", flush=True)
+        elif line == "" and event == "end":
+            break
+print("FIRST", first)
+"""
+
+
+def test_the_studios_live_log_reaches_a_client_host_while_ranks_run(team: Team) -> None:
+    """The studio page's live log (server-sent events) from the client host: every rank's
+    lines, the first while the job still runs, and the end of the stream with the job."""
+    client, env = team.bed["client"], team.client_env()
+    container = _blob_container(team, {"train/a.txt": "one"})
+    _datastore(team, "live", container)
+    client.write("/root/live/src/train.py", TRAIN)
+    client.write("/root/live/job.yml", _train_spec(steps=10, pause=0.5, store="live"))
+    created = client.run(["phalanx", "job", "create", "-f", "job.yml"], env, cwd="/root/live")
+    name = created.stdout.split()[-1]
+    url = f"{team.url}/api/v1/jobs/{name}/logs/events?rank=all"
+    live = client.run([sys.executable, "-c", LIVE, url, team.token], timeout=600, check=False)
+    shown = _wait_status(team, name, ("Completed", "Failed", "Canceled"), 60)
+    story = _story(team, name, live.stdout + live.stderr)
+    assert live.returncode == 0 and shown["status"] == "Completed", story
+    for rank in range(2):
+        for step in range(10):
+            assert live.stdout.count(f"[{rank}] rank {rank} step {step}\n") == 1, story
+    first = float(live.stdout.rsplit("FIRST ", 1)[1])
+    ended = shown["attempts"][-1]["ended_at"]
+    assert first < dt.datetime.fromisoformat(ended).timestamp(), (first, ended)
+
+
+def test_a_ray_job_outlives_the_client_host_that_created_it(team: Team) -> None:
+    """The laptop creates a 2-node job and is switched off for good at once: the job runs
+    to its end on the worker hosts, and another client reads its logs."""
+    laptop = team.bed["laptop"]
+    env = laptop.env(PHALANX_SERVER=team.url, PHALANX_TOKEN=team.token)
+    laptop.write("/root/job/src/ddp.py", DDP)
+    laptop.write("/root/job/job.yml", DDP_SPEC)
+    created = laptop.run(["phalanx", "job", "create", "-f", "job.yml"], env, cwd="/root/job")
+    name = created.stdout.split()[-1]
+    laptop.power_off()
+    shown = _wait_status(team, name, ("Completed", "Failed", "Canceled"), 600)
+    streamed = team.bed["client"].run(["phalanx", "job", "stream", name, "--all-ranks"],
+                                      team.client_env(), timeout=120, check=False)  # fmt: skip
+    story = _story(team, name, json.dumps(shown) + streamed.stdout)
+    assert shown["status"] == "Completed", story
+    for rank in range(2):
+        assert f"rank {rank} on w" in streamed.stdout, story
