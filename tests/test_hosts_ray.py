@@ -3,9 +3,11 @@
 One bed for the module (Ray starts slowly on a small machine): a Ray head host
 and two Ray worker hosts (``ray start`` as an operator runs it, each on its own
 address), a server host (``phalanx server start``, with a compute target of
-type ray at the head) and a client host with only the CLI and the job's folder.
-Ray's processes end with their hosts: the bed switches every host off (never
-``ray stop``, which would end every Ray process of this machine).
+type ray at the head's Ray Client address), a client host with only the CLI and
+the job's folder, Azurite on a host of its own (the object store), and a second
+client host that a test switches off. Ray's processes end with their hosts: the
+bed switches every host off (never ``ray stop``, which would end every Ray process
+of this machine).
 
 Needs root (CI runs as root); the bed refuses to start otherwise.
 """
