@@ -150,7 +150,14 @@ def _story(team: Team, name: str, seen: str) -> str:
         ["sh", "-c", f"tail -n 60 {SERVER_HOME}/jobs/{name}/system_logs/*.txt "
          f"/root/server.log {SERVER_HOME}/scheduler.log"], check=False,
     )  # fmt: skip
-    return f"{seen}\n--- on the server host:\n{logs.stdout}{logs.stderr}"
+    ray = team.bed["head"].run(
+        ["sh", "-c", "tail -n 20 /tmp/ray/session_latest/logs/ray_client_server*.err"],
+        check=False,
+    )
+    return (
+        f"{seen}\n--- on the server host:\n{logs.stdout}{logs.stderr}"
+        f"\n--- Ray Client's servers on the head host:\n{ray.stdout}"
+    )
 
 
 def _wait_status(team: Team, name: str, statuses: tuple[str, ...], timeout: float) -> dict:
