@@ -5,8 +5,11 @@ in a :class:`NodeJob`); each node's agent then makes it ready *on its node*
 (:class:`NodeFolder`) through :func:`phalanx.compute.ready.make_ready`, the
 function the supervisor uses for local compute: the inputs through that node's
 cache (downloads, read-only mounts), its own paths substituted into the command.
-Datastore credentials travel inside the resolved locations, in memory through
-Ray; they are never written to a spec, log or record.
+Datastore credentials travel inside the resolved locations and the plan, in
+memory through Ray; they are never written to a spec, log or record. The one
+file that holds them is the ranks' datastores file, written 0600 under the node
+home's ``job-credentials/`` (never in the shipped job folder) and removed when
+the job leaves the node, as the supervisor does for local compute.
 
 Where the job's files live depends on the target's ``files``:
 
