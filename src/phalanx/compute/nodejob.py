@@ -133,7 +133,7 @@ class NodeFolder:
         # compute: this node may be another machine, which sees none of the workspace's
         # files. Outside the job's folder (shipped back, served by the server); 0600.
         self.datastores_file = jobstores.write(
-            jobstores.file_for(self.home, name), job.plan.datastores
+            jobstores.file_for(self.home, name), {**job.plan.datastores, "no_workspace": True}
         )
         self.ready = InputsReady()
         try:
