@@ -635,3 +635,36 @@ def test_a_ray_job_outlives_the_client_host_that_created_it(team: Team) -> None:
     assert shown["status"] == "Completed", story
     for rank in range(2):
         assert f"rank {rank} on w" in streamed.stdout, story
+
+
+UNNAMED = """\
+import sys
+import torch.distributed as dist
+from phalanx.train import Checkpointer
+dist.init_process_group("gloo")
+Checkpointer("azureml://datastores/" + sys.argv[1] + "/paths/checkpoints")
+"""
+
+
+def test_a_datastore_the_spec_does_not_name_is_refused_on_the_ray_hosts(team: Team) -> None:
+    """A rank resolves only the datastores its spec names: one the server has but the spec
+    does not name is refused in one line, and no workspace is made on the node for it."""
+    client, env = team.bed["client"], team.client_env()
+    _datastore(team, "unnamed", _blob_container(team, {}))
+    client.write("/root/unnamed/src/train.py", UNNAMED)
+    client.write(
+        "/root/unnamed/job.yml",
+        "command: python train.py unnamed\ncode: src\ncompute: cluster\n"
+        "resources: {instance_count: 2}\n"
+        "distribution: {type: pytorch, process_count_per_instance: 1}\n",
+    )
+    created = client.run(["phalanx", "job", "create", "-f", "job.yml"], env, cwd="/root/unnamed")
+    name = created.stdout.split()[-1]
+    shown = _wait_status(team, name, ("Completed", "Failed", "Canceled"), 300)
+    message = shown["error"]["message"] if shown["error"] else ""
+    assert shown["status"] == "Failed", _story(team, name, json.dumps(shown))
+    assert "datastore 'unnamed' is not one this job may use" in message, message
+    assert "name it in an input, an output or the command" in message, message
+    for worker in ("w1", "w2"):
+        made = team.bed[worker].run(["find", "/root", "-name", "phalanx.db"]).stdout
+        assert made == "", (worker, made)
