@@ -89,7 +89,7 @@ check: lint typecheck
 
 ## test-hosts: the tests on separate hosts (network, mount, PID namespaces; root)
 test-hosts: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_hosts.py
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_hosts.py tests/test_hosts_ray.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests examples benchmarks tools

@@ -393,14 +393,15 @@ def sweep_stale() -> list[str]:
     return removed
 
 
-def leftovers() -> list[str]:
-    """Namespaces, links and mounts of beds that this machine still has."""
-    found = [f"namespace {ns}" for ns in _namespaces() if ns.startswith(PREFIX)]
+def leftovers(bed: str = "") -> list[str]:
+    """Namespaces, links and mounts of beds that this machine still has (``bed``: of that
+    bed only, as other test runs on the machine may have beds open)."""
+    found = [f"namespace {ns}" for ns in _namespaces() if ns.startswith(f"{PREFIX}{bed}")]
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     found += [
         f"link {line.split(':')[1].strip()}"
         for line in links.splitlines()
-        if line.split(":")[1].strip().startswith(LINK_PREFIX)
+        if line.split(":")[1].strip().startswith(f"{LINK_PREFIX}{bed}")
     ]
     mounts = Path("/proc/self/mountinfo").read_text().splitlines()
     found += [f"mount {line}" for line in mounts if MOUNT_SOURCE in line]

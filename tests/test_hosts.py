@@ -87,31 +87,33 @@ def test_hosts_share_nothing_but_the_network(tmp_path: Path) -> None:
             server.wait(timeout=10)
         # The install is shared read-only: no host writes into the checkout.
         assert a.run(["touch", str(hostbed.REPO / "written-by-a")], check=False).returncode
-    assert hostbed.leftovers() == []
+    assert hostbed.leftovers(bed.bed) == []
 
 
 def test_the_bed_leaves_nothing_behind_after_a_failure_or_a_killed_test() -> None:
     with pytest.raises(RuntimeError, match="a test that fails"), HostBed(["x"]) as bed:
         bed["x"].popen(["sleep", "300"])
         raise RuntimeError("a test that fails")
-    assert hostbed.leftovers() == []
+    assert hostbed.leftovers(bed.bed) == []
     # A test process killed outright leaves its bed; the next bed removes it.
     script = (
         "import sys, time; sys.path.insert(0, sys.argv[1]); import hostbed\n"
-        "bed = hostbed.HostBed(['y']).__enter__(); print('up', flush=True); time.sleep(300)\n"
+        "bed = hostbed.HostBed(['y']).__enter__(); print('up', bed.bed, flush=True)\n"
+        "time.sleep(300)\n"
     )
     owner = subprocess.Popen(
         [sys.executable, "-c", script, str(hostbed.REPO / "tests")], stdout=subprocess.PIPE
     )
     try:
-        assert owner.stdout is not None and owner.stdout.readline() == b"up\n"
-        assert hostbed.leftovers() != []
+        assert owner.stdout is not None
+        up, killed = owner.stdout.readline().decode().split()
+        assert up == "up" and hostbed.leftovers(killed) != []
     finally:
         owner.send_signal(signal.SIGKILL)
         owner.wait(timeout=10)
     removed = hostbed.sweep_stale()
     assert any(ns.endswith("-y") for ns in removed), removed
-    assert hostbed.leftovers() == []
+    assert hostbed.leftovers(killed) == []
 
 
 @pytest.fixture

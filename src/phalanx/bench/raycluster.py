@@ -9,6 +9,7 @@ resource in its command line. Each node has a phalanx folder of its own
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -102,5 +103,26 @@ def start_cluster(temp_dir: Path, *, workers: int = 1, token: str | None = None)
     return cluster
 
 
-def stop_cluster(cluster: RayCluster) -> None:
-    subprocess.run([RAY, "stop", "--force"], capture_output=True, env=cluster.env, timeout=120)
+def stop_cluster(cluster: RayCluster, timeout: float = 30.0) -> None:
+    """End this cluster's processes, and only those.
+
+    Not ``ray stop``: it ends every Ray process of the machine, another test run's
+    cluster and the Ray nodes of a host bed (``tests/hostbed.py``) included. A process
+    of this cluster names its temp folder or its GCS address on its command line; Ray's
+    workers and agents, which rename theirs, are their children.
+    """
+    port = cluster.gcs_address.rpartition(":")[2]
+    marks = (str(cluster.temp_dir), cluster.gcs_address, f"127.0.0.1:{port}")
+    found: dict[int, psutil.Process] = {}
+    for proc in psutil.process_iter(["cmdline"]):
+        args = proc.info["cmdline"] or []
+        if any(mark in arg for arg in args for mark in marks) and proc.pid != os.getpid():
+            found[proc.pid] = proc
+            with contextlib.suppress(psutil.Error):
+                found.update((child.pid, child) for child in proc.children(recursive=True))
+    for proc in found.values():
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(signal.SIGKILL)
+    _, alive = psutil.wait_procs(list(found.values()), timeout=timeout)
+    if alive:
+        raise RuntimeError(f"Ray processes of {cluster.temp_dir} still alive: {alive}")

@@ -146,6 +146,13 @@ class NodeAgent:
             launch = replace(launch, image=self._image)
         env = launch.env()
         env["PHALANX_RAY_NODE_ID"] = ray.get_runtime_context().get_node_id()
+        interface = _interface_of(self.address())
+        if interface is not None and launch.nnodes > 1:
+            # Gloo otherwise takes the address this host's name resolves to, which on
+            # separate machines is often none (then loopback) or 127.0.1.1: its peers on
+            # other nodes would be told to connect there. The node's Ray address is the one
+            # they reach it at. A value the spec or the node's operator set is kept.
+            env.setdefault("GLOO_SOCKET_IFNAME", interface)
         if launch.distribution == "mpi" and launch.node_rank > 0:
             log.parent.mkdir(parents=True, exist_ok=True)
             self._armed = (env, log, launch)
@@ -267,6 +274,16 @@ class NodeAgent:
 
     def pid(self) -> int:
         return os.getpid()
+
+
+def _interface_of(address: str) -> str | None:
+    """The network interface of this machine that holds ``address``, if one does."""
+    import psutil
+
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.address == address for a in addresses):
+            return name
+    return None
 
 
 def agent_class(num_cpus: float, num_gpus: float) -> Any:

@@ -5,8 +5,11 @@ in a :class:`NodeJob`); each node's agent then makes it ready *on its node*
 (:class:`NodeFolder`) through :func:`phalanx.compute.ready.make_ready`, the
 function the supervisor uses for local compute: the inputs through that node's
 cache (downloads, read-only mounts), its own paths substituted into the command.
-Datastore credentials travel inside the resolved locations, in memory through
-Ray; they are never written to a spec, log or record.
+Datastore credentials travel inside the resolved locations and the plan, in
+memory through Ray; they are never written to a spec, log or record. The one
+file that holds them is the ranks' datastores file, written 0600 under the node
+home's ``job-credentials/`` (never in the shipped job folder) and removed when
+the job leaves the node, as the supervisor does for local compute.
 
 Where the job's files live depends on the target's ``files``:
 
@@ -40,6 +43,7 @@ from phalanx.compute.ship import Scanner
 from phalanx.environments.containers.nodebuild import NodeBuild
 from phalanx.errors import PhalanxError
 from phalanx.launch.node import NodeLaunch
+from phalanx.storage import jobstores
 from phalanx.storage.cache import NodeCache
 
 log = logging.getLogger(__name__)
@@ -125,6 +129,12 @@ class NodeFolder:
             roots = {"job": self.root, **{f"out:{n}": p for n, p in outputs.items()}}
             self.scanner = Scanner(roots, skip=SKIPPED)
             self.scanner.know("job")  # the code and checkpoints copied in: the workspace's
+        # The job's datastores for its ranks, as the supervisor writes them for local
+        # compute: this node may be another machine, which sees none of the workspace's
+        # files. Outside the job's folder (shipped back, served by the server); 0600.
+        self.datastores_file = jobstores.write(
+            jobstores.file_for(self.home, name), {**job.plan.datastores, "no_workspace": True}
+        )
         self.ready = InputsReady()
         try:
             ready = self._ready(mounts)
@@ -173,6 +183,7 @@ class NodeFolder:
             outputs=self.outputs,
             command=self.command,
             env_prefix=None,  # Ray's runtime_env is the job's environment
+            datastores_file=self.datastores_file,
         )
 
     def here(self, path: Path) -> Path:
@@ -186,6 +197,7 @@ class NodeFolder:
         """Unmount the inputs; with ``files: local``, remove the node's copy of the job
         (everything in it has been shipped)."""
         self.ready.close()
+        self.datastores_file.unlink(missing_ok=True)
         if self.scanner is not None:
             shutil.rmtree(self.root, ignore_errors=True)
         if self._mounts is not None:

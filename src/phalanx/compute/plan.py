@@ -10,8 +10,9 @@ for local compute, each node's agent for Ray.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from phalanx.spec import InputSpec
 from phalanx.spec.environment import EnvironmentSpec
@@ -52,6 +53,10 @@ class JobPlan:
     """The spec's ``environment_variables``."""
     environment: EnvironmentSpec | None = None
     """The software environment (inline, a registered one put inline), if any."""
+    datastores: dict[str, Any] = field(default_factory=dict, repr=False)
+    """The job's datastores file (:mod:`phalanx.storage.jobstores`), credentials resolved:
+    written where its ranks run, for them to resolve ``azureml://datastores/…`` (a remote
+    ``Checkpointer``, a ``direct`` input), and never kept in the job's folder."""
 
     @property
     def output_values(self) -> dict[str, str]:

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx.compute.nodejob import NodeJob, pack
 from phalanx.compute.ship import apply
-from phalanx.compute.targets import RayTarget
+from phalanx.compute.targets import RayTarget, check_driver_here
 from phalanx.environments.containers.nodebuild import NodeBuildError
 from phalanx.errors import PhalanxError
 from phalanx.launch import procs
@@ -224,6 +224,7 @@ class RayCompute:
     def connect(self) -> None:
         if self._connected:
             return
+        check_driver_here(self.target.address)
         if self._token:
             # Before Ray is imported: it reads its authentication settings then.
             remember(self._token)

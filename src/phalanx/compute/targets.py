@@ -120,6 +120,33 @@ def check_address(address: str) -> str:
     return address
 
 
+def check_driver_here(address: str) -> None:
+    """Refuse a GCS address (``HOST:PORT``) on a machine that runs no Ray node.
+
+    Ray lets a driver join a cluster by its GCS address only from one of the cluster's
+    own machines: the driver attaches to the raylet running beside it, and elsewhere Ray
+    waits a minute for one and fails without saying why. Ray Client (``ray://``) works
+    from anywhere.
+
+    Raises:
+        PhalanxError: ``address`` is a GCS address and no raylet runs on this machine.
+    """
+    if address.startswith("ray://") or _runs_raylet():
+        return
+    host = address.rpartition(":")[0]
+    raise PhalanxError(
+        f"Ray address {address} is the cluster's GCS address, which only a machine running "
+        f"a Ray node of that cluster may use, and this one runs none; give the head's Ray "
+        f"Client address (ray://{host}:10001) instead"
+    )
+
+
+def _runs_raylet() -> bool:
+    import psutil
+
+    return any(proc.info["name"] == "raylet" for proc in psutil.process_iter(["name"]))
+
+
 Target = LocalTarget | RayTarget
 
 

@@ -412,6 +412,8 @@ def plan(spec: JobSpec, paths: JobPaths, ws: Workspace, *, walled: bool = False)
     Raises:
         PhalanxError: an input or output cannot be provided.
     """
+    from phalanx.storage import jobstores
+
     spec = with_registered_environment(spec, ws)
     remote = check_outputs(spec, ws)
     literals = {
@@ -431,6 +433,7 @@ def plan(spec: JobSpec, paths: JobPaths, ws: Workspace, *, walled: bool = False)
         },
         env={k: str(v) for k, v in spec.environment_variables.items()},
         environment=spec.inline_environment,
+        datastores=jobstores.build(spec, ws),
     )
 
 
@@ -514,7 +517,7 @@ def _prepare_here(
     image, env_prefix = _environment_here(spec, paths, ws, canceled, account)
     owner = (account.uid, account.gid) if account is not None else None
     datastores_file = jobstores.write(
-        jobstores.file_for(ws.home, paths.root.name), jobstores.build(spec, ws), owner
+        jobstores.file_for(ws.home, paths.root.name), job_plan.datastores, owner
     )
     ready = make_ready(
         job_plan, outputs=job_plan.output_values, checkpoints=paths.checkpoints,

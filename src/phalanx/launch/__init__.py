@@ -47,6 +47,9 @@ Environment of every worker process
 ``PHALANX_HEARTBEAT_FILE``   where ``phalanx.train.heartbeat()`` records progress (hang watchdog)
 ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1``  a failed NCCL collective raises rather than hangs
 ``PHALANX_RAY_NODE_ID``      on Ray compute: the Ray node the rank runs on
+``GLOO_SOCKET_IFNAME``       on Ray compute with several nodes: the interface holding the
+                             node's Ray address, unless already set (Gloo would otherwise
+                             use what the host name resolves to, often loopback)
 ===========================  =====================================================
 
 ``distribution: mpi`` starts the ranks with one ``mpirun`` (:mod:`phalanx.launch.mpi`):

@@ -20,6 +20,7 @@ from phalanx.compute.targets import (
     RayTarget,
     Target,
     check_address,
+    check_driver_here,
     create_target,
     delete_target,
     get_target,
@@ -187,6 +188,7 @@ def _probe(address: str) -> None:
         "for the Ray cluster",
         "check the head node's address and port, or pass --no-check to record it anyway",
     )
+    check_driver_here(address)
 
 
 def check_request(req: TargetCreate) -> None:

@@ -137,7 +137,9 @@ class JobDatastores:
         except (OSError, ValueError) as exc:
             problem = f"{FILE_ENV}={path}: cannot read the job's datastores ({exc})"
             raise PhalanxError(problem) from None
-        self.path, self.fallback = path, fallback
+        # A file a Ray node wrote has no workspace behind it: PHALANX_HOME there is the
+        # node's own folder, whose empty workspace knows none of the server's names.
+        self.path, self.fallback = path, fallback and not data.get("no_workspace")
         self.datastores: dict[str, Any] = dict(data.get("datastores") or {})
         self.assets: dict[str, str] = dict(data.get("assets") or {})
         self._secrets = _Values(path, dict(data.get("secrets") or {}))
@@ -150,9 +152,9 @@ class JobDatastores:
             if self.fallback:
                 return self._workspace(f"azureml://datastores/{datastore}/paths/{path}")
             raise PhalanxError(
-                f"datastore {datastore!r} is not one this job may use: a job on a server "
-                "resolves only the datastores its spec names; name it in an input, an output "
-                "or the command"
+                f"datastore {datastore!r} is not one this job may use: a job on a server or "
+                "a Ray node resolves only the datastores its spec names; name it in an input, "
+                "an output or the command"
             )
         return DATASTORE_ADAPTER.validate_python(config).location(path, self._secrets)
 
@@ -166,8 +168,8 @@ class JobDatastores:
             with _workspace() as ws:
                 return get_asset(ws, name, version).path
         raise PhalanxError(
-            f"data asset {name}:{version} is not one this job may use: a job on a server "
-            "resolves only the assets its inputs name"
+            f"data asset {name}:{version} is not one this job may use: a job on a server or "
+            "a Ray node resolves only the assets its inputs name"
         )
 
     def _workspace(self, uri: str) -> Location:
