@@ -118,10 +118,18 @@ def test_the_bed_leaves_nothing_behind_after_a_failure_or_a_killed_test() -> Non
 
 @pytest.fixture
 def team() -> Iterator[HostBed]:
-    """A server host running ``phalanx server start`` and a client host with only the CLI."""
+    """A server host running PostgreSQL and ``phalanx server start`` on it, and a client
+    host with only the CLI."""
     with HostBed(["server", "client"]) as bed:
         server = bed["server"]
-        env = server.env(PHALANX_HOME=SERVER_HOME)
+        # PostgreSQL on the server host, as a team installs it: its files in the host's
+        # own /tmp, listening on the host's own loopback (tests/pg.py, run there).
+        start_pg = (
+            "import json, sys; sys.path.insert(0, sys.argv[1]); import pg; "
+            "print(json.dumps(pg.start().create_database()))"
+        )
+        made = server.run([sys.executable, "-c", start_pg, str(hostbed.REPO / "tests")])
+        env = server.env(PHALANX_HOME=SERVER_HOME, PHALANX_DB=json.loads(made.stdout))
         token = server.run(["phalanx", "server", "token", "create", "--user", "alice"],
                            env).stdout.split()[0]  # fmt: skip
         start = (f"exec phalanx server start --host {server.address} --port {PORT} "
@@ -196,6 +204,8 @@ def test_a_client_host_runs_a_job_on_the_server_host_and_reads_its_output(
     assert shown["status"] == "Completed", shown
     # What the server keeps is on the server host alone.
     assert team["server"].exists(f"{SERVER_HOME}/jobs/{name}")
+    # The records are in the server host's PostgreSQL, not in a SQLite file.
+    assert not team["server"].exists(f"{SERVER_HOME}/phalanx.db")
     assert not client.exists(SERVER_HOME)
     assert not team["server"].exists("/root/work")
 
