@@ -35,7 +35,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -406,9 +406,3 @@ def leftovers(bed: str = "") -> list[str]:
     mounts = Path("/proc/self/mountinfo").read_text().splitlines()
     found += [f"mount {line}" for line in mounts if MOUNT_SOURCE in line]
     return found
-
-
-@contextlib.contextmanager
-def host_bed(names: Sequence[str]) -> Iterator[HostBed]:
-    with HostBed(names) as bed:
-        yield bed

@@ -13,7 +13,8 @@ import fsspec
 import pytest
 
 from conftest import Cli
-from phalanx.compute.nodejob import NODE_HOME_ENV, NodeFolder, NodeJob, pack
+from phalanx.archives import pack_folder
+from phalanx.compute.nodejob import NODE_HOME_ENV, NodeFolder, NodeJob
 from phalanx.compute.plan import JobPlan, OutputPlan
 from phalanx.spec import InputSpec, interpolate, render_literal
 from phalanx.storage.location import Location
@@ -170,7 +171,7 @@ def test_a_ray_node_quotes_its_own_paths(tmp_path: Path, monkeypatch: pytest.Mon
         env={},
     )
     job = NodeJob(job_name="j1", plan=plan, files="local")
-    folder = NodeFolder(job, 0, code=pack(tmp_path / "no code"))
+    folder = NodeFolder(job, 0, code=pack_folder(tmp_path / "no code"))
     try:
         model = folder.root / "named_outputs" / "model"
         assert " " in str(model)

@@ -28,12 +28,15 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from phalanx.errors import PhalanxError, PreparationCanceled
 from phalanx.spec import InputSpec
 from phalanx.storage.cache import NodeCache
 from phalanx.storage.location import Location
+
+if TYPE_CHECKING:
+    from phalanx.storage.mount import MountHandle
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -65,6 +68,17 @@ class InputsReady:
     def on_close(self, fn: Callable[..., object], *args: object) -> None:
         """Run ``fn(*args)`` at :meth:`close` (last registered, first run)."""
         self._stack.callback(fn, *args)
+
+    def keep_mount(self, handle: MountHandle) -> None:
+        """Keep a mount for the whole job: the sweep after each attempt leaves its server
+        alone, and :meth:`close` unmounts it."""
+        from phalanx.launch.procs import protect, unprotect
+
+        pid = handle.process.pid
+        if pid is not None:
+            protect(pid)
+            self.on_close(unprotect, pid)
+        self.on_close(handle.unmount)
 
     def close(self) -> None:
         self._stack.close()
@@ -202,7 +216,6 @@ def _mount(
     ready: InputsReady,
     owner: tuple[int, int] | None = None,
 ) -> Path:
-    from phalanx.launch.procs import protect, unprotect
     from phalanx.storage.mount import cleanup_stale, fuse_available, start_mount
 
     reason = fuse_available()
@@ -221,12 +234,7 @@ def _mount(
         handle = start_mount(folder, mountpoint, cache, log_path=log_path, owner=owner)
     except PhalanxError as exc:
         raise PhalanxError(f"inputs.{name}: {exc}") from exc
-    # The mount serves every attempt: the sweep after an attempt must leave it alone.
-    pid = handle.process.pid
-    if pid is not None:
-        protect(pid)
-        ready.on_close(unprotect, pid)
-    ready.on_close(handle.unmount)
+    ready.keep_mount(handle)  # it serves every attempt
     log.info("inputs.%s: %s mounted read-only at %s", name, loc.url, mountpoint)
     if value.type == "uri_file":
         return mountpoint / loc.path.rpartition("/")[2]

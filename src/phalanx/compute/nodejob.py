@@ -34,8 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from phalanx.archives import pack_folder as pack
-from phalanx.archives import unpack_folder as unpack
+from phalanx.archives import unpack_folder
 from phalanx.compute.inputs import InputsReady, is_local_fs
 from phalanx.compute.plan import JobPlan
 from phalanx.compute.ready import Ready, make_ready
@@ -49,7 +48,7 @@ from phalanx.storage.cache import NodeCache
 log = logging.getLogger(__name__)
 
 NODE_HOME_ENV = "PHALANX_NODE_HOME"
-__all__ = ["NODE_HOME_ENV", "NodeFolder", "NodeJob", "node_home", "pack", "unpack"]
+__all__ = ["NODE_HOME_ENV", "NodeFolder", "NodeJob", "node_home"]
 SKIPPED = frozenset({"named_outputs"})
 """Folders of a node's job folder not shipped as such (named outputs go to their own)."""
 
@@ -147,11 +146,11 @@ class NodeFolder:
         """A new job folder: the code and the workspace's checkpoints (a folder an agent
         that died left behind is replaced)."""
         shutil.rmtree(self.root, ignore_errors=True)
-        unpack(code, self.root / "code")
+        unpack_folder(code, self.root / "code")
         for sub in ("user_logs", "system_logs", "outputs", "checkpoints"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         if checkpoints:
-            unpack(checkpoints, self.root / "checkpoints")
+            unpack_folder(checkpoints, self.root / "checkpoints")
 
     def _ready(self, mounts: Path) -> Ready:
         """The inputs made ready on this node (through its cache), the command its own."""

@@ -43,7 +43,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from phalanx.compute.nodejob import NodeJob, pack
+from phalanx.archives import pack_folder
+from phalanx.compute.nodejob import NodeJob
 from phalanx.compute.ship import apply
 from phalanx.compute.targets import RayTarget, check_driver_here
 from phalanx.environments.containers.nodebuild import NodeBuildError
@@ -211,7 +212,7 @@ class RayCompute:
         if env is not None and env.builds and not has_image:
             self._runtime_env = ray_runtime_env(env.pip_file, env.conda_file)
         files = self.target.files
-        self._code = pack(paths.code) if files == "local" else None
+        self._code = pack_folder(paths.code) if files == "local" else None
         self._paths = paths
         self._job = NodeJob(
             job_name=paths.root.name,
@@ -363,7 +364,7 @@ class RayCompute:
                 self._code = ray.put(self._code)
             job = replace(job, code=self._code)
             if any(self._paths.checkpoints.rglob("*")):
-                checkpoints = ray.put(pack(self._paths.checkpoints))
+                checkpoints = ray.put(pack_folder(self._paths.checkpoints))
         started = time.monotonic()
         # A node that pulls or builds an image may take long: only the job's own deadline
         # (and a cancel) bounds it then.

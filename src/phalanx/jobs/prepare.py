@@ -191,7 +191,6 @@ def _rw_mount(
     account: JobAccount | None = None,
 ) -> Path:
     """Mount a datastore folder read-write for the whole job; files land there on close."""
-    from phalanx.launch.procs import protect, unprotect
     from phalanx.storage.mount import cleanup_stale
     from phalanx.storage.rwmount import start_rw_mount
 
@@ -206,11 +205,7 @@ def _rw_mount(
         )  # fmt: skip
     except PhalanxError as exc:
         raise PhalanxError(f"outputs.{name}: {exc}") from exc
-    pid = handle.process.pid
-    if pid is not None:
-        protect(pid)
-        ready.on_close(unprotect, pid)
-    ready.on_close(handle.unmount)  # uploads what is still open, then unmounts
+    ready.keep_mount(handle)  # its unmount uploads what is still open
     log.info("outputs.%s: %s mounted read-write at %s", name, dest.url, mountpoint)
     return mountpoint
 

@@ -19,12 +19,11 @@ import time
 from pathlib import Path
 
 from phalanx.launch.rootcause import tail
-from phalanx.launch.stacks import dump_stacks
 from phalanx.workspace import JobPaths, RootCause
 
 STACK_DUMP_WAIT_S = 1.0
 
-__all__ = ["STACK_DUMP_WAIT_S", "Watchdog", "dump_stacks"]
+__all__ = ["STACK_DUMP_WAIT_S", "Watchdog"]
 
 
 class Watchdog:

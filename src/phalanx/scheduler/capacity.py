@@ -16,7 +16,7 @@ from phalanx.scheduler import ledger
 from phalanx.scheduler.model import Capacity, Host, launchers_for
 from phalanx.workspace import Workspace
 
-__all__ = ["LOCAL_HOST", "detect_cpus", "detect_gpus", "detect_memory", "local_capacity"]
+__all__ = ["LOCAL_HOST", "local_capacity"]
 
 LOCAL_HOST = "localhost"
 """The host of every local target's allocations: one machine, whatever its name."""

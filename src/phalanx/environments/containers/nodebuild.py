@@ -72,7 +72,7 @@ def for_nodes(env: EnvironmentSpec, *, check_only: bool = False) -> NodeBuild | 
         PhalanxError: the build context, Dockerfile, pip or conda file is missing or
             names files outside its folder. One line each.
     """
-    from phalanx.archives import pack_folder as pack
+    from phalanx.archives import pack_folder
     from phalanx.environments.containers.build import context_build
     from phalanx.environments.pythonenv import copy_requirements
 
@@ -82,13 +82,13 @@ def for_nodes(env: EnvironmentSpec, *, check_only: bool = False) -> NodeBuild | 
         sent = _sent(context)  # the ignore files read: a bad pattern is refused here
         if check_only:
             return None
-        return NodeBuild(files=pack(context.path, sent), dockerfile=dockerfile)
+        return NodeBuild(files=pack_folder(context.path, sent), dockerfile=dockerfile)
     if env.image is None or not env.builds:
         return None
     if env.pip_file is not None:
         with tempfile.TemporaryDirectory(prefix="phalanx-pip-") as tmp:
             copied = copy_requirements(Path(env.pip_file), Path(tmp))
-            return NodeBuild(files=pack(Path(tmp)), base=env.image, pip_file=copied.name)
+            return NodeBuild(files=pack_folder(Path(tmp)), base=env.image, pip_file=copied.name)
     conda = env.conda_file
     if not isinstance(conda, dict):
         from phalanx.spec.yamldoc import load_yaml, read_text
@@ -192,7 +192,7 @@ def ready_on_node(
 def _unpacked(build: NodeBuild, contexts: Path) -> Path:
     """The build's files in a folder of their own, named by their content; unpacked once
     (two jobs' agents on one machine may race: the first rename wins)."""
-    from phalanx.archives import unpack_folder as unpack
+    from phalanx.archives import unpack_folder
 
     folder = contexts / build.digest
     if folder.is_dir():
@@ -200,7 +200,7 @@ def _unpacked(build: NodeBuild, contexts: Path) -> Path:
     contexts.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{build.digest}.", dir=contexts))
     try:
-        unpack(build.files, tmp)
+        unpack_folder(build.files, tmp)
         os.rename(tmp, folder)
     except OSError:
         if not folder.is_dir():
