@@ -9,10 +9,14 @@ Each host of a :class:`HostBed` is a set of Linux namespaces made by the bed
   other only over those addresses; a host's ``127.0.0.1`` is its own.
 - **mount**: ``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``$HOME`` (``/root``) are
   private tmpfs mounts, so no host sees another's files, the test's
-  ``tmp_path`` or any ``PHALANX_HOME``. The interpreter's own installation is
-  bound back read-only where a private mount hid it; the checkout (phalanx's
+  ``tmp_path`` or any ``PHALANX_HOME``; so are podman's stores (its images and
+  its run state), so a host has only the images loaded or built on it. The
+  interpreter's own installation is bound back read-only where a private mount
+  hid it; the checkout (phalanx's
   code and virtual environment) is shared read-only, as an install is the same
   on every machine.
+- ``/sys`` is the host's network namespace's own, with this machine's cgroup
+  hierarchies bound back under it (for the container runtime).
 - **PID** and **UTS**: its own process table (``/proc`` shows only its
   processes) and its own host name. The namespace's first process reaps
   orphans; killing it ends every process of the host at once, which is how a
@@ -49,6 +53,8 @@ MOUNT_SOURCE = "phalanx-hostbed"
 RECORDS = Path("/run/phalanx-hostbed")
 """One file per open bed: its namespaces and the pid of the test process that owns it."""
 PRIVATE = ("/tmp", "/var/tmp", "/dev/shm", "/root")
+CONTAINER_STORES = ("/var/lib/containers", "/run/containers", "/run/libpod")
+"""Rootful podman's image store, run root and state: private to each host, empty at start."""
 START_S = 20.0
 
 # The first process of a host: its host name, private mounts, then reaping orphans
@@ -58,9 +64,17 @@ import os, signal, socket, subprocess, sys
 name, keep, private = sys.argv[1], sys.argv[2], sys.argv[3:]
 socket.sethostname(name)
 held = os.open(keep, os.O_PATH) if keep else None
+# /sys as this network namespace shows it (its own links), with the machine's cgroup
+# hierarchies bound back under it for the container runtime.
+cgroups = os.open("/sys/fs/cgroup", os.O_PATH)
+subprocess.run(["mount", "-t", "sysfs", "sysfs", "/sys"], check=True)
+subprocess.run(["mount", "--no-canonicalize", "--rbind", f"/proc/self/fd/{cgroups}",
+                "/sys/fs/cgroup"], check=True, pass_fds=(cgroups,))
+os.close(cgroups)
 for path in private:
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=1777" if path != "/root" else
-                    "mode=0755", "phalanx-hostbed", path], check=True)
+    mode = "mode=1777" if path.startswith(("/tmp", "/var/tmp", "/dev/shm")) else "mode=0755"
+    os.makedirs(path, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", mode, "phalanx-hostbed", path], check=True)
 if held is not None:
     os.makedirs(keep, exist_ok=True)
     subprocess.run(["mount", "--no-canonicalize", "--bind", f"/proc/self/fd/{held}", keep],
@@ -175,6 +189,27 @@ class Host:
         """Whether ``path`` exists on the host."""
         return self.run(["test", "-e", path], check=False).returncode == 0
 
+    def load_image(self, image: str, timeout: float = 300.0) -> None:
+        """Put this machine's podman image ``image`` into the host's own store (as an
+        operator pulls a base image onto each machine): ``podman save`` here, piped into
+        ``podman load`` there. Nothing when the host has it already."""
+        if self.run(["podman", "image", "exists", image], check=False).returncode == 0:
+            return
+        save = subprocess.Popen(["podman", "save", image], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)  # fmt: skip
+        try:
+            load = subprocess.run(self.argv(["podman", "load", "--quiet"]), stdin=save.stdout,
+                                  capture_output=True, timeout=timeout, env=self.env())  # fmt: skip
+        finally:
+            assert save.stdout is not None
+            save.stdout.close()
+            save.wait(timeout=timeout)
+        if save.returncode != 0 or load.returncode != 0:
+            raise AssertionError(
+                f"loading {image} on {self.name}: {load.stderr.decode()[-2000:]}"
+                f" {save.stderr.read().decode()[-2000:] if save.stderr else ''}"
+            )
+
     @property
     def alive(self) -> bool:
         return self.holder.poll() is None
@@ -275,9 +310,9 @@ class HostBed:
         init = RECORDS / "hostinit.py"
         init.write_text(_INIT)
         holder = subprocess.Popen(
-            ["ip", "netns", "exec", ns, "unshare", "--mount", "--uts", "--pid", "--fork",
+            ["nsenter", f"--net=/run/netns/{ns}", "unshare", "--mount", "--uts", "--pid", "--fork",
              "--mount-proc", "--propagation", "private", "--",
-             sys.executable, str(init), name, keep, *PRIVATE],
+             sys.executable, str(init), name, keep, *PRIVATE, *CONTAINER_STORES],
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOSTBED_REPO": str(REPO)},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

@@ -124,7 +124,8 @@ def team() -> Iterator[Team]:
             start_ray_worker(bed, name)
         _wait_nodes(head, 3)
         server = bed["server"]
-        env = server.env(PHALANX_HOME=SERVER_HOME)
+        # Each node samples its machine every second (the default, 15 s, outlasts the jobs).
+        env = server.env(PHALANX_HOME=SERVER_HOME, PHALANX_SYSTEM_METRICS_INTERVAL="1")
         token = server.run(["phalanx", "server", "token", "create", "--user", "alice"],
                            env).stdout.split()[0]  # fmt: skip
         start = (f"exec phalanx server start --host {server.address} --port {PORT} "
@@ -364,7 +365,7 @@ def test_a_job_reads_and_writes_the_blob_host_from_the_worker_hosts(team: Team) 
     container = _blob_container(team, {"train/a.txt": "one two three", "train/b/c.txt": "four"})
     _datastore(team, "blobs", container)
     client.write("/root/train/src/train.py", TRAIN)
-    client.write("/root/train/job.yml", _train_spec(steps=3, pause=0.1))
+    client.write("/root/train/job.yml", _train_spec(steps=3, pause=1.0))
     created = client.run(["phalanx", "job", "create", "-f", "job.yml"], env, cwd="/root/train")
     name = created.stdout.split()[-1]
     streamed = client.run(["phalanx", "job", "stream", name, "--all-ranks"], env,
@@ -382,6 +383,16 @@ def test_a_job_reads_and_writes_the_blob_host_from_the_worker_hosts(team: Team) 
     saved = _blob_names(team, container, "checkpoints/")
     committed = sorted(n.split("/")[1] for n in saved if n.endswith("/COMMITTED"))
     assert committed[-1] == f"step_{2:012d}", sorted(saved)
+    # Each worker host sampled its own machine, named by its node; the server host, where
+    # no rank ran, sampled nothing.
+    metrics = json.loads(client.run(["phalanx", "job", "metrics", name, "--json"], env).stdout)
+    for node in range(2):
+        assert metrics.get(f"system/node{node}/job_rss_gb"), sorted(metrics)
+    assert "system/cpu_percent" not in metrics, sorted(metrics)
+    sampled = team.bed["server"].run(
+        ["sh", "-c", f"cat {SERVER_HOME}/jobs/{name}/system_metrics_attempt*_node*.jsonl"]
+    )
+    assert {json.loads(ln)["node"] for ln in sampled.stdout.splitlines()} == {"w1", "w2"}
     # The key reached the ranks in a file of their node's own, gone with the job; it is in
     # no file of a worker host, nor of the job's folder on the server.
     for host, folder in (("w1", "/root"), ("w2", "/root"), ("server", f"{SERVER_HOME}/jobs")):
@@ -553,6 +564,66 @@ def test_an_mpi_job_runs_its_ranks_on_the_two_worker_hosts(team: Team) -> None:
         assert lines and lines[0].endswith("allreduce 3"), story
         hosts.append(lines[0].split(" on ")[1].split()[0])
     assert sorted(hosts) == ["w1", "w2"], story
+
+
+IN_IMAGE = """\
+import os, pathlib, socket
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+t = torch.tensor([float(rank + 1)])
+dist.all_reduce(t)
+marker = pathlib.Path("/opt/marker").read_text().strip()
+print(f"rank {rank} on {socket.gethostname()} marker {marker} total {t.item()}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_job_in_an_image_built_by_the_worker_hosts(team: Team) -> None:
+    """The spec names a Docker context on the client's disk. It travels with the job to
+    the server, whose supervisor sends it to the nodes; each worker host builds the image
+    in its own podman store (only the base image was put there, as an operator pulls it)
+    and runs its node in it. Neither the client nor the server host builds or holds it."""
+    from test_containers import IMAGE, make_test_image
+
+    make_test_image()
+    for worker in ("w1", "w2"):
+        team.bed[worker].load_image(IMAGE)
+    client, env = team.bed["client"], team.client_env()
+    value = time.time_ns()  # new content: a fresh build on each host
+    client.write("/root/img/ctx/Dockerfile", f"FROM {IMAGE}\nCOPY marker.txt /opt/marker\n")
+    client.write("/root/img/ctx/marker.txt", f"built-{value}\n")
+    client.write("/root/img/src/in_image.py", IN_IMAGE)
+    client.write(
+        "/root/img/job.yml",
+        "command: python in_image.py\ncode: src\ncompute: cluster\n"
+        "environment: {build: {path: ctx}}\nresources: {instance_count: 2}\n"
+        "distribution: {type: pytorch, process_count_per_instance: 1}\n"
+        "limits: {timeout: 600}\n",
+    )
+    created = client.run(["phalanx", "job", "create", "-f", "job.yml"], env, cwd="/root/img")
+    name = created.stdout.split()[-1]
+    streamed = client.run(["phalanx", "job", "stream", name, "--all-ranks"], env,
+                          timeout=600, check=False)  # fmt: skip
+    story = _story(team, name, streamed.stdout + streamed.stderr)
+    assert streamed.returncode == 0, story
+    hosts = []
+    for rank in range(2):
+        lines = [ln for ln in streamed.stdout.splitlines() if f"rank {rank} on " in ln]
+        assert lines and lines[0].endswith(f"marker built-{value} total 3.0"), story
+        hosts.append(lines[0].split(" on ")[1].split()[0])
+    assert sorted(hosts) == ["w1", "w2"], story
+    # Each node's build log came back to the server's workspace.
+    for node in range(2):
+        log = _fetch(team, f"jobs/{name}/files/system_logs/image_build_node{node}.txt").decode()
+        assert "COPY marker.txt" in log, log
+    # Each worker host built its own image; the server and client hosts hold none.
+    for worker in ("w1", "w2"):
+        images = team.bed[worker].run(["podman", "images", "--format", "{{.Repository}}"])
+        assert "localhost/phalanx-env" in images.stdout.split(), images.stdout
+    for other in ("server", "client"):
+        held = team.bed[other].run(["podman", "images", "-q"], check=False)
+        assert held.stdout.split() == [], (other, held.stdout, held.stderr)
 
 
 def test_an_input_on_the_clients_disk_is_refused_for_the_ray_hosts(team: Team) -> None:

@@ -233,3 +233,29 @@ def test_latest_is_the_last_logged_and_odd_steps_are_skipped(tmp_path: Path) -> 
     assert history["loss"] == [(100, 1.0), (None, 9.0)]  # stepped in step order, then the rest
     assert latest_metrics(tmp_path)["acc"] == 0.5
     assert latest_metrics(tmp_path)["loss"] == 1.0  # the last valid line written wins
+
+
+def test_each_ray_nodes_samples_read_back_named_by_node_across_attempts(tmp_path: Path) -> None:
+    """A Ray node samples its machine into a file per attempt and node; read together,
+    node K's values are ``system/node<K>/…`` and its samples number on from attempt to
+    attempt (each attempt's agent counts from 0). Other files of the folder are not read."""
+    from phalanx.workspace.metrics import node_metrics_file, read_system_metrics
+
+    def sampled(file: str, values: list[float], node: str) -> None:
+        lines = [{"name": "system/cpu_percent", "value": v, "step": i, "node": node}
+                 for i, v in enumerate(values)]  # fmt: skip
+        (tmp_path / file).write_text("".join(json.dumps(r) + "\n" for r in lines))
+
+    sampled(node_metrics_file(2, 0), [30.0], "w2")  # the attempt that resumed, on w2
+    sampled(node_metrics_file(1, 0), [10.0, 11.0], "w1")
+    sampled(node_metrics_file(1, 1), [20.0], "w2")
+    sampled("system_metrics_attemptX_node0.jsonl", [99.0], "w9")
+    history = read_system_metrics(tmp_path)
+    assert history == {
+        "system/node0/cpu_percent": [(0, 10.0), (1, 11.0), (2, 30.0)],
+        "system/node1/cpu_percent": [(0, 20.0)],
+    }
+    # The supervisor's own samples (nodes on its machine) keep their names.
+    sampled("system_metrics.jsonl", [5.0], "server")
+    assert read_system_metrics(tmp_path)["system/cpu_percent"] == [(0, 5.0)]
+    assert read_system_metrics(tmp_path / "missing") == {}

@@ -48,6 +48,8 @@ from phalanx.launch.mpi_agent import SOCKET_ENV
 from phalanx.launch.node import NodeLaunch
 from phalanx.launch.ports import free_ports
 from phalanx.launch.stacks import dump_stacks
+from phalanx.launch.sysmetrics import SystemSampler
+from phalanx.workspace.metrics import node_metrics_file
 
 _BUILD_STOP_S = 20.0
 """How long :meth:`NodeAgent.close` waits for a canceled build to stop."""
@@ -65,6 +67,8 @@ class NodeAgent:
         self._folder: NodeFolder | None = None
         self._armed: tuple[dict[str, str], Path, NodeLaunch] | None = None
         self._image: ImageRef | None = None
+        self._interval = 0.0
+        self._sampler: SystemSampler | None = None
         self._answer: tuple[int, list[Change], bool] = (0, [], False)
         """The last changes sent (sequence number, changes, more): sent again until the
         supervisor says it has them."""
@@ -88,6 +92,7 @@ class NodeAgent:
         if isinstance(checkpoints, ray.ObjectRef):
             checkpoints = ray.get(checkpoints)
         self._folder = NodeFolder(job, node_rank, code=code, checkpoints=checkpoints)
+        self._interval = job.sample_interval
         if job.image is not None or job.image_build is not None:
             self._image = self._ready_image(job, node_rank)
 
@@ -153,6 +158,10 @@ class NodeAgent:
             # other nodes would be told to connect there. The node's Ray address is the one
             # they reach it at. A value the spec or the node's operator set is kept.
             env.setdefault("GLOO_SOCKET_IFNAME", interface)
+        if self._folder is not None and self._sampler is None:
+            # This node's machine, and the processes this agent starts (launcher, ranks).
+            file = node_metrics_file(launch.attempt, launch.node_rank)
+            self._sampler = SystemSampler(self._folder.root, self._interval, file).start()
         if launch.distribution == "mpi" and launch.node_rank > 0:
             log.parent.mkdir(parents=True, exist_ok=True)
             self._armed = (env, log, launch)
@@ -261,6 +270,8 @@ class NodeAgent:
     def close(self) -> None:
         """Stop a build in progress; unmount the job's inputs on this node."""
         self._closing.set()
+        if self._sampler is not None:
+            self._sampler.stop()
         if self._building.acquire(timeout=_BUILD_STOP_S):
             self._building.release()
         folder, self._folder = self._folder, None

@@ -61,8 +61,8 @@ class Compute(Protocol):
 
     name: str
     prepares_on_nodes: bool
-    """Whether each node makes the job ready itself (its inputs, its environment), or
-    the supervisor does, on this machine, before any node starts."""
+    """Whether each node makes the job ready itself (its inputs, its environment) and
+    samples its own machine's system metrics, or the supervisor does, on this machine."""
     starts_every_node: bool
     """MPI: whether every node gets a ``start_node`` (``False``: one ``mpirun`` on
     node 0 starts every node's ranks)."""

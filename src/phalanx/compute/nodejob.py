@@ -68,6 +68,9 @@ class NodeJob:
     """The image the nodes run in (``environment.image``), made ready by each node."""
     image_build: NodeBuild | None = None
     """What each node builds the job's image from (a build context, a pip layer)."""
+    sample_interval: float = 0.0
+    """Seconds between samples of each node's machine (:mod:`phalanx.launch.sysmetrics`);
+    ``0``: none. The supervisor's setting, as the nodes' environment is Ray's."""
 
     @property
     def job_dir(self) -> Path:

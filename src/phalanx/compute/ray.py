@@ -161,7 +161,8 @@ class RayCompute:
 
     name = "ray"
     prepares_on_nodes = True
-    """Inputs are made ready, and the environment built, by each node."""
+    """Inputs are made ready, the environment built and the machine's system metrics
+    sampled by each node."""
     starts_every_node = True
     """Every node gets an agent call to start, MPI's too: it ships its files, and runs
     the daemon ``mpirun`` asks for."""
@@ -205,6 +206,7 @@ class RayCompute:
         """
         from phalanx.environments.containers.nodebuild import for_nodes
         from phalanx.environments.pythonenv import ray_runtime_env
+        from phalanx.launch.sysmetrics import sample_interval
 
         env = plan.environment
         has_image = env is not None and (env.image is not None or env.build is not None)
@@ -220,6 +222,7 @@ class RayCompute:
             files=files,
             image=env.image if env is not None else None,
             image_build=for_nodes(env) if env is not None else None,
+            sample_interval=sample_interval(),
         )
 
     def connect(self) -> None:

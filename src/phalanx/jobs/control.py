@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from phalanx.errors import PhalanxError
-from phalanx.jobs.sysmetrics import INTERVAL_ENV
+from phalanx.launch.sysmetrics import INTERVAL_ENV
 from phalanx.scheduler.bell import job_bell, ring
 from phalanx.scheduler.ledger import release
 from phalanx.scheduler.process import ensure_running, is_supervisor

@@ -49,7 +49,6 @@ from phalanx.exitcodes import PREEMPTED_EXIT_CODE
 from phalanx.jobs.policy import decide
 from phalanx.jobs.prepare import Prepared, prepare
 from phalanx.jobs.register import register_outputs
-from phalanx.jobs.sysmetrics import SystemSampler
 from phalanx.jobs.uploads import UPLOAD_REQUEST, UploadLoop
 from phalanx.jobs.watchdog import STACK_DUMP_WAIT_S, Watchdog
 from phalanx.launch.node import NodeLaunch
@@ -60,6 +59,7 @@ from phalanx.launch.rootcause import (
     read_rank_records,
     root_cause,
 )
+from phalanx.launch.sysmetrics import SystemSampler
 from phalanx.scheduler.ledger import grant_of, is_releasing, release, set_hosts
 from phalanx.scheduler.model import NodeGrant
 from phalanx.scheduler.process import ensure_running, is_running, poke
@@ -173,7 +173,9 @@ class JobRunner:
             return self._finish(JobStatus.CANCELED, None)
         if not self.ws.set_status(self.name, JobStatus.PREPARING):
             return self.ws.get_job(self.name).status  # ended meanwhile (canceled)
-        sampler = SystemSampler(self.paths.root).start()
+        # Where the nodes are elsewhere (Ray), each samples its own machine.
+        interval = 0.0 if self.compute.prepares_on_nodes else None
+        sampler = SystemSampler(self.paths.root, interval).start()
         try:
             return self._prepare_and_run(spec, deadline)
         finally:

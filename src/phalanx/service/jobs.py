@@ -276,10 +276,10 @@ class LocalJobs:
         return preempt(self.ws, name, nodes)
 
     def metrics(self, name: str) -> tuple[History, History]:
-        from phalanx.workspace.metrics import SYSTEM_METRICS_FILE, read_metrics
+        from phalanx.workspace.metrics import read_metrics, read_system_metrics
 
         job_dir = Path(self.ws.get_job(name).job_dir)
-        return read_metrics(job_dir), read_metrics(job_dir, SYSTEM_METRICS_FILE)
+        return read_metrics(job_dir), read_system_metrics(job_dir)
 
     def follower(self, name: str, *, all_ranks: bool) -> LogFollower:
         return LogFollower(self.ws.paths(name), all_ranks=all_ranks)

@@ -1,5 +1,7 @@
 """Reading a job's metrics back: ``metrics.jsonl`` (from ``phalanx.train.log_metric``)
-and ``system_metrics.jsonl`` (sampled by the supervisor).
+and the system metrics: ``system_metrics.jsonl`` (sampled by the supervisor, where
+the nodes are its machine) and one file per attempt and node sampled by each Ray
+node (:func:`node_metrics_file`), read together by :func:`read_system_metrics`.
 
 ``phalanx.train.metrics`` writes the first file from inside the ranks; this
 module is the reader's side, for the CLI and the model registry.
@@ -7,8 +9,10 @@ module is the reader's side, for the CLI and the model registry.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +21,7 @@ from phalanx.nofollow import open_file
 
 METRICS_FILE = "metrics.jsonl"  # phalanx.train.metrics.METRICS_FILE; workspace never imports train
 SYSTEM_METRICS_FILE = "system_metrics.jsonl"
+_NODE_FILE = re.compile(r"system_metrics_attempt(\d{1,6})_node(\d{1,6})\.jsonl")
 
 # A job's ranks write the first file, so its reader (a server's thread, the registry)
 # reads it in bounded memory and time: at most MAX_BYTES of it (a job logging more
@@ -41,6 +46,29 @@ def read_metrics(job_dir: Path, file: str = METRICS_FILE) -> History:
         stepped = sorted((k, v) for k, (_, v) in points.items() if not isinstance(k, tuple))
         unstepped = sorted((o, v) for k, (o, v) in points.items() if isinstance(k, tuple))
         history[name] = [*stepped, *((None, v) for _, v in unstepped)]
+    return history
+
+
+def node_metrics_file(attempt: int, node: int) -> str:
+    """The file a Ray node samples its machine into during one attempt."""
+    return f"system_metrics_attempt{attempt}_node{node}.jsonl"
+
+
+def read_system_metrics(job_dir: Path) -> History:
+    """The system metrics of every machine the job ran on. The supervisor's samples keep
+    their names (``system/cpu_percent``); node K's are ``system/node<K>/…``, numbered
+    on across the attempts (each attempt's agent counts from 0)."""
+    history = read_metrics(job_dir, SYSTEM_METRICS_FILE)
+    found = []
+    with contextlib.suppress(OSError), os.scandir(job_dir) as entries:
+        for entry in entries:
+            if match := _NODE_FILE.fullmatch(entry.name):
+                found.append((int(match[2]), int(match[1]), entry.name))
+    for node, _attempt, file in sorted(found):
+        for name, points in read_metrics(job_dir, file).items():
+            series = history.setdefault(name.replace("system/", f"system/node{node}/", 1), [])
+            start = len(series)
+            series.extend((start + i, value) for i, (_, value) in enumerate(points))
     return history
 
 

@@ -1,6 +1,10 @@
 """Node system metrics sampled while a job runs: CPU, memory and, where present, GPUs.
 
-One line per value in the job's ``system_metrics.jsonl``, in the same shape as
+Where the nodes are this machine's (local compute) the supervisor samples it
+into the job's ``system_metrics.jsonl``; on Ray each node's agent samples its
+own machine into ``system_metrics_attempt<A>_node<K>.jsonl``
+(:func:`~phalanx.workspace.metrics.node_metrics_file`), which travels back with
+the node's other files. One line per value, in the same shape as
 the script's ``metrics.jsonl`` (``name``, ``value``, ``step`` = sample number,
 ``time``) plus ``node`` (the host name), so ``phalanx job metrics`` reads both:
 
@@ -81,12 +85,15 @@ class SystemSampler:
     """Samples this machine and the calling process's descendants on a thread.
 
     Args:
-        job_dir: The job's folder; lines are appended to its ``system_metrics.jsonl``.
+        job_dir: The job's folder (on a Ray node: its folder there).
         interval: Seconds between samples; ``0`` does nothing.
+        file: The file of ``job_dir`` the lines are appended to.
     """
 
-    def __init__(self, job_dir: Path, interval: float | None = None) -> None:
-        self._file = job_dir / SYSTEM_METRICS_FILE
+    def __init__(
+        self, job_dir: Path, interval: float | None = None, file: str = SYSTEM_METRICS_FILE
+    ) -> None:
+        self._file = job_dir / file
         self._interval = sample_interval() if interval is None else interval
         self._stopped = threading.Event()
         self._procs: dict[int, psutil.Process] = {}
