@@ -444,7 +444,9 @@ def test_amlcompute_becomes_a_local_target_and_an_unknown_compute_is_one_line(
     assert not made.settings["gpus"] and made.max_instances == 1
     got = ml_client.compute.get("cpu-cluster")
     assert got.size is None and got.min_instances is None and got.hosts
-    assert capsys.readouterr().err.count("AmlCompute(...) a local target") == 1
+    noted = capsys.readouterr().err
+    assert noted.count("AmlCompute(...) without a Ray cluster a local target") == 1
+    assert "address='ray://HEAD:10001' (or set PHALANX_RAY_ADDRESS)" in noted
     # Created again (and through MLClient.create_or_update): kept as it is.
     again = ml_client.create_or_update(AmlCompute(name="cpu-cluster", size="STANDARD_NC6"))
     assert again.name == "cpu-cluster" and "kept as it is" in capsys.readouterr().err

@@ -126,3 +126,98 @@ def stop_cluster(cluster: RayCluster, timeout: float = 30.0) -> None:
     _, alive = psutil.wait_procs(list(found.values()), timeout=timeout)
     if alive:
         raise RuntimeError(f"Ray processes of {cluster.temp_dir} still alive: {alive}")
+
+
+HEAD_TYPE = "ray.head.default"
+
+
+def start_autoscaling_cluster(
+    temp_dir: Path,
+    node_types: dict[str, dict[str, float]],
+    *,
+    max_workers: int = 2,
+    idle_timeout_s: float = 6.0,
+) -> RayCluster:
+    """A head at no CPUs with Ray's real autoscaler over its fake multi-node provider,
+    which starts and stops real raylet processes of this machine as nodes.
+
+    Args:
+        node_types: Worker node type → its resources (``{"cpu1": {"CPU": 1}}``); each
+            may grow to ``max_workers`` nodes.
+        idle_timeout_s: The autoscaler's ``idle_timeout_minutes``, in seconds.
+
+    The autoscaler looks every second (``AUTOSCALER_UPDATE_INTERVAL_S``) rather than
+    every five. Nodes share this machine's Ray temp folder and the head's
+    ``PHALANX_NODE_HOME``; :func:`stop_cluster` ends them with the head, by the GCS
+    address on their command lines (never ``ray stop``).
+    """
+    gcs_port, client_port = free_ports(2)
+    head_ip = subprocess.run(
+        [sys.executable, "-c", "import ray; print(ray.util.get_node_ip_address())"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    gcs = f"{head_ip}:{gcs_port}"
+    config = {
+        "cluster_name": f"phalanx-{gcs_port}",
+        "max_workers": max_workers * len(node_types),
+        "upscaling_speed": 10.0,
+        "idle_timeout_minutes": idle_timeout_s / 60,
+        "provider": {
+            "type": "fake_multinode",
+            "gcs_address": gcs,
+            "use_node_id_as_ip": True,
+            "disable_node_updaters": True,
+            "disable_launch_config_check": True,
+        },
+        "available_node_types": {
+            HEAD_TYPE: {"resources": {"CPU": 0}, "node_config": {}, "max_workers": 0},
+            **{
+                name: _worker_type(resources, max_workers) for name, resources in node_types.items()
+            },
+        },
+        "head_node_type": HEAD_TYPE,
+        "auth": {"ssh_user": "phalanx"},
+        "file_mounts": {},
+        "cluster_synced_files": [],
+        "file_mounts_sync_continuously": False,
+        "initialization_commands": [],
+        "setup_commands": [],
+        "head_setup_commands": [],
+        "worker_setup_commands": [],
+        "head_start_ray_commands": [],
+        "worker_start_ray_commands": [],
+    }
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    config_path = temp_dir / "autoscaling.json"
+    config_path.write_text(json.dumps(config))
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    head_env = {
+        **env,
+        "RAY_FAKE_CLUSTER": "1",
+        "AUTOSCALER_UPDATE_INTERVAL_S": "1",
+        "PHALANX_NODE_HOME": str(temp_dir / "nodes" / "fake"),
+    }
+    _ray(["start", "--head", f"--port={gcs_port}", f"--ray-client-server-port={client_port}",
+          "--num-cpus=0", f"--autoscaling-config={config_path}", "--include-dashboard=false",
+          f"--temp-dir={temp_dir}", "--disable-usage-stats"], head_env)  # fmt: skip
+    return RayCluster(gcs, f"ray://127.0.0.1:{client_port}", temp_dir, env)
+
+
+def _worker_type(resources: dict[str, float], max_workers: int) -> dict[str, object]:
+    return {"resources": resources, "node_config": {}, "min_workers": 0, "max_workers": max_workers}
+
+
+def worker_nodes(cluster: RayCluster) -> list[dict[str, object]]:
+    """The live nodes that have resources for jobs (not the head): id and resources."""
+    out = subprocess.run(
+        [sys.executable, "-c",
+         "import json, ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR');"
+         "print('NODES', json.dumps([{'id': n['NodeID'], 'resources': n['Resources']}"
+         " for n in ray.nodes() if n['Alive']]))", cluster.gcs_address],
+        capture_output=True, text=True, env=cluster.env, timeout=60,
+    )  # fmt: skip
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("NODES ")]
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"reading the cluster's nodes failed: {out.stderr[-2000:]}")
+    nodes: list[dict[str, object]] = json.loads(lines[-1].removeprefix("NODES "))
+    return [n for n in nodes if any(k in ("CPU", "GPU") for k in n["resources"])]  # type: ignore[attr-defined]

@@ -29,7 +29,15 @@ def compute_group() -> None:
 
 
 @compute_group.command("create")
-@click.option("--name", required=True)
+@click.option("--name")
+@click.option(
+    "-f",
+    "--file",
+    "file",
+    type=click.Path(dir_okay=False),
+    help="A compute YAML (Azure ML's keys: name, type, min_instances, max_instances, "
+    "idle_time_before_scale_down; phalanx's: address, node_cpus, node_gpus, ...).",
+)
 @click.option(
     "--type", "kind", type=click.Choice(["ray", "local"]), default="ray", show_default=True
 )
@@ -70,9 +78,27 @@ def compute_group() -> None:
     help="local: each node keeps the job's files and ships them back; shared: every node "
     "sees this workspace at the same path.",
 )
+@click.option(
+    "--max-nodes",
+    type=int,
+    help="Ray, elastic: the most worker nodes the cluster's autoscaler may add for the queue.",
+)
+@click.option("--min-nodes", type=int, help="Ray, elastic: worker nodes kept when idle (0).")
+@click.option(
+    "--idle-time-before-scale-down",
+    metavar="DURATION",
+    help="Ray, elastic: how long nodes stay asked for after the last job (120s; e.g. 2m).",
+)
+@click.option(
+    "--node-cpus", type=float, help="Ray, elastic: CPUs of one machine of the worker node type."
+)
+@click.option(
+    "--node-gpus", type=float, help="Ray, elastic: GPUs of one machine of the worker node type."
+)
 @click.option("--no-check", is_flag=True, help="Record it without checking the address answers.")
 def create_cmd(
-    name: str,
+    name: str | None,
+    file: str | None,
     kind: str,
     address: str | None,
     gpus: str | None,
@@ -84,24 +110,51 @@ def create_cmd(
     cpus_per_node: float | None,
     gpus_per_node: float,
     files: str,
+    max_nodes: int | None,
+    min_nodes: int | None,
+    idle_time_before_scale_down: str | None,
+    node_cpus: float | None,
+    node_gpus: float | None,
     no_check: bool,
 ) -> int:
     """Register a compute target: a Ray cluster, or (--type local) a part of this machine.
 
     `--type local --name local` sets what the built-in target may use (e.g. keep
     GPUs 6-7 for something else); delete it to go back to everything found.
+    An elastic Ray target (`--max-nodes`) has its cluster's autoscaler add nodes
+    for the queue and remove them when it is empty.
     """
+    options = {
+        "name": name, "type": kind, "address": address, "gpus": gpus, "cpus": cpus,
+        "memory": memory, "token_env": token_env, "store_token": store_token,
+        "placement": placement, "cpus_per_node": cpus_per_node,
+        "gpus_per_node": gpus_per_node, "files": files, "max_nodes": max_nodes,
+        "min_nodes": min_nodes, "idle_time_before_scale_down": idle_time_before_scale_down,
+        "node_cpus": node_cpus, "node_gpus": node_gpus, "no_check": no_check,
+    }  # fmt: skip
+    if file is not None:
+        from phalanx.service.targets import options_from_yaml
+
+        given = click.get_current_context()
+        flags = [k for k in options if k not in ("store_token", "no_check", "token_env")
+                 and given.get_parameter_source(k if k != "type" else "kind")
+                 == click.core.ParameterSource.COMMANDLINE]  # fmt: skip
+        if flags:
+            raise PhalanxError(
+                f"--{flags[0].replace('_', '-')}: give the target's settings in {file} or as "
+                "options, not both"
+            )
+        options = {**options_from_yaml(file), "store_token": store_token,
+                   "no_check": no_check, "token_env": token_env}  # fmt: skip
+    elif name is None:
+        raise PhalanxError("--name is required (or -f compute.yml with a name)")
     try:
-        req = TargetCreate.model_validate(
-            {"name": name, "type": kind, "address": address, "gpus": gpus, "cpus": cpus,
-             "memory": memory, "token_env": token_env, "store_token": store_token,
-             "placement": placement, "cpus_per_node": cpus_per_node,
-             "gpus_per_node": gpus_per_node, "files": files, "no_check": no_check}
-        )  # fmt: skip
+        req = TargetCreate.model_validate(options)
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"])
         raise PhalanxError(f"--{field.replace('_', '-')}: {first['msg']}") from None
+    name = req.name
     check_request(req)
     if store_token and not token_env and kind == "ray":
         token = sys.stdin.readline().strip()

@@ -30,6 +30,8 @@ def render_queue(out: Console, view: dict[str, Any]) -> None:
             out.print(f"  (the Ray cluster's nodes as read {capacity['read_s_ago']:.0f} s ago)")
     else:
         out.print("  capacity: not read yet (the Ray cluster places what it can)")
+    if scaling := view.get("scaling"):
+        out.print(f"  {scaling_line(scaling)}", highlight=False)
     running = Table(box=None, header_style="bold", title="running", title_justify="left")
     for column in ("JOB", "NODE", "HOST", "GPUS", "CPUS", ""):
         running.add_column(column)
@@ -49,6 +51,21 @@ def render_queue(out: Console, view: dict[str, Any]) -> None:
     for q in view["queued"]:
         queued.add_row(str(q["position"] or "-"), q["job"], f"{q['waiting_s']:.0f}s", q["reason"])
     out.print(queued if view["queued"] else "  nothing queued")
+
+
+def scaling_line(s: dict[str, Any]) -> str:
+    """``elastic: 0 → 2 worker nodes (min 0, max 4), requested 40 s ago; adding 2``."""
+    now = "?" if s["nodes"] is None else str(s["nodes"])
+    asked = s["requested"] if s["requested"] is not None else s["wanted"]
+    line = f"elastic: {now} → {asked} worker nodes (min {s['min_nodes']}, max {s['max_nodes']}"
+    line += f", idle {s['idle_time_before_scale_down']} s before scale-down)"
+    if s["requested_s_ago"] is not None:
+        line += f", requested {s['requested_s_ago']:.0f} s ago"
+    if s["adding"]:
+        line += f"; adding {s['adding']}"
+    if s["trouble"]:
+        line += f"; Ray's autoscaler: {s['trouble']}"
+    return line
 
 
 @click.command("queue")

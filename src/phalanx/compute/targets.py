@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from phalanx.errors import PhalanxError
 from phalanx.storage.secrets import SecretRef, SecretStore, resolve
@@ -102,6 +102,42 @@ class RayTarget(BaseModel):
     files: Literal["local", "shared"] = "local"
     """``local``: each node keeps the job's files in a folder of its own and ships them to
     the workspace; ``shared``: every node sees the workspace at the same path."""
+    max_nodes: int | None = Field(default=None, ge=1, le=10_000)
+    """Elastic: the most worker nodes the cluster's autoscaler may grow to for phalanx's
+    queue (``None``: the cluster's size is its own business, read as it is)."""
+    min_nodes: int = Field(default=0, ge=0, le=10_000)
+    """Elastic: the worker nodes kept however empty the queue."""
+    idle_time_before_scale_down: int = Field(default=120, ge=0, le=7 * 24 * 3600)
+    """Elastic: seconds the nodes are kept asked for after the last job ends."""
+    node_cpus: float | None = Field(default=None, gt=0)
+    """Elastic: the CPUs of one machine of the worker node type the autoscaler adds."""
+    node_gpus: float = Field(default=0, ge=0)
+    """Elastic: the GPUs of one machine of that node type."""
+
+    @model_validator(mode="after")
+    def _elastic_needs_a_node_shape(self) -> RayTarget:
+        if self.max_nodes is None:
+            return self
+        if self.node_cpus is None:
+            raise ValueError(
+                "node_cpus: an elastic target (max_nodes) needs the size of the machines its "
+                "cluster adds: --node-cpus N [--node-gpus G], as its worker node type has"
+            )
+        if self.min_nodes > self.max_nodes:
+            raise ValueError(f"min_nodes {self.min_nodes} is more than max_nodes {self.max_nodes}")
+        bundle_cpus = self.cpus_per_node or 0
+        if bundle_cpus > self.node_cpus or self.gpus_per_node > self.node_gpus:
+            raise ValueError(
+                f"a job node's bundle ({bundle_cpus:g} CPUs, {self.gpus_per_node:g} GPUs: "
+                f"--cpus-per-node/--gpus-per-node) does not fit one machine of the node type "
+                f"({self.node_cpus:g} CPUs, {self.node_gpus:g} GPUs: --node-cpus/--node-gpus)"
+            )
+        return self
+
+    @property
+    def elastic(self) -> bool:
+        """Whether phalanx asks the cluster's autoscaler for the nodes its queue needs."""
+        return self.max_nodes is not None
 
     def token_value(self, ws: Workspace) -> str | None:
         """The token, resolved now (``None`` for a cluster without authentication)."""

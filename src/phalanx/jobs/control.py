@@ -31,6 +31,7 @@ from phalanx.workspace.leases import Holder, take_over
 from phalanx.workspace.snapshot import LIMIT_ENV
 
 if TYPE_CHECKING:
+    from phalanx.scheduler.model import Capacity
     from phalanx.spec import JobSpec
 
 
@@ -68,9 +69,14 @@ def queue_entry(ws: Workspace, spec: JobSpec) -> QueueEntry:
     from phalanx.compute.targets import LocalTarget, resolve_target
     from phalanx.scheduler.capacity import local_capacity
     from phalanx.scheduler.request import priority_of, request_for
+    from phalanx.scheduler.scaling import largest
 
     target = resolve_target(spec.compute, ws)
-    capacity = local_capacity(target, ws) if isinstance(target, LocalTarget) else None
+    capacity: Capacity | None
+    if isinstance(target, LocalTarget):
+        capacity = local_capacity(target, ws)
+    else:  # an elastic cluster at its largest; another Ray cluster's size is unknown
+        capacity = largest(target) if target.elastic else None
     request = request_for(spec, target, capacity)
     priority, tier = priority_of(spec)
     return QueueEntry(

@@ -30,6 +30,11 @@ def job_bell(home: Path, job: str) -> str:
     return _address(home, f"job-{job}")
 
 
+def probe_bell(home: Path, target: str) -> str:
+    """A Ray target's probe: the scheduler rings it when the queue wants other nodes."""
+    return _address(home, f"probe-{hashlib.sha256(target.encode()).hexdigest()[:16]}")
+
+
 def ring(address: str) -> None:
     """Ring ``address`` if someone listens there; never fails."""
     with (

@@ -44,13 +44,14 @@ from pathlib import Path
 from phalanx.compute.targets import LocalTarget, RayTarget, resolve_target
 from phalanx.errors import DatabaseUnavailable, PhalanxError
 from phalanx.scheduler import ledger
-from phalanx.scheduler.bell import Bell, job_bell, ring, scheduler_bell
+from phalanx.scheduler.bell import Bell, job_bell, probe_bell, ring, scheduler_bell
 from phalanx.scheduler.capacity import local_capacity
 from phalanx.scheduler.keeper import JobKeeper
-from phalanx.scheduler.model import Capacity, Decision, Host, QueuedJob
+from phalanx.scheduler.model import Capacity, Decision, Growth, Host, QueuedJob
 from phalanx.scheduler.policy import decide
 from phalanx.scheduler.process import LOCK_FILE
 from phalanx.scheduler.rayprobe import FRESH_S
+from phalanx.scheduler.scaling import node_shape
 from phalanx.workspace import JobRecord, JobStatus, RootCause, Workspace
 from phalanx.workspace.layout import phalanx_home
 from phalanx.workspace.leases import GIVE_UP_S, Holder, LeaseWatch
@@ -71,6 +72,8 @@ class Scheduler:
         self.ws = ws
         self.keeper = keeper
         self._probe_started: dict[str, float] = {}
+        self._wanted: dict[str, int] = {}
+        """The nodes each elastic target's queue wanted at the last round."""
         self._rounds = 0
         self._leases = leases or LeaseWatch()
         self._outages = ws.database.outages
@@ -140,10 +143,9 @@ class Scheduler:
         return lost
 
     def schedule(self, target_name: str) -> Decision | None:
-        """One decision for ``target_name``, applied; ``None`` when it has nothing queued."""
+        """One decision for ``target_name``, applied; ``None`` when it has nothing queued
+        (an elastic target's wanted nodes are still kept: its running jobs hold some)."""
         queued = ledger.queued(self.ws, target_name)
-        if not queued:
-            return None
         try:
             target = resolve_target(target_name, self.ws)
         except DatabaseUnavailable:
@@ -151,6 +153,9 @@ class Scheduler:
         except PhalanxError as exc:
             for job in queued:
                 self.ws.set_status(job.name, JobStatus.FAILED, error=RootCause(message=str(exc)))
+            return None
+        elastic = isinstance(target, RayTarget) and target.elastic
+        if not queued and not elastic:
             return None
         holding = ledger.holding(self.ws, target_name)
         if isinstance(target, LocalTarget):
@@ -162,8 +167,19 @@ class Scheduler:
         else:
             # A Ray cluster's nodes, as its probe last read them; until a fresh reading
             # exists, its jobs start in queue order (Ray queues what it cannot place).
-            capacity = self._ray_capacity(target) or _unbounded(target_name, queued)
+            reading = self._ray_capacity(target)
+            if reading is None and elastic:
+                return None  # its probe is starting: nothing is given before it reads
+            capacity = reading or _unbounded(target_name, queued)
         decision = decide(capacity, holding, queued, time.time())
+        if decision.wanted is not None:
+            ledger.record_wanted(self.ws, target_name, decision.wanted)
+            if self._wanted.get(target_name) != decision.wanted:
+                self._wanted[target_name] = decision.wanted
+                ring(probe_bell(self.ws.home, target_name))
+        for name, why in decision.expired.items():
+            log.info("job %s waited its limits.timeout for nodes: %s", name, why)
+            self._fail(name, why)
         grace = {name: self._grace(name) for name in decision.preempt}
         started = ledger.apply(self.ws, target_name, decision, grace)
         for name in started:
@@ -187,7 +203,8 @@ class Scheduler:
                 )
                 for h in reading[0]
             )
-            return Capacity(target.name, hosts, spread=target.placement == "spread")
+            growth = _growth(self.ws, target, hosts) if target.elastic else None
+            return Capacity(target.name, hosts, target.placement == "spread", growth)
         last = self._probe_started.get(target.name, -math.inf)
         if time.monotonic() - last > FRESH_S:
             self._probe_started[target.name] = time.monotonic()
@@ -216,6 +233,23 @@ class Scheduler:
             except Exception as exc:
                 log.exception("starting a supervisor for %s failed", name)
                 self._fail(name, f"phalanx could not start the job's supervisor: {exc}")
+
+
+def _growth(ws: Workspace, target: RayTarget, hosts: tuple[Host, ...]) -> Growth:
+    """What an elastic target's cluster may still add, and what its autoscaler said."""
+    assert target.max_nodes is not None
+    node = node_shape(target)
+    scaling = ledger.scaling_of(ws, target.name)
+    report = scaling.report if scaling is not None else {}
+    return Growth(
+        max_nodes=target.max_nodes,
+        min_nodes=target.min_nodes,
+        node=node,
+        live=sum(1 for h in hosts if h.cpus > 0 or h.gpus),
+        requested=scaling.requested if scaling is not None else None,
+        requested_at=scaling.requested_at if scaling is not None else None,
+        trouble=report.get("trouble"),
+    )
 
 
 def _unbounded(target: str, queued: list[QueuedJob]) -> Capacity:

@@ -367,3 +367,57 @@ def capacity_reading(ws: Workspace, target: str) -> tuple[list[dict[str, Any]], 
     if not rows:
         return None
     return json.loads(rows[0]["hosts_json"]), float(rows[0]["read_at"])
+
+
+def record_wanted(ws: Workspace, target: str, wanted: int) -> None:
+    """Keep the worker nodes an elastic target's queue wants (the scheduler's side)."""
+    with ws.transaction() as tx:
+        tx.execute(
+            "INSERT INTO scaling (target, wanted, wanted_at) VALUES (:target, :wanted, :now)"
+            " ON CONFLICT (target) DO UPDATE SET wanted = excluded.wanted,"
+            " wanted_at = excluded.wanted_at",
+            {"target": target, "wanted": wanted, "now": time.time()},
+        )
+
+
+def record_request(
+    ws: Workspace, target: str, requested: int, requested_at: float, report: dict[str, Any]
+) -> None:
+    """Keep what was asked of an elastic target's autoscaler and what it reported (the
+    probe's side)."""
+    with ws.transaction() as tx:
+        tx.execute(
+            "INSERT INTO scaling (target, requested, requested_at, report_json, reported_at)"
+            " VALUES (:target, :requested, :at, :report, :now) ON CONFLICT (target) DO UPDATE"
+            " SET requested = excluded.requested, requested_at = excluded.requested_at,"
+            " report_json = excluded.report_json, reported_at = excluded.reported_at",
+            {"target": target, "requested": requested, "at": requested_at,
+             "report": json.dumps(report), "now": time.time()},
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """An elastic target's row: what its queue wants, what was asked, what was reported."""
+
+    wanted: int
+    wanted_at: float | None
+    requested: int | None
+    requested_at: float | None
+    report: dict[str, Any]
+    reported_at: float | None
+
+
+def scaling_of(ws: Workspace, target: str) -> Scaling | None:
+    rows = ws.query("SELECT * FROM scaling WHERE target = :target", {"target": target})
+    if not rows:
+        return None
+    row = rows[0]
+    return Scaling(
+        wanted=int(row["wanted"]),
+        wanted_at=row["wanted_at"],
+        requested=row["requested"],
+        requested_at=row["requested_at"],
+        report=json.loads(row["report_json"]) if row["report_json"] else {},
+        reported_at=row["reported_at"],
+    )

@@ -46,6 +46,25 @@ def launchers_for(cpus: float) -> int:
 
 
 @dataclass(frozen=True)
+class Growth:
+    """How far a cluster may grow: an elastic Ray target, whose autoscaler adds worker
+    nodes of one shape for the queue (:mod:`phalanx.scheduler.scaling`)."""
+
+    max_nodes: int
+    min_nodes: int
+    node: Host
+    """One machine of the node type the autoscaler adds (its name is unused)."""
+    live: int
+    """Worker nodes up now."""
+    requested: int | None = None
+    """Worker nodes last asked of the autoscaler; ``None`` before the first request."""
+    requested_at: float | None = None
+    """When that request was first made (``time.time()``)."""
+    trouble: str | None = None
+    """Why the autoscaler's last scale-up did not come, in its words; ``None`` if none."""
+
+
+@dataclass(frozen=True)
 class Capacity:
     """Everything a compute target has, host by host."""
 
@@ -54,6 +73,8 @@ class Capacity:
     spread: bool = False
     """Nodes of one job go to different hosts (Ray's STRICT_SPREAD). Local
     compute has one host, which every node of a job shares."""
+    growth: Growth | None = None
+    """An elastic cluster: what its autoscaler may add; ``None``: the hosts are all."""
 
     @property
     def gpus(self) -> int:
@@ -176,3 +197,8 @@ class Decision:
     """Queued jobs that stay queued → why, in words."""
     position: dict[str, int] = field(default_factory=dict)
     """Queued jobs → their place in the queue (1 = next)."""
+    wanted: int | None = None
+    """An elastic cluster: the worker nodes the running and waiting jobs need, to be
+    asked of its autoscaler; ``None`` for a cluster that does not grow."""
+    expired: dict[str, str] = field(default_factory=dict)
+    """Queued jobs that waited their whole ``limits.timeout`` for nodes → why they fail."""

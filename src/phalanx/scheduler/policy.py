@@ -28,6 +28,9 @@ The rule
    least work). They save through the preemption path and go back to the
    queue; the freed devices are held for the job they were preempted for.
    A job that is not preemptible is never preempted.
+5. **Growth.** On an elastic cluster a job that does not fit today's nodes but
+   fits what the cluster may still add waits for new nodes instead: no
+   reservation, no preemption (:mod:`phalanx.scheduler.scaling`).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from phalanx.scheduler.model import (
     gib,
 )
 from phalanx.scheduler.placement import Free, never_fits
+from phalanx.scheduler.scaling import Grower, ceiling
 
 # Above this many candidates, victims are chosen greedily instead of by trying every set.
 _EXHAUSTIVE_VICTIMS = 12
@@ -100,12 +104,26 @@ def decide(
     # Jobs started in this pass run too, for the shadow time of a later reservation.
     holding = list(running)
     reservation: _Reservation | None = None
+    largest = ceiling(capacity)
+    grower = Grower(capacity) if capacity.growth is not None else None
+    growing: dict[str, int] = {}
     for job in order:
-        never = never_fits(job.request, capacity)
+        never = never_fits(job.request, largest)
         if never is not None:
             decision.waiting[job.name] = f"cannot start: it {never}"
             continue
         grant = free.place(job.request, capacity.spread)
+        if grant is None and reservation is None and grower is not None:
+            waits_for = grower.claim(job, holding)
+            if waits_for is not None:
+                growing[job.name] = waits_for
+                continue
+        if grant is not None and grower is not None and not grower.leaves_room(holding, grant):
+            # Today's nodes would go to it, and the cluster could not then grow enough for
+            # the jobs ahead that wait for nodes: it waits its turn.
+            ahead = decision.position[job.name] - 1
+            decision.waiting[job.name] = grower.behind(job, ahead)
+            continue
         if reservation is None:
             if grant is not None:
                 _start(decision, free, holding, job, grant, now)
@@ -118,6 +136,14 @@ def decide(
         ahead = decision.position[job.name] - 1
         held_for = reservation.job.name if grant is not None else None
         decision.waiting[job.name] = _wait_reason(job.request, free, ahead, held_for)
+    if grower is not None:
+        decision.wanted = grower.wanted(holding)
+        for name, waits_for in growing.items():
+            job = next(j for j in order if j.name == name)
+            expired = grower.expired(job, now)
+            if expired is not None:
+                decision.expired[name] = expired
+            decision.waiting[name] = grower.reason(waits_for, decision.wanted, now)
     return decision
 
 

@@ -8,6 +8,14 @@ the workspace's ``capacities`` table every ``EVERY_S`` seconds, and exits once
 the target has had nothing queued or running for ``IDLE_EXIT_S`` seconds. Until
 a fresh reading exists, the target's jobs start in queue order (Ray queues
 what it cannot place yet).
+
+For an elastic target (``max_nodes``) the probe is also the one voice of phalanx
+to the cluster's autoscaler (:class:`Requester`): it asks for the worker nodes
+the scheduler says the queue wants, as whole nodes of the target's node shape,
+at once when more are wanted; fewer only once the target has wanted fewer for
+``idle_time_before_scale_down`` (then the autoscaler's own idle timeout removes
+the nodes), never below ``min_nodes``. It records what it asked and what the
+autoscaler reported, and stays until the request is back at ``min_nodes``.
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ from typing import Any
 from phalanx.workspace import Workspace
 
 EVERY_S = 5.0
+GROWING_EVERY_S = 1.0
+"""How often an elastic cluster is read while it is short of the nodes asked for."""
 IDLE_EXIT_S = 60.0
 # A reading older than this is not trusted (the probe died, or the cluster does not answer).
 FRESH_S = 30.0
@@ -76,6 +86,7 @@ def main(argv: list[str]) -> int:
     from phalanx.compute.targets import RayTarget, resolve_target
     from phalanx.errors import PhalanxError
     from phalanx.scheduler import ledger
+    from phalanx.scheduler.bell import Bell, probe_bell, ring, scheduler_bell
 
     try:
         target = resolve_target(name, ws)
@@ -85,7 +96,10 @@ def main(argv: list[str]) -> int:
     except PhalanxError as exc:
         log.error("%s", exc)
         return 1
+    requester = Requester(ws, target) if target.elastic else None
     idle_since = time.monotonic()
+    bell = Bell(probe_bell(ws.home, name))
+    seen: list[str] = []
     while True:
         try:
             nodes = read_nodes()
@@ -93,11 +107,76 @@ def main(argv: list[str]) -> int:
             log.error("reading the cluster's nodes failed: %s", exc)
             return 1
         ledger.record_capacity(ws, name, nodes)
-        if name in ledger.targets_with_work(ws):
+        if [n["host"] for n in nodes] != seen:
+            seen = [n["host"] for n in nodes]
+            ring(scheduler_bell(ws.home))  # nodes came or went: schedule now
+        busy = name in ledger.targets_with_work(ws)
+        settled = True
+        if requester is not None:
+            try:
+                settled = requester.step(busy, time.time())
+            except Exception as exc:  # the next look tries again; the scheduler goes on
+                log.error("asking the cluster's autoscaler failed: %s", exc)
+                settled = False
+        if busy or not settled:
             idle_since = time.monotonic()
         elif time.monotonic() - idle_since > IDLE_EXIT_S:
             return 0
-        time.sleep(EVERY_S)
+        workers = sum(1 for n in nodes if n["cpus"] > 0 or n["gpus"])
+        growing = requester is not None and (requester.sent or 0) > workers
+        bell.wait(GROWING_EVERY_S if growing else EVERY_S)
+
+
+class Requester:
+    """What this probe asks of an elastic target's autoscaler, step by step."""
+
+    def __init__(self, ws: Workspace, target: Any) -> None:
+        from phalanx.scheduler import ledger
+
+        self.ws = ws
+        self.target = target
+        row = ledger.scaling_of(ws, target.name)
+        self.sent: int | None = row.requested if row is not None else None
+        """What the autoscaler was last asked for (a request outlives the probe that sent it)."""
+        self.sent_at = (row.requested_at or time.time()) if row is not None else time.time()
+        self.needed_at = time.time()
+        """The last time the queue wanted at least what was sent."""
+
+    def step(self, busy: bool, now: float) -> bool:
+        """Ask for what the queue wants now (grow at once, shrink after the idle time) and
+        record the autoscaler's report; whether the request is down to ``min_nodes``."""
+        from phalanx.compute.autoscaler import ask
+        from phalanx.scheduler import ledger
+
+        target = self.target
+        row = ledger.scaling_of(self.ws, target.name)
+        wanted = row.wanted if busy and row is not None else target.min_nodes
+        wanted = max(target.min_nodes, min(wanted, target.max_nodes))
+        send: int | None = None
+        if self.sent is None or wanted >= self.sent:
+            self.needed_at = now
+            if wanted != self.sent:
+                send = wanted
+        elif now - self.needed_at >= target.idle_time_before_scale_down:
+            send = wanted
+        if send is not None:
+            report = ask(self.bundles(send))
+            log.info("compute %s: asked the autoscaler for %d worker node(s) (was %s)",
+                     target.name, send, self.sent)  # fmt: skip
+            if self.sent is None or send > self.sent:
+                self.sent_at = now
+            self.sent = send
+        else:
+            report = ask(None)
+        ledger.record_request(self.ws, target.name, self.sent or 0, self.sent_at, report)
+        return self.sent == target.min_nodes
+
+    def bundles(self, count: int) -> list[dict[str, float]]:
+        """``count`` whole machines of the target's node shape."""
+        node = {"CPU": float(self.target.node_cpus)}
+        if self.target.node_gpus:
+            node["GPU"] = float(self.target.node_gpus)
+        return [dict(node) for _ in range(count)]
 
 
 if __name__ == "__main__":

@@ -142,6 +142,13 @@ def request_for(spec: JobSpec, target: Target, capacity: Capacity | None) -> Req
     if capacity is None:
         return request
     reason = never_fits(request, capacity)
+    if reason is not None and isinstance(target, RayTarget) and target.elastic:
+        node_gpus = f" + {target.node_gpus:g} GPUs" if target.node_gpus else ""
+        raise PhalanxError(
+            f"the job {reason} at its largest ({target.max_nodes} nodes of "
+            f"{target.node_cpus:g} CPUs{node_gpus}: --max-nodes, --node-cpus); ask for less or "
+            "raise the target's --max-nodes"
+        )
     if reason is not None:
         raise PhalanxError(f"the job {reason}; ask for less or choose a larger compute target")
     return request

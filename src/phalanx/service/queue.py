@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from phalanx.compute.targets import LocalTarget, Target
+from phalanx.compute.targets import LocalTarget, RayTarget, Target
 from phalanx.scheduler import ledger
 from phalanx.scheduler.capacity import local_capacity
 from phalanx.workspace import Workspace
@@ -62,4 +62,27 @@ def queue_view(ws: Workspace, target: Target) -> dict[str, Any]:
             }
         )
     queued.sort(key=lambda q: (q["position"] is None, q["position"] or 0, q["job"]))
-    return {"target": target.name, "capacity": capacity, "running": running, "queued": queued}
+    view = {"target": target.name, "capacity": capacity, "running": running, "queued": queued}
+    if isinstance(target, RayTarget) and target.elastic:
+        view["scaling"] = scaling_view(ws, target, capacity)
+    return view
+
+
+def scaling_view(ws: Workspace, target: RayTarget, capacity: dict[str, Any] | None) -> dict:
+    """An elastic target's size: worker nodes up, wanted by its queue, asked of its
+    autoscaler (and how long ago), its range, and the autoscaler's trouble if any."""
+    row = ledger.scaling_of(ws, target.name)
+    hosts = capacity["hosts"] if capacity else []
+    report = row.report if row is not None else {}
+    asked_at = row.requested_at if row is not None else None
+    return {
+        "nodes": sum(1 for h in hosts if h["cpus"] > 0 or h["gpus"]) if capacity else None,
+        "min_nodes": target.min_nodes,
+        "max_nodes": target.max_nodes,
+        "idle_time_before_scale_down": target.idle_time_before_scale_down,
+        "wanted": row.wanted if row is not None else 0,
+        "requested": row.requested if row is not None else None,
+        "requested_s_ago": round(time.time() - asked_at, 1) if asked_at else None,
+        "adding": report.get("pending", 0),
+        "trouble": report.get("trouble"),
+    }

@@ -12,7 +12,7 @@ import math
 import os
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from phalanx.compute.targets import (
     LOCAL,
@@ -58,6 +58,12 @@ class TargetCreate(BaseModel):
     cpus_per_node: float | None = None
     gpus_per_node: float = 0
     files: Literal["local", "shared"] = "local"
+    min_nodes: int | None = None
+    max_nodes: int | None = None
+    idle_time_before_scale_down: str | int | None = Field(default=None)
+    """Seconds, or a duration such as ``2m``."""
+    node_cpus: float | None = None
+    node_gpus: float | None = None
     no_check: bool = False
 
     def wire(self) -> dict[str, Any]:
@@ -125,15 +131,9 @@ class WorkspaceTargets:
             token = SecretRef(secret=secret_key(req.name))
         elif req.token_env:
             token = SecretRef(env=req.token_env)
-        target = RayTarget(
-            name=req.name,
-            address=address,
-            token=token,
-            placement=req.placement,
-            cpus_per_node=req.cpus_per_node,
-            gpus_per_node=req.gpus_per_node,
-            files=req.files,
-        )
+        target = ray_target(req, address, token)
+        if target.elastic:
+            _check_sole_scaler(ws, target)
         create_target(ws, target, owner=self.caller.user)
         return {"name": req.name, "type": "ray", "where": address}
 
@@ -200,7 +200,80 @@ def check_request(req: TargetCreate) -> None:
     if req.type == "local":
         local_target(req)
     else:
-        ray_address(req)
+        ray_target(req, ray_address(req))
+
+
+ELASTIC_OPTIONS = ("min_nodes", "max_nodes", "idle_time_before_scale_down", "node_cpus",
+                   "node_gpus")  # fmt: skip
+
+
+def ray_target(req: TargetCreate, address: str, token: SecretRef | None = None) -> RayTarget:
+    """The Ray target ``req`` describes.
+
+    Raises:
+        PhalanxError: a scaling option without ``--max-nodes``, or values that do not fit
+            together, naming the option.
+    """
+    given = [k for k in ELASTIC_OPTIONS if getattr(req, k) is not None and k != "max_nodes"]
+    if req.max_nodes is None and given:
+        raise PhalanxError(
+            f"--{given[0].replace('_', '-')} is for an elastic target: give --max-nodes N (the "
+            "most worker nodes the cluster's autoscaler may add) and --node-cpus"
+        )
+    scaling: dict[str, Any] = {
+        k: getattr(req, k) for k in ELASTIC_OPTIONS if getattr(req, k) is not None
+    }
+    if req.idle_time_before_scale_down is not None:
+        scaling["idle_time_before_scale_down"] = idle_seconds(req.idle_time_before_scale_down)
+    try:
+        return RayTarget(
+            name=req.name,
+            address=address,
+            token=token,
+            placement=req.placement,
+            cpus_per_node=req.cpus_per_node,
+            gpus_per_node=req.gpus_per_node,
+            files=req.files,
+            **scaling,
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "compute"
+        message = str(first["msg"]).removeprefix("Value error, ")
+        option = field.replace("_", "-")
+        raise PhalanxError(
+            message if message.startswith(field) else f"--{option}: {message}"
+        ) from None
+
+
+def idle_seconds(value: str | int) -> int:
+    """``--idle-time-before-scale-down``: seconds from ``120``, ``90s``, ``2m`` or ``0``.
+
+    Raises:
+        PhalanxError: anything else, in one line.
+    """
+    from pydantic_core import PydanticCustomError
+
+    from phalanx.spec.values import parse_duration
+
+    if str(value).strip() == "0":
+        return 0
+    try:
+        return parse_duration(value)
+    except PydanticCustomError as exc:
+        raise PhalanxError(f"--idle-time-before-scale-down: {exc.message()}") from None
+
+
+def _check_sole_scaler(ws: Workspace, target: RayTarget) -> None:
+    """Ray's autoscaler keeps one resource request per cluster: two elastic targets on
+    one cluster would overwrite each other's."""
+    for other in list_targets(ws):
+        if isinstance(other, RayTarget) and other.elastic and other.address == target.address:
+            raise PhalanxError(
+                f"--max-nodes: compute {other.name!r} already scales the cluster at "
+                f"{target.address} (its autoscaler takes one request at a time); use that "
+                "target, or delete it first"
+            )
 
 
 def ray_address(req: TargetCreate) -> str:
@@ -228,6 +301,12 @@ def local_target(req: TargetCreate) -> LocalTarget:
 
     if req.address is not None:
         raise PhalanxError("--address is for --type ray; a local target is this machine")
+    scaling = [k for k in ELASTIC_OPTIONS if getattr(req, k) is not None]
+    if scaling:
+        raise PhalanxError(
+            f"--{scaling[0].replace('_', '-')} is for --type ray: this machine does not grow; "
+            "register a Ray cluster with an autoscaler to scale"
+        )
     cpus, memory = req.cpus, req.memory
     if cpus is not None and not (math.isfinite(cpus) and cpus > 0):
         raise PhalanxError(f"--cpus {cpus:g}: give a number of CPU slots above 0, e.g. 16")
@@ -254,3 +333,67 @@ def describe_local(ws: Workspace, name: str) -> str:
     host = local_capacity(target, ws).hosts[0]
     gpus = ",".join(host.gpus) if host.gpus else "none"
     return f"this machine: GPUs {gpus}, {host.cpus:g} CPU slots, {gib(host.memory)} memory"
+
+
+RAY_ADDRESS_ENV = "PHALANX_RAY_ADDRESS"
+"""The Ray cluster an ``AmlCompute`` (SDK or compute YAML) without an address scales on."""
+# Azure ML's compute keys that name what phalanx does not choose (the VM size, region,
+# identity, network): accepted in a compute YAML and not used.
+_AZURE_ONLY = frozenset({
+    "$schema", "size", "location", "description", "tags", "tier", "identity",
+    "ssh_public_access_enabled", "ssh_settings", "network_settings", "enable_node_public_ip",
+})  # fmt: skip
+_YAML_KEYS = {
+    "name": "name", "type": "type", "address": "address", "min_instances": "min_nodes",
+    "max_instances": "max_nodes", "min_nodes": "min_nodes", "max_nodes": "max_nodes",
+    "idle_time_before_scale_down": "idle_time_before_scale_down", "node_cpus": "node_cpus",
+    "node_gpus": "node_gpus", "cpus_per_node": "cpus_per_node",
+    "gpus_per_node": "gpus_per_node", "placement": "placement", "files": "files",
+    "gpus": "gpus", "cpus": "cpus", "memory": "memory",
+}  # fmt: skip
+
+
+def options_from_yaml(path: str) -> dict[str, Any]:
+    """``compute create -f``'s options from a compute YAML in Azure ML's shape.
+
+    ``type: amlcompute`` is a Ray target at ``address`` (else ``$PHALANX_RAY_ADDRESS``),
+    or, with neither and no scaling keys, a local target over none of this machine's
+    GPUs, as the SDK's ``AmlCompute`` makes it.
+
+    Raises:
+        PhalanxError: the file cannot be read, is not a mapping, or has a key phalanx
+            does not know (named, with the file).
+    """
+    from phalanx.spec.yamldoc import load_yaml, read_text
+
+    try:
+        data = load_yaml(read_text(path, path), path)
+    except OSError as exc:
+        raise PhalanxError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if not isinstance(data, dict):
+        raise PhalanxError(f"{path}: a compute YAML is a mapping (name: ..., type: ...)")
+    options: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in _AZURE_ONLY:
+            continue
+        if key not in _YAML_KEYS:
+            known = ", ".join(sorted(k for k in _YAML_KEYS if k not in ("min_nodes", "max_nodes")))
+            raise PhalanxError(f"{path}: {key}: not a compute key phalanx knows ({known})")
+        options[_YAML_KEYS[key]] = value
+    kind = str(options.get("type") or "ray").lower()
+    if kind in ("amlcompute", "computeinstance"):
+        address = options.get("address") or os.environ.get(RAY_ADDRESS_ENV)
+        if address:
+            options.update(type="ray", address=address)
+        elif any(options.get(k) is not None for k in ELASTIC_OPTIONS):
+            raise PhalanxError(
+                f"{path}: max_instances: scaling needs a Ray cluster with an autoscaler; give "
+                f"address: ray://HEAD:10001 (or set {RAY_ADDRESS_ENV})"
+            )
+        else:
+            options.update(type="local", gpus="none")
+    else:
+        options["type"] = kind
+    if "name" not in options:
+        raise PhalanxError(f"{path}: name: a compute YAML names its target (name: gpu-cluster)")
+    return options

@@ -168,6 +168,19 @@ capacities = Table(
     PrimaryKeyConstraint("target", name="pk_capacities"),
 )
 
+scaling = Table(
+    "scaling",
+    metadata,
+    Column("target", Text, nullable=False),
+    Column("wanted", Integer, nullable=False, server_default=text("0")),  # worker nodes
+    Column("wanted_at", Double),
+    Column("requested", Integer),  # worker nodes last asked of the autoscaler
+    Column("requested_at", Double),  # when that request was first sent
+    Column("report_json", Text),  # the autoscaler's pending and failed nodes, its trouble
+    Column("reported_at", Double),
+    PrimaryKeyConstraint("target", name="pk_scaling"),
+)
+
 tokens = Table(
     "tokens",
     metadata,

@@ -82,9 +82,10 @@ class Compute:
     or a Ray cluster.
 
     ``hosts`` is what it has (``host``, ``gpus``, ``cpus``, ``memory`` each),
-    ``running`` what holds it, ``queued`` its queue in order. ``size``,
-    ``min_instances``, ``tier`` and the other Azure ML attributes are ``None``:
-    phalanx sizes a target by its hosts.
+    ``running`` what holds it, ``queued`` its queue in order. An elastic Ray target
+    has ``min_instances``, ``max_instances`` and ``idle_time_before_scale_down``
+    (seconds) and its ``scaling`` state; ``size``, ``tier`` and Azure's other
+    attributes are ``None``.
     """
 
     name: str
@@ -100,35 +101,47 @@ class Compute:
     tags: dict[str, str] | None = None
     min_instances: int | None = None
     max_instances: int | None = None
-    """Nodes it has (Azure ML's ``AmlCompute.max_instances``): its hosts, once read."""
+    """An elastic target's most worker nodes; else the nodes it has (its hosts, once read)."""
     idle_time_before_scale_down: int | None = None
     tier: str | None = None
+    scaling: dict[str, Any] | None = None
+    """An elastic target's size now: nodes up, wanted, asked of its autoscaler, trouble."""
 
 
 # Azure ML's AmlCompute keywords beyond Compute's: accepted, and left out (a note says so).
 AML_ONLY = (
-    "size", "location", "min_instances", "max_instances", "idle_time_before_scale_down",
-    "tier", "identity", "ssh_public_access_enabled", "ssh_settings", "network_settings",
-    "enable_node_public_ip", "tags", "description", "resource_id", "provisioning_state",
-    "provisioning_errors", "created_on",
+    "size", "location", "tier", "identity", "ssh_public_access_enabled", "ssh_settings",
+    "network_settings", "enable_node_public_ip", "tags", "description", "resource_id",
+    "provisioning_state", "provisioning_errors", "created_on",
 )  # fmt: skip
+SCALING = ("min_instances", "max_instances", "idle_time_before_scale_down")
+"""Azure ML's scaling keywords: an elastic Ray target's ``--min-nodes``, ``--max-nodes``
+and ``--idle-time-before-scale-down``."""
+PHALANX_ONLY = ("address", "node_cpus", "node_gpus", "gpus_per_node", "cpus_per_node",
+                "token_env")  # fmt: skip
+"""phalanx's keywords for the Ray cluster an AmlCompute scales on (``compute create``'s)."""
 
 
 class AmlCompute(Compute):
     """Azure ML's cluster, as ``ml_client.compute.begin_create_or_update`` takes it.
 
-    phalanx makes it a local target of that name: jobs run on this machine, in a
-    queue of their own, without GPUs of their own (``phalanx compute create --type
-    local --gpus ...`` gives a target GPUs). ``size``, ``min_instances``,
-    ``max_instances``, ``idle_time_before_scale_down``, ``tier``, ``ssh_*`` and the
-    rest of Azure ML's keywords are accepted and not kept (a note says so once).
+    With ``max_instances`` it is an elastic Ray target, as ``phalanx compute create
+    --type ray --max-nodes …`` makes it: ``address`` (else ``$PHALANX_RAY_ADDRESS``)
+    is the cluster's Ray Client address, ``node_cpus``/``node_gpus`` one machine of
+    its worker node type, ``min_instances`` and ``idle_time_before_scale_down``
+    (seconds) as Azure ML's. Without, it is a local target of that name: jobs run
+    on this machine, in a queue of their own, without GPUs of their own. ``size``,
+    ``tier``, ``ssh_*`` and the rest of Azure ML's keywords are accepted and not
+    kept (a note says so once).
 
     Raises:
         MLError: a keyword Azure ML's ``AmlCompute`` does not take (with "did you mean").
     """
 
     def __init__(self, *, name: str, type: str = "amlcompute", **kwargs: Any) -> None:
-        unknown_keywords("AmlCompute()", kwargs, ("name", "type", *AML_ONLY))
+        unknown_keywords(
+            "AmlCompute()", kwargs, ("name", "type", *AML_ONLY, *SCALING, *PHALANX_ONLY)
+        )
         known = {f.name for f in fields(Compute)}
         super().__init__(name=name, type=type, **{k: v for k, v in kwargs.items() if k in known})
         self.azure = {k: v for k, v in kwargs.items() if v is not None}

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 
 from phalanx.ml.entities.assets import BuildContext, Environment
 from phalanx.ml.entities.resources import (
@@ -36,7 +36,7 @@ from phalanx.ml.notes import note, note_once
 from phalanx.ml.operations.pollers import DonePoller
 from phalanx.service.datastores import DatastoreCreate, Datastores
 from phalanx.service.environments import Environments
-from phalanx.service.targets import TargetCreate, Targets
+from phalanx.service.targets import RAY_ADDRESS_ENV, TargetCreate, Targets
 
 _STORED = ("name", "type", "description", "credentials")
 
@@ -156,6 +156,7 @@ class ComputeOperations:
         settings = view.get("settings", {})
         capacity = view.get("capacity") or {}
         hosts = list(capacity.get("hosts") or [])
+        elastic = settings.get("max_nodes") is not None
         return Compute(
             name=view.get("target", name),
             type=str(settings.get("type", "local")),
@@ -164,7 +165,12 @@ class ComputeOperations:
             hosts=hosts,
             running=list(view.get("running") or []),
             queued=list(view.get("queued") or []),
-            max_instances=len(hosts),
+            min_instances=settings.get("min_nodes") if elastic else None,
+            max_instances=settings["max_nodes"] if elastic else len(hosts),
+            idle_time_before_scale_down=(
+                settings.get("idle_time_before_scale_down") if elastic else None
+            ),
+            scaling=view.get("scaling"),
         )
 
     def list(self) -> Iterator[Compute]:
@@ -172,14 +178,16 @@ class ComputeOperations:
         return iter([self._read(n) for n in self._names()])
 
     def begin_create_or_update(self, compute: Compute) -> DonePoller[Compute]:
-        """Create ``AmlCompute(name=...)`` as a local target of that name (jobs run on this
-        machine, in a queue of their own, without GPUs of their own); a target that
-        exists is kept as it is. Azure ML's sizes and scaling are not kept (a note says
-        so once). Ray clusters are registered with ``phalanx compute create --type ray``.
+        """Create ``AmlCompute(name=...)``: with a Ray cluster's ``address`` (or
+        ``$PHALANX_RAY_ADDRESS``) a Ray target, elastic with ``max_instances`` (the same
+        target ``phalanx compute create --type ray --max-nodes …`` makes); without, a
+        local target of that name (jobs run on this machine, in a queue of their own,
+        without GPUs of their own). A target that exists is kept as it is. Azure ML's
+        sizes and tiers are not kept (a note says so once).
 
         Raises:
-            MLError: not an ``AmlCompute``, or a Ray cluster.
-            PhalanxError: an invalid name.
+            MLError: not an ``AmlCompute``, or a keyword that does not fit.
+            PhalanxError: an invalid name, or the cluster does not answer.
         """
         where = "ml_client.compute.begin_create_or_update()"
         if not isinstance(compute, Compute):
@@ -192,21 +200,24 @@ class ComputeOperations:
                 f"{compute.type!r}; register a Ray cluster with `phalanx compute create --type "
                 "ray` (its token is read from a variable or stdin)",
             )  # fmt: skip
+        azure = getattr(compute, "azure", {})
+        address = azure.get("address") or os.environ.get(RAY_ADDRESS_ENV)
         if compute.name in self._names():
             note(f"compute {compute.name!r} exists; it is kept as it is")
+        elif address:
+            self._targets.create(_ray_request(compute.name, str(address), azure, where))
         else:
             self._targets.create(TargetCreate(name=compute.name, type="local", gpus="none"))
             note_once(
                 "amlcompute",
-                "phalanx makes AmlCompute(...) a local target: its jobs run on this machine, in "
-                "a queue of their own, without GPUs of their own (`phalanx compute create --type "
-                "local --gpus ...` gives a target GPUs); size, min/max_instances, "
-                "idle_time_before_scale_down and tier are Azure's and not kept",
+                "phalanx makes AmlCompute(...) without a Ray cluster a local target: its jobs "
+                "run on this machine, in a queue of their own, without GPUs of their own; "
+                "min/max_instances and idle_time_before_scale_down scale a Ray cluster's "
+                f"nodes: pass address='ray://HEAD:10001' (or set {RAY_ADDRESS_ENV}); size and "
+                "tier are Azure's and not kept",
             )
         made = self._read(compute.name)
-        azure = getattr(compute, "azure", {})
-        for key in ("size", "location", "description", "tags", "min_instances", "tier",
-                    "idle_time_before_scale_down"):  # fmt: skip
+        for key in ("size", "location", "description", "tags", "tier"):
             if azure.get(key) is not None:
                 setattr(made, key, azure[key])
         return DonePoller(made)
@@ -288,3 +299,22 @@ def _environment_of(shown: dict[str, Any]) -> Environment:
         description=shown.get("description"),
         tags=shown.get("tags") or None,
     )
+
+
+def _ray_request(name: str, address: str, azure: dict[str, Any], where: str) -> TargetCreate:
+    """``compute create --type ray``'s request for an ``AmlCompute`` on a Ray cluster."""
+    options = {
+        "min_nodes": azure.get("min_instances"),
+        "max_nodes": azure.get("max_instances"),
+        "idle_time_before_scale_down": azure.get("idle_time_before_scale_down"),
+        **{k: azure.get(k) for k in ("node_cpus", "node_gpus", "cpus_per_node", "token_env")},
+    }
+    if azure.get("gpus_per_node") is not None:
+        options["gpus_per_node"] = azure["gpus_per_node"]
+    try:
+        return TargetCreate(name=name, type="ray", address=address, **options)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else "compute"
+        field = {"min_nodes": "min_instances", "max_nodes": "max_instances"}.get(field, field)
+        raise argument_error(where, field, str(first["msg"])) from None

@@ -1,0 +1,152 @@
+"""What an elastic cluster's queue wants of its autoscaler, and what its jobs are told.
+
+An elastic Ray target (``max_nodes``) grows by its cluster's own autoscaler, which
+phalanx asks for whole worker nodes of the target's node shape
+(:mod:`phalanx.scheduler.rayprobe` sends the request). The scheduler still gives a
+job only nodes that exist, so a job never holds what it cannot use, and the
+queue's order, backfill and preemption stay its own. Within one pass
+(:func:`phalanx.scheduler.policy.decide`):
+
+- A job larger than the cluster can ever be (``max_nodes`` machines of the
+  node shape) cannot start, and is refused at ``job create``.
+- A job that does not fit today's nodes but fits what the cluster may still
+  add, in queue order, *claims* new nodes: it waits for them ("waiting for 2
+  nodes: cluster 0 → 2 of max 4, requested 40 s ago"), takes no reservation
+  and preempts nobody. The first job that would take the cluster past
+  ``max_nodes`` waits as on a fixed cluster (reservation, backfill, preemption).
+- The nodes wanted are those the running jobs hold plus those the waiting
+  jobs claimed, never fewer than ``min_nodes``.
+- A job that waited its whole ``limits.timeout`` for nodes fails, with the
+  autoscaler's reason when it gave one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from phalanx.scheduler.model import (
+    Capacity,
+    Growth,
+    Host,
+    NodeGrant,
+    QueuedJob,
+    Request,
+    RunningJob,
+)
+
+if TYPE_CHECKING:
+    from phalanx.compute.targets import RayTarget
+
+
+def ceiling(capacity: Capacity) -> Capacity:
+    """What the target has at its largest: ``max_nodes`` machines of the node shape (its
+    hosts as they are, for a cluster that does not grow)."""
+    growth = capacity.growth
+    if growth is None:
+        return capacity
+    node = growth.node
+    hosts = tuple(
+        Host(f"{capacity.target}+{i}", node.gpus, node.cpus, node.memory)
+        for i in range(growth.max_nodes)
+    )
+    return Capacity(capacity.target, hosts, capacity.spread)
+
+
+def node_shape(target: RayTarget) -> Host:
+    """One machine of an elastic target's node type."""
+    assert target.node_cpus is not None
+    return Host("node", tuple(str(i) for i in range(int(target.node_gpus))), target.node_cpus)
+
+
+def largest(target: RayTarget) -> Capacity:
+    """An elastic target at its largest: ``max_nodes`` machines of its node shape."""
+    assert target.max_nodes is not None
+    growth = Growth(target.max_nodes, target.min_nodes, node_shape(target), live=0)
+    spread = target.placement == "spread"
+    return ceiling(Capacity(target.name, (), spread, growth))
+
+
+def nodes_for(request: Request, node: Host, spread: bool) -> int:
+    """Machines of shape ``node`` that ``request`` needs: one a node when spread, else
+    as few as its CPUs and GPUs fill."""
+    if spread:
+        return request.nodes
+    by_cpus = math.ceil(request.nodes * request.cpus / node.cpus - 1e-9) if node.cpus else 0
+    by_gpus = math.ceil(request.nodes * request.gpus / len(node.gpus)) if node.gpus else 0
+    return max(1, by_cpus, by_gpus)
+
+
+class Grower:
+    """One pass's account of an elastic cluster's nodes: those held, those claimed."""
+
+    def __init__(self, capacity: Capacity) -> None:
+        assert capacity.growth is not None
+        self.growth: Growth = capacity.growth
+        self.spread = capacity.spread
+        self.claimed = 0
+        """New nodes the waiting jobs claimed so far, in queue order."""
+
+    def claim(self, job: QueuedJob, holding: Sequence[RunningJob]) -> int | None:
+        """Claim the new nodes ``job`` needs if the cluster may still add them; how many
+        it waits for (``None``: it would take the cluster past ``max_nodes``)."""
+        need = nodes_for(job.request, self.growth.node, self.spread)
+        total = _held(holding) + self.claimed + need
+        if total > self.growth.max_nodes:
+            return None
+        self.claimed += need
+        return max(1, min(need, total - self.growth.live))
+
+    def leaves_room(self, holding: Sequence[RunningJob], grant: Sequence[NodeGrant]) -> bool:
+        """Whether a job may take ``grant`` of today's nodes: the cluster can still grow
+        enough for the jobs ahead that claimed new nodes."""
+        if not self.claimed:
+            return True
+        hosts = {g.host for job in holding for g in job.nodes} | {g.host for g in grant}
+        return len(hosts) + self.claimed <= self.growth.max_nodes
+
+    def behind(self, job: QueuedJob, ahead: int) -> str:
+        """Why a job that fits today's nodes waits: jobs ahead wait for the cluster to grow."""
+        return (
+            f"needs {job.request.describe()}; {ahead} job{'s' if ahead != 1 else ''} ahead "
+            f"wait{'s' if ahead == 1 else ''} for the cluster to grow, to at most "
+            f"{self.growth.max_nodes} nodes"
+        )
+
+    def wanted(self, holding: Sequence[RunningJob]) -> int:
+        """The worker nodes to ask the autoscaler for after the pass."""
+        total = _held(holding) + self.claimed
+        return max(self.growth.min_nodes, min(total, self.growth.max_nodes))
+
+    def reason(self, waits_for: int, wanted: int, now: float) -> str:
+        """``waiting for 2 nodes: cluster 0 → 2 of max 4, requested 40 s ago``."""
+        g = self.growth
+        asked = g.requested if g.requested is not None else wanted
+        text = (
+            f"waiting for {waits_for} node{'s' if waits_for != 1 else ''}: cluster {g.live} → "
+            f"{max(asked, wanted)} of max {g.max_nodes}"
+        )
+        if g.requested is not None and g.requested_at is not None and g.requested >= wanted:
+            text += f", requested {max(0, round(now - g.requested_at))} s ago"
+        else:
+            text += ", asking the cluster's autoscaler"
+        if g.trouble:
+            text += f"; Ray's autoscaler: {g.trouble}"
+        return text
+
+    def expired(self, job: QueuedJob, now: float) -> str | None:
+        """Why ``job`` fails: it waited its whole ``limits.timeout`` for nodes."""
+        if job.timeout is None or now - job.submitted < job.timeout:
+            return None
+        why = f"; Ray's autoscaler: {self.growth.trouble}" if self.growth.trouble else ""
+        return (
+            f"waited its whole limits.timeout ({job.timeout:g} s) for nodes the cluster's "
+            f"autoscaler did not add (cluster {self.growth.live} of max "
+            f"{self.growth.max_nodes}){why}"
+        )
+
+
+def _held(holding: Sequence[RunningJob]) -> int:
+    """Machines the holding jobs are on."""
+    return len({grant.host for job in holding for grant in job.nodes})

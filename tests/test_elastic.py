@@ -1,0 +1,257 @@
+"""Elastic compute on Ray's real autoscaler (issue 24).
+
+The cluster is a Ray head at no CPUs with Ray's own autoscaler over its fake
+multi-node provider (``phalanx.bench.raycluster.start_autoscaling_cluster``),
+which starts and stops real raylet processes of this machine as worker nodes of
+1 CPU each (a node type of up to 3). phalanx's target over it may grow to 2.
+No GPU runs here; everything else is what a real elastic cluster does.
+
+Each test starts from a cluster at 0 workers with no resource request; its own
+workspace's probe and scheduler end with the test (the ``cli`` fixture).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import Cli
+from phalanx.bench.raycluster import (
+    RayCluster,
+    start_autoscaling_cluster,
+    stop_cluster,
+    worker_nodes,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+IDLE_S = 6.0
+"""The autoscaler's own idle timeout (``idle_timeout_minutes``), in seconds."""
+
+
+@pytest.fixture(scope="module")
+def elastic_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
+    cluster = start_autoscaling_cluster(
+        tmp_path_factory.mktemp("elastic"), {"cpu1": {"CPU": 1}}, max_workers=3,
+        idle_timeout_s=IDLE_S,
+    )  # fmt: skip
+    yield cluster
+    stop_cluster(cluster)
+
+
+def request(cluster: RayCluster, bundles: list[dict[str, float]]) -> None:
+    """Set the cluster's resource request as phalanx's probe would (``[]``: none)."""
+    script = (
+        "import json, ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR')\n"
+        "from ray.autoscaler.sdk import request_resources\n"
+        "request_resources(bundles=json.loads(sys.argv[2]))\n"
+    )
+    subprocess.run([sys.executable, "-c", script, cluster.gcs_address, json.dumps(bundles)],
+                   env=cluster.env, check=True, capture_output=True, timeout=60)  # fmt: skip
+
+
+def wait_workers(cluster: RayCluster, count: int, timeout: float) -> float:
+    """Block until the cluster has ``count`` worker nodes; the seconds it took."""
+    start = time.monotonic()
+    while (now := len(worker_nodes(cluster))) != count:
+        assert time.monotonic() - start < timeout, f"{now} workers after {timeout} s, not {count}"
+        time.sleep(0.5)
+    return time.monotonic() - start
+
+
+@pytest.fixture
+def empty(elastic_cluster: RayCluster) -> RayCluster:
+    """The cluster at 0 workers, no request left by a test before."""
+    request(elastic_cluster, [])
+    wait_workers(elastic_cluster, 0, timeout=IDLE_S + 60)
+    return elastic_cluster
+
+
+class Watch:
+    """The most worker nodes the cluster had, looked at every moment on a thread."""
+
+    def __init__(self, cluster: RayCluster) -> None:
+        self.cluster = cluster
+        self.most = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.most = max(self.most, len(worker_nodes(self.cluster)))
+            except RuntimeError:  # a reading that failed: the next one counts
+                time.sleep(0.2)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(timeout=90)
+        return self.most
+
+
+def elastic_target(cli: Cli, cluster: RayCluster, name: str = "elastic", *extra: str) -> None:
+    cli.run("compute", "create", "--name", name, "--type", "ray", "--address",
+            cluster.client_address, "--max-nodes", "2", "--min-nodes", "0",
+            "--idle-time-before-scale-down", "4s", "--node-cpus", "1",
+            "--cpus-per-node", "1", *extra, check=True)  # fmt: skip
+
+
+STEPS = """
+import os, time
+rank = int(os.environ["RANK"])
+for step in range(3):
+    print(f"rank {rank} step {step}", flush=True)
+    time.sleep(float(os.environ.get("PAUSE", "0.5")))
+"""
+
+
+def job_spec(cli: Cli, nodes: int, pause: float = 0.5, timeout: int = 300) -> Path:
+    cli.write("src/steps.py", STEPS)
+    return cli.write(
+        f"job{nodes}.yml",
+        "command: python steps.py\ncode: src\ncompute: elastic\n"
+        f"environment_variables: {{PAUSE: '{pause}'}}\n"
+        f"resources: {{instance_count: {nodes}}}\n"
+        "distribution: {type: pytorch, process_count_per_instance: 1}\n"
+        f"limits: {{timeout: {timeout}}}\n",
+    )
+
+
+def queue_of(cli: Cli, target: str = "elastic") -> dict:
+    views = json.loads(cli.run("queue", "--compute", target, "--json", check=True).stdout)
+    return views[0]
+
+
+def until(what: str, check: object, timeout: float = 120) -> object:
+    deadline = time.monotonic() + timeout
+    while not (value := check()):  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.3)
+    return value
+
+
+def test_a_job_waits_for_nodes_the_autoscaler_adds_and_they_go_after_it(
+    cli: Cli, empty: RayCluster
+) -> None:
+    """An empty cluster, max 2: a 2-node job says it waits for 2 nodes, the autoscaler
+    adds them, the job completes, and the nodes are removed after the idle times."""
+    elastic_target(cli, empty)
+    watch = Watch(empty)
+    name = cli.create(job_spec(cli, nodes=2))
+    reason = until(
+        "the job waits for nodes",
+        lambda: (cli.show(name).get("queue") or {}).get("reason", "").startswith("waiting for"),
+        timeout=60,
+    )
+    assert reason
+    seen = cli.show(name)["queue"]["reason"]
+    assert seen.startswith("waiting for 2 nodes: cluster 0 → 2 of max 2"), seen
+    job = cli.wait(name, ("Completed", "Failed"), timeout=300)
+    assert job["status"] == "Completed", job
+    log = (Path(job["job_dir"]) / "user_logs" / "std_log_process_1.txt").read_text()
+    assert "rank 1 step 2" in log
+    scaling = queue_of(cli)["scaling"]
+    assert (scaling["max_nodes"], scaling["min_nodes"]) == (2, 0)
+    # The nodes go: phalanx withdraws its request after its idle time (4 s), then Ray's
+    # own idle timeout removes them.
+    took = wait_workers(empty, 0, timeout=4 + IDLE_S + 60)
+    assert watch.stop() == 2
+    assert queue_of(cli)["scaling"]["requested"] == 0
+    until(  # the probe reads the nodes every 5 s
+        "compute show says the cluster is back at 0",
+        lambda: "elastic: 0 → 0 worker nodes (min 0, max 2" in " ".join(
+            cli.run("compute", "show", "elastic", check=True).stdout.split()
+        ),
+        timeout=30,
+    )
+    assert took < 4 + IDLE_S + 60
+
+
+def test_jobs_beyond_max_nodes_wait_for_each_other_and_the_cluster_stays_within_it(
+    cli: Cli, empty: RayCluster
+) -> None:
+    """Two jobs that together need 3 nodes, max 2: the second waits for the first (not
+    for nodes), and the cluster never has more than 2 workers (Ray's type allows 3)."""
+    elastic_target(cli, empty)
+    watch = Watch(empty)
+    first = cli.create(job_spec(cli, nodes=2, pause=1.5))
+    until("the first waits for nodes", lambda: cli.show(first).get("queue"), timeout=60)
+    second = cli.create(job_spec(cli, nodes=1))
+    reason = until(
+        "the second waits",
+        lambda: (cli.show(second).get("queue") or {}).get("reason"),
+        timeout=60,
+    )
+    assert isinstance(reason, str) and not reason.startswith("waiting for 1 node"), reason
+    done = cli.wait(first, ("Completed", "Failed"), timeout=300)
+    assert done["status"] == "Completed", done
+    later = cli.wait(second, ("Completed", "Failed"), timeout=300)
+    assert later["status"] == "Completed", later
+    started, ended = (dt.datetime.fromisoformat(t) for t in (later["started_at"], done["ended_at"]))
+    assert started >= ended - dt.timedelta(seconds=1), (later, done)
+    assert queue_of(cli)["scaling"]["requested"] <= 2
+    assert watch.stop() <= 2
+
+
+def test_a_job_larger_than_the_cluster_grows_is_refused_at_create(
+    cli: Cli, elastic_cluster: RayCluster
+) -> None:
+    elastic_target(cli, elastic_cluster)
+    proc = cli.run("job", "create", "-f", str(job_spec(cli, nodes=3)))
+    assert proc.returncode == 2, proc
+    line = proc.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line
+    assert "asks for 3 nodes" in line and "2 nodes of 1 CPUs" in line, line
+    assert "--max-nodes" in line
+
+
+def test_the_sdk_the_compute_yaml_and_the_cli_make_the_same_elastic_target(
+    cli: Cli, elastic_cluster: RayCluster
+) -> None:
+    address = elastic_cluster.client_address
+    elastic_target(cli, elastic_cluster, "gpu")
+    settings = json.loads(cli.run("compute", "show", "gpu", "--json", check=True).stdout)
+    by_cli = settings["settings"]
+    assert (by_cli["max_nodes"], by_cli["idle_time_before_scale_down"]) == (2, 4)
+    cli.run("compute", "delete", "gpu", check=True)
+    cli.write(
+        "compute.yml",
+        f"$schema: https://azuremlschemas.azureedge.net/latest/amlCompute.schema.json\n"
+        f"name: gpu\ntype: amlcompute\nsize: STANDARD_NC6\naddress: {address}\n"
+        "min_instances: 0\nmax_instances: 2\nidle_time_before_scale_down: 4\n"
+        "node_cpus: 1\ncpus_per_node: 1\n",
+    )
+    cli.run("compute", "create", "-f", "compute.yml", check=True)
+    by_yaml = json.loads(cli.run("compute", "show", "gpu", "--json", check=True).stdout)
+    assert by_yaml["settings"] == by_cli
+    cli.run("compute", "delete", "gpu", check=True)
+    sdk = (
+        "from phalanx.ml import MLClient\nfrom phalanx.ml.entities import AmlCompute\n"
+        "import json, sys\n"
+        "made = MLClient().compute.begin_create_or_update(AmlCompute(name='gpu', "
+        "size='STANDARD_NC6', min_instances=0, max_instances=2, "
+        "idle_time_before_scale_down=4, address=sys.argv[1], node_cpus=1, "
+        "cpus_per_node=1)).result()\n"
+        "print(json.dumps([made.max_instances, made.min_instances, "
+        "made.idle_time_before_scale_down, made.settings]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", sdk, address], env=cli.env, cwd=cli.workdir,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    most, least, idle, by_sdk = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (most, least, idle) == (2, 0, 4)
+    assert by_sdk == by_cli
+    # One cluster, one request: a second elastic target on it is refused in one line.
+    proc = cli.run("compute", "create", "--name", "other", "--type", "ray", "--address",
+                   address, "--max-nodes", "1", "--node-cpus", "1")  # fmt: skip
+    assert proc.returncode != 0 and "already scales the cluster" in proc.stderr
+    assert proc.stderr.count("\n") == 1
