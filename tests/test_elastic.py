@@ -168,8 +168,9 @@ def test_a_job_waits_for_nodes_the_autoscaler_adds_and_they_go_after_it(
     assert queue_of(cli)["scaling"]["requested"] == 0
     until(  # the probe reads the nodes every 5 s
         "compute show says the cluster is back at 0",
-        lambda: "elastic: 0 → 0 worker nodes (min 0, max 2" in " ".join(
-            cli.run("compute", "show", "elastic", check=True).stdout.split()
+        lambda: (
+            "elastic: 0 → 0 worker nodes (min 0, max 2"
+            in " ".join(cli.run("compute", "show", "elastic", check=True).stdout.split())
         ),
         timeout=30,
     )

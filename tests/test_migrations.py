@@ -50,7 +50,8 @@ def test_the_revisions_build_exactly_the_tables_of_schema_py(
     assert _differences(created.database) == []
     for database in (migrated, created.database):
         with database.engine.connect() as conn:
-            assert MigrationContext.configure(conn).get_current_revision() == revision(SCHEMA_VERSION)
+            current = MigrationContext.configure(conn).get_current_revision()
+            assert current == revision(SCHEMA_VERSION)
 
 
 def test_a_database_at_revision_7_keeps_its_records_through_the_upgrade(
