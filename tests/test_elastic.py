@@ -131,10 +131,12 @@ def queue_of(cli: Cli, target: str = "elastic") -> dict:
     return views[0]
 
 
-def until(what: str, check: object, timeout: float = 120) -> object:
+def until(what: str, check: object, timeout: float = 120, seen: object = None) -> object:
+    """Poll ``check`` until it is true; ``seen()`` says what was there instead."""
     deadline = time.monotonic() + timeout
     while not (value := check()):  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"never: {what}"
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never: {what}; instead: {seen() if seen else value}")  # type: ignore[operator]
         time.sleep(0.3)
     return value
 
@@ -256,3 +258,46 @@ def test_the_sdk_the_compute_yaml_and_the_cli_make_the_same_elastic_target(
                    address, "--max-nodes", "1", "--node-cpus", "1")  # fmt: skip
     assert proc.returncode != 0 and "already scales the cluster" in proc.stderr
     assert proc.stderr.count("\n") == 1
+
+
+def test_a_scale_up_that_does_not_come_shows_rays_reason_and_ends_with_the_timeout(
+    cli: Cli, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The node type's nodes cannot start (its provider fails every launch, as a cloud
+    out of quota does): the waiting job shows the autoscaler's reason in `job show` and
+    the queue, holds nothing, and fails once its limits.timeout has passed."""
+    # A node type Ray cannot start: its object store is below Ray's minimum.
+    broken = start_autoscaling_cluster(
+        tmp_path_factory.mktemp("broken"),  # short: Ray's socket paths must fit 107 bytes
+        {"big": {"CPU": 2, "object_store_memory": 1}},
+        max_workers=1,
+    )
+    try:
+        cli.run("compute", "create", "--name", "elastic", "--type", "ray", "--address",
+                broken.client_address, "--max-nodes", "1", "--node-cpus", "2",
+                "--cpus-per-node", "1", check=True)  # fmt: skip
+        name = cli.create(job_spec(cli, nodes=1, timeout=40))
+        why = "Ray's autoscaler: Failed to launch 1 node(s) of type big: ValueError: "
+        reason = until(
+            "the autoscaler's reason reaches the job",
+            lambda: why in (cli.show(name).get("queue") or {}).get("reason", ""),
+            timeout=60,
+            seen=lambda: (
+                cli.show(name),
+                queue_of(cli),
+                (cli.home / "scheduler.log").read_text()[-3000:],
+            ),
+        )
+        assert reason
+        shown = cli.show(name)["queue"]["reason"]
+        assert shown.startswith("waiting for 1 node: cluster 0 → 1 of max 1, requested "), shown
+        assert "object store memory" in shown and "\n" not in shown
+        view = queue_of(cli)
+        assert view["running"] == [] and "Failed to launch" in view["scaling"]["trouble"]
+        job = cli.wait(name, ("Failed", "Completed"), timeout=120)
+        assert job["status"] == "Failed", job
+        message = job["error"]["message"]
+        assert message.startswith("waited its whole limits.timeout (40 s) for nodes"), message
+        assert why in message
+    finally:
+        stop_cluster(broken)

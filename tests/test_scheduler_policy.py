@@ -308,3 +308,87 @@ def test_memory_is_counted_per_host_when_a_job_asks_for_it() -> None:
     assert decide(box, busy, [small], now=0).admit["c"][0].memory == 4 * gib
     too_big = never_fits(Request(nodes=1, memory=32 * gib), box)
     assert too_big is not None and "32 GiB" in too_big and "16 GiB" in too_big
+
+
+def _elastic(live: int, max_nodes: int = 4, min_nodes: int = 0, **kw: object) -> Capacity:
+    """A Ray cluster of ``live`` 1-GPU workers that its autoscaler may grow to ``max_nodes``."""
+    from phalanx.scheduler.model import Growth
+
+    node = Host("node", ("0",), cpus=8)
+    hosts = tuple(Host(f"w{i}", ("0",), cpus=8) for i in range(live))
+    growth = Growth(max_nodes, min_nodes, node, live=live, **kw)  # type: ignore[arg-type]
+    return Capacity("gpu", hosts, spread=True, growth=growth)
+
+
+def _on(name: str, *hosts: str, **kw: object) -> RunningJob:
+    return RunningJob(name, tuple(NodeGrant(h, ("0",), 1.0) for h in hosts), **kw)  # type: ignore[arg-type]
+
+
+def test_an_elastic_cluster_grows_for_waiting_jobs_in_order_within_its_max() -> None:
+    """Jobs that fit what the cluster may add wait for nodes (no reservation), in queue
+    order, until the max; the wanted count is what runs plus what they claimed."""
+    jobs = [queued("a", gpus(1, nodes=2), 1), queued("b", gpus(1, nodes=1), 2),
+            queued("c", gpus(1, nodes=2), 3)]  # fmt: skip
+    decision = decide(_elastic(live=0, max_nodes=4), [], jobs, now=10)
+    assert decision.admit == {}
+    # a and b claim 3 new nodes; c would take the cluster past 4, so it waits as on a
+    # fixed cluster (for a or b to end), and the whole cluster is wanted meanwhile.
+    assert decision.wanted == 4
+    assert decision.waiting["a"] == (
+        "waiting for 2 nodes: cluster 0 → 4 of max 4, asking the cluster's autoscaler"
+    )
+    assert decision.waiting["b"].startswith("waiting for 1 node: cluster 0 → 4 of max 4")
+    assert not decision.waiting["c"].startswith("waiting for")
+    assert decide(_elastic(live=0, max_nodes=4), [], jobs[:2], now=10).wanted == 3
+    # Asked of the autoscaler 40 s ago, with its reason for not coming.
+    later = _elastic(live=0, max_nodes=4, requested=4, requested_at=0.0, trouble="quota")
+    decision = decide(later, [], jobs, now=40)
+    assert decision.waiting["a"] == (
+        "waiting for 2 nodes: cluster 0 → 4 of max 4, requested 40 s ago; Ray's autoscaler: quota"
+    )
+    # Never fewer than min_nodes, never more than max_nodes.
+    assert decide(_elastic(live=0, min_nodes=1), [], [], now=0).wanted == 1
+    assert decide(_elastic(live=4), [_on("x", "w0", "w1", "w2", "w3")], jobs, 0).wanted == 4
+
+
+def test_growth_comes_before_preemption_and_a_job_too_big_for_the_max_cannot_start() -> None:
+    spot = _on("spot", "w0", tier=TIERS["spot"], started=1.0)
+    urgent = queued("urgent", gpus(1, nodes=2), 5, priority=PRIORITIES["high"])
+    decision = decide(_elastic(live=1, max_nodes=4), [spot], [urgent], now=10)
+    assert decision.preempt == {} and decision.wanted == 3
+    assert decision.waiting["urgent"].startswith("waiting for 2 nodes: cluster 1 → 3 of max 4")
+    # At its max, the cluster cannot grow: the spot job is preempted as on a fixed one.
+    decision = decide(_elastic(live=2, max_nodes=2), [spot], [urgent], now=10)
+    assert decision.preempt == {"spot": "urgent"} and decision.wanted == 2
+    huge = queued("huge", gpus(1, nodes=5), 1)
+    decision = decide(_elastic(live=0, max_nodes=4), [], [huge], now=10)
+    assert decision.waiting["huge"] == (
+        "cannot start: it asks for 5 nodes on different machines but compute 'gpu' has 4"
+    )
+
+
+def test_todays_nodes_are_not_taken_from_a_job_that_waits_for_growth() -> None:
+    """A 2-node job waits for the cluster (1 node live, max 2); a 1-node job behind it
+    fits the live node, but taking it would leave the cluster no room to grow for the
+    first: it waits its turn. With room to grow (max 3) it may start."""
+    jobs = [queued("first", gpus(1, nodes=2), 1), queued("second", gpus(1, nodes=1), 2)]
+    decision = decide(_elastic(live=1, max_nodes=2), [], jobs, now=10)
+    assert decision.admit == {} and decision.wanted == 2
+    assert decision.waiting["second"] == (
+        "needs 1 GPU on 1 node; 1 job ahead waits for the cluster to grow, to at most 2 nodes"
+    )
+    decision = decide(_elastic(live=1, max_nodes=3), [], jobs, now=10)
+    assert list(decision.admit) == ["second"] and decision.wanted == 3
+
+
+def test_a_job_that_waited_its_whole_timeout_for_nodes_fails_with_the_reason() -> None:
+    job = queued("slow", gpus(1, nodes=2), at=100.0, timeout=60.0)
+    capacity = _elastic(live=0, requested=2, requested_at=100.0, trouble="no quota")
+    assert decide(capacity, [], [job], now=150).expired == {}
+    expired = decide(capacity, [], [job], now=161).expired["slow"]
+    assert expired.startswith("waited its whole limits.timeout (60 s) for nodes")
+    assert expired.endswith("(cluster 0 of max 4); Ray's autoscaler: no quota")
+    # A job waiting for other jobs (not for nodes) is not failed for it.
+    busy = _elastic(live=2, max_nodes=2)
+    holder = _on("holder", "w0", "w1")
+    assert decide(busy, [holder], [job], now=1000).expired == {}

@@ -200,7 +200,21 @@ def start_autoscaling_cluster(
     _ray(["start", "--head", f"--port={gcs_port}", f"--ray-client-server-port={client_port}",
           "--num-cpus=0", f"--autoscaling-config={config_path}", "--include-dashboard=false",
           f"--temp-dir={temp_dir}", "--disable-usage-stats"], head_env)  # fmt: skip
+    _wait_listening(client_port, timeout=60)  # Ray Client's server starts after `ray start`
     return RayCluster(gcs, f"ray://127.0.0.1:{client_port}", temp_dir, env)
+
+
+def _wait_listening(port: int, timeout: float) -> None:
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while True:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"nothing listens on port {port} after {timeout} s")
+        time.sleep(0.2)
 
 
 def _worker_type(resources: dict[str, float], max_workers: int) -> dict[str, object]:

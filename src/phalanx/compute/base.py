@@ -86,6 +86,11 @@ class Compute(Protocol):
         """
         ...
 
+    def warm(self) -> None:
+        """Get ready to place nodes soon (the job waits for its cluster to grow): nothing
+        that may fail or block."""
+        ...
+
     def allocate(
         self,
         nodes: int,

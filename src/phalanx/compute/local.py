@@ -98,6 +98,9 @@ class LocalCompute:
         """Ask the attempt's Python processes for their stacks."""
         return dump_stacks(str(job_dir), attempt)
 
+    def warm(self) -> None:
+        """Nothing: this machine is always ready."""
+
     def allocate(
         self,
         nodes: int,

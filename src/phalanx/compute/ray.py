@@ -180,6 +180,8 @@ class RayCompute:
         self._agents: list[Any] = []
         self._hosts: list[str] = []
         self._connected = False
+        self._connect_lock = threading.Lock()
+        self._warming: threading.Thread | None = None
         self._job: NodeJob | None = None
         self._paths: JobPaths | None = None
         self._runtime_env: dict[str, Any] | None = None
@@ -225,7 +227,24 @@ class RayCompute:
             sample_interval=sample_interval(),
         )
 
+    def warm(self) -> None:
+        """Connect now, on a thread, so that nodes soon to come are used at once (the job
+        waits for its cluster to grow); a failure is :meth:`allocate`'s to report."""
+        if self._connected or self._warming is not None:
+            return
+
+        def connect_quietly() -> None:
+            with contextlib.suppress(Exception):
+                self.connect()
+
+        self._warming = threading.Thread(target=connect_quietly, name="ray-warm", daemon=True)
+        self._warming.start()
+
     def connect(self) -> None:
+        with self._connect_lock:
+            self._connect()
+
+    def _connect(self) -> None:
         if self._connected:
             return
         check_driver_here(self.target.address)

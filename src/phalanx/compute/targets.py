@@ -295,6 +295,8 @@ def delete_target(ws: Workspace, name: str) -> None:
     get_target(ws, name)
     with ws.transaction() as tx:
         tx.execute("DELETE FROM computes WHERE name = :name", {"name": name})
+        # What its probe read and asked: a target made again under the name starts afresh.
+        tx.execute("DELETE FROM scaling WHERE target = :name", {"name": name})
     SecretStore(ws.home).delete_prefix(secret_key(name))
 
 

@@ -63,6 +63,7 @@ from phalanx.launch.sysmetrics import SystemSampler
 from phalanx.scheduler.ledger import grant_of, is_releasing, release, set_hosts
 from phalanx.scheduler.model import NodeGrant
 from phalanx.scheduler.process import ensure_running, is_running, poke
+from phalanx.scheduler.scaling import waits_for_nodes
 from phalanx.scheduler.waiting import wait_for_grant
 from phalanx.spec import JobSpec
 from phalanx.workspace import (
@@ -70,6 +71,7 @@ from phalanx.workspace import (
     AttemptStatus,
     FailureCause,
     JobPaths,
+    JobRecord,
     JobStatus,
     RootCause,
     Workspace,
@@ -209,6 +211,12 @@ class JobRunner:
             syncer.stop()
             prepared.close()
 
+    def _looked(self, job: JobRecord) -> None:
+        """A look at the job in the queue: waiting for its cluster to grow, the compute
+        gets ready for the nodes to come (a Ray connection made meanwhile)."""
+        if waits_for_nodes(str((job.queue or {}).get("reason", ""))):
+            self.compute.warm()
+
     def _preparing_failed(self, exc: PhalanxError) -> JobStatus:
         _raise_if_database(exc)
         log.error("preparing failed: %s", exc)
@@ -224,7 +232,7 @@ class JobRunner:
             # wait does not count against limits.timeout.
             waited_from = time.monotonic()
             self._grant = grant_of(self.ws, self.name) or wait_for_grant(
-                self.ws, self.name, self._cancelled
+                self.ws, self.name, self._cancelled, self._looked
             )
             if deadline is not None:
                 deadline += time.monotonic() - waited_from

@@ -39,6 +39,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from phalanx.compute.targets import LocalTarget, RayTarget, resolve_target
@@ -47,7 +48,7 @@ from phalanx.scheduler import ledger
 from phalanx.scheduler.bell import Bell, job_bell, probe_bell, ring, scheduler_bell
 from phalanx.scheduler.capacity import local_capacity
 from phalanx.scheduler.keeper import JobKeeper
-from phalanx.scheduler.model import Capacity, Decision, Growth, Host, QueuedJob
+from phalanx.scheduler.model import Capacity, Decision, Growth, Host, QueuedJob, RunningJob
 from phalanx.scheduler.policy import decide
 from phalanx.scheduler.process import LOCK_FILE
 from phalanx.scheduler.rayprobe import FRESH_S
@@ -72,8 +73,6 @@ class Scheduler:
         self.ws = ws
         self.keeper = keeper
         self._probe_started: dict[str, float] = {}
-        self._wanted: dict[str, int] = {}
-        """The nodes each elastic target's queue wanted at the last round."""
         self._rounds = 0
         self._leases = leases or LeaseWatch()
         self._outages = ws.database.outages
@@ -168,15 +167,20 @@ class Scheduler:
             # A Ray cluster's nodes, as its probe last read them; until a fresh reading
             # exists, its jobs start in queue order (Ray queues what it cannot place).
             reading = self._ray_capacity(target)
-            if reading is None and elastic:
-                return None  # its probe is starting: nothing is given before it reads
+            if reading is None and isinstance(target, RayTarget) and target.elastic:
+                # Its probe is starting: nothing is given before it reads the nodes, but
+                # what the queue wants is ready for the probe's first request.
+                spread = target.placement == "spread"
+                reading = Capacity(target_name, (), spread, _growth(self.ws, target, ()))
             capacity = reading or _unbounded(target_name, queued)
+        if capacity.growth is not None:
+            capacity = _without_nodes_let_go(capacity, holding)
         decision = decide(capacity, holding, queued, time.time())
         if decision.wanted is not None:
             ledger.record_wanted(self.ws, target_name, decision.wanted)
-            if self._wanted.get(target_name) != decision.wanted:
-                self._wanted[target_name] = decision.wanted
-                ring(probe_bell(self.ws.home, target_name))
+            scaling = ledger.scaling_of(self.ws, target_name)
+            if scaling is None or (scaling.requested or 0) < decision.wanted:
+                ring(probe_bell(self.ws.home, target_name))  # more to ask for: at once
         for name, why in decision.expired.items():
             log.info("job %s waited its limits.timeout for nodes: %s", name, why)
             self._fail(name, why)
@@ -250,6 +254,24 @@ def _growth(ws: Workspace, target: RayTarget, hosts: tuple[Host, ...]) -> Growth
         requested_at=scaling.requested_at if scaling is not None else None,
         trouble=report.get("trouble"),
     )
+
+
+def _without_nodes_let_go(capacity: Capacity, holding: list[RunningJob]) -> Capacity:
+    """An elastic cluster less the idle nodes its autoscaler was told it may remove (the
+    request is below the nodes up): they may be gone before a job given them starts."""
+    growth = capacity.growth
+    assert growth is not None
+    surplus = growth.live - (growth.requested if growth.requested is not None else growth.live)
+    if surplus <= 0:
+        return capacity
+    used = {grant.host for job in holding for grant in job.nodes}
+    hosts = list(capacity.hosts)
+    for host in reversed(capacity.hosts):
+        if surplus and host.name not in used and (host.cpus > 0 or host.gpus):
+            hosts.remove(host)
+            surplus -= 1
+    live = sum(1 for h in hosts if h.cpus > 0 or h.gpus)
+    return replace(capacity, hosts=tuple(hosts), growth=replace(growth, live=live))
 
 
 def _unbounded(target: str, queued: list[QueuedJob]) -> Capacity:

@@ -137,7 +137,7 @@ def decide(
         held_for = reservation.job.name if grant is not None else None
         decision.waiting[job.name] = _wait_reason(job.request, free, ahead, held_for)
     if grower is not None:
-        decision.wanted = grower.wanted(holding)
+        decision.wanted = grower.wanted(holding, reserved=reservation is not None)
         for name, waits_for in growing.items():
             job = next(j for j in order if j.name == name)
             expired = grower.expired(job, now)

@@ -32,8 +32,11 @@ from typing import Any
 from phalanx.workspace import Workspace
 
 EVERY_S = 5.0
-GROWING_EVERY_S = 1.0
-"""How often an elastic cluster is read while it is short of the nodes asked for."""
+ELASTIC_IDLE_EXIT_S = 600.0
+"""An elastic target's probe stays this long without work: the next job's request to the
+autoscaler then goes out at once, not after a new connection."""
+CHANGING_EVERY_S = 1.0
+"""How often an elastic cluster is read while its nodes are not those asked for."""
 IDLE_EXIT_S = 60.0
 # A reading older than this is not trusted (the probe died, or the cluster does not answer).
 FRESH_S = 30.0
@@ -120,11 +123,12 @@ def main(argv: list[str]) -> int:
                 settled = False
         if busy or not settled:
             idle_since = time.monotonic()
-        elif time.monotonic() - idle_since > IDLE_EXIT_S:
+        elif time.monotonic() - idle_since > (ELASTIC_IDLE_EXIT_S if requester else IDLE_EXIT_S):
             return 0
         workers = sum(1 for n in nodes if n["cpus"] > 0 or n["gpus"])
-        growing = requester is not None and (requester.sent or 0) > workers
-        bell.wait(GROWING_EVERY_S if growing else EVERY_S)
+        # Nodes coming or going: read often, so no job is given a node already gone.
+        changing = requester is not None and (requester.sent or 0) != workers
+        bell.wait(CHANGING_EVERY_S if changing else EVERY_S)
 
 
 class Requester:
@@ -152,6 +156,10 @@ class Requester:
         row = ledger.scaling_of(self.ws, target.name)
         wanted = row.wanted if busy and row is not None else target.min_nodes
         wanted = max(target.min_nodes, min(wanted, target.max_nodes))
+        if row is not None and row.wanted_at and self.sent is not None and row.wanted >= self.sent:
+            # The scheduler wrote it each round while there was work: the idle time counts
+            # from the last round that wanted these nodes, not from this probe's last look.
+            self.needed_at = max(self.needed_at, row.wanted_at)
         send: int | None = None
         if self.sent is None or wanted >= self.sent:
             self.needed_at = now

@@ -15,7 +15,8 @@ queue's order, backfill and preemption stay its own. Within one pass
   and preempts nobody. The first job that would take the cluster past
   ``max_nodes`` waits as on a fixed cluster (reservation, backfill, preemption).
 - The nodes wanted are those the running jobs hold plus those the waiting
-  jobs claimed, never fewer than ``min_nodes``.
+  jobs claimed, never fewer than ``min_nodes``; ``max_nodes`` while a job
+  waits that only the whole cluster can take.
 - A job that waited its whole ``limits.timeout`` for nodes fails, with the
   autoscaler's reason when it gave one.
 """
@@ -23,6 +24,7 @@ queue's order, backfill and preemption stay its own. Within one pass
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -38,6 +40,14 @@ from phalanx.scheduler.model import (
 
 if TYPE_CHECKING:
     from phalanx.compute.targets import RayTarget
+
+
+_WAITS_FOR_NODES = re.compile(r"waiting for \d+ nodes?: cluster ")
+
+
+def waits_for_nodes(reason: str) -> bool:
+    """Whether a queued job's reason says it waits for its cluster to grow."""
+    return _WAITS_FOR_NODES.match(reason) is not None
 
 
 def ceiling(capacity: Capacity) -> Capacity:
@@ -114,9 +124,11 @@ class Grower:
             f"{self.growth.max_nodes} nodes"
         )
 
-    def wanted(self, holding: Sequence[RunningJob]) -> int:
-        """The worker nodes to ask the autoscaler for after the pass."""
-        total = _held(holding) + self.claimed
+    def wanted(self, holding: Sequence[RunningJob], *, reserved: bool = False) -> int:
+        """The worker nodes to ask the autoscaler for after the pass; all of them when a
+        job waits that only the whole cluster can take (``reserved``: it held the future
+        for itself, as on a fixed cluster), so none of its nodes goes while it waits."""
+        total = self.growth.max_nodes if reserved else _held(holding) + self.claimed
         return max(self.growth.min_nodes, min(total, self.growth.max_nodes))
 
     def reason(self, waits_for: int, wanted: int, now: float) -> str:

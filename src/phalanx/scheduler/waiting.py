@@ -9,7 +9,7 @@ from phalanx.scheduler.bell import Bell, job_bell
 from phalanx.scheduler.ledger import grant_of
 from phalanx.scheduler.model import NodeGrant
 from phalanx.scheduler.process import ensure_running, is_running
-from phalanx.workspace import Workspace
+from phalanx.workspace import JobRecord, Workspace
 
 # Without a ring, the database is read this often anyway (and the scheduler checked on).
 # Rings are not lost in practice (a waiter binds its bell before its first look), so
@@ -18,12 +18,16 @@ LOOK_EVERY_S = 15.0
 
 
 def wait_for_grant(
-    ws: Workspace, name: str, stop: Callable[[], bool]
+    ws: Workspace,
+    name: str,
+    stop: Callable[[], bool],
+    on_look: Callable[[JobRecord], None] | None = None,
 ) -> tuple[NodeGrant, ...] | None:
     """Block until the job holds its devices; ``None`` if ``stop()`` or the job ended first.
 
     Args:
         stop: Polled between looks: a cancel request or signal.
+        on_look: Given the job's record at each look (its place and reason in the queue).
     """
     try:
         bell: Bell | None = Bell(job_bell(ws.home, name))
@@ -35,8 +39,11 @@ def wait_for_grant(
             grant = grant_of(ws, name)
             if grant:
                 return grant
-            if stop() or ws.get_job(name).status.is_terminal:
+            job = ws.get_job(name)
+            if stop() or job.status.is_terminal:
                 return None
+            if on_look is not None:
+                on_look(job)
             if bell is not None:
                 bell.wait(LOOK_EVERY_S)
             else:
