@@ -231,6 +231,8 @@ def test_the_sdk_the_compute_yaml_and_the_cli_make_the_same_elastic_target(
     settings = json.loads(cli.run("compute", "show", "gpu", "--json", check=True).stdout)
     by_cli = settings["settings"]
     assert (by_cli["max_nodes"], by_cli["idle_time_before_scale_down"]) == (2, 4)
+    listed = cli.run("compute", "list", check=True).stdout
+    assert "0-2 (elastic)" in listed, listed
     cli.run("compute", "delete", "gpu", check=True)
     cli.write(
         "compute.yml",

@@ -116,20 +116,25 @@ def test_the_bed_leaves_nothing_behind_after_a_failure_or_a_killed_test() -> Non
     assert hostbed.leftovers(killed) == []
 
 
+def start_postgresql(host: Host) -> str:
+    """PostgreSQL on ``host``, as a team installs it beside its server: its files in the
+    host's own /tmp, listening on the host's own loopback (tests/pg.py, run there); the
+    database's URL."""
+    start_pg = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import pg; "
+        "print(json.dumps(pg.start().create_database()))"
+    )
+    made = host.run([sys.executable, "-c", start_pg, str(hostbed.REPO / "tests")])
+    return str(json.loads(made.stdout))
+
+
 @pytest.fixture
 def team() -> Iterator[HostBed]:
     """A server host running PostgreSQL and ``phalanx server start`` on it, and a client
     host with only the CLI."""
     with HostBed(["server", "client"]) as bed:
         server = bed["server"]
-        # PostgreSQL on the server host, as a team installs it: its files in the host's
-        # own /tmp, listening on the host's own loopback (tests/pg.py, run there).
-        start_pg = (
-            "import json, sys; sys.path.insert(0, sys.argv[1]); import pg; "
-            "print(json.dumps(pg.start().create_database()))"
-        )
-        made = server.run([sys.executable, "-c", start_pg, str(hostbed.REPO / "tests")])
-        env = server.env(PHALANX_HOME=SERVER_HOME, PHALANX_DB=json.loads(made.stdout))
+        env = server.env(PHALANX_HOME=SERVER_HOME, PHALANX_DB=start_postgresql(server))
         token = server.run(["phalanx", "server", "token", "create", "--user", "alice"],
                            env).stdout.split()[0]  # fmt: skip
         start = (f"exec phalanx server start --host {server.address} --port {PORT} "

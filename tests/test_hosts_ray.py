@@ -30,7 +30,7 @@ import hostbed
 from hostbed import Host, HostBed
 from phalanx.bench.azurite import find_azurite
 from servers import AZURITE_ACCOUNT, AZURITE_KEY
-from test_hosts import PORT, SERVER_HOME, _wait_answering
+from test_hosts import PORT, SERVER_HOME, _wait_answering, start_postgresql
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -100,7 +100,7 @@ def start_ray_worker(bed: HostBed, name: str) -> None:
 
 @pytest.fixture(scope="module")
 def team() -> Iterator[Team]:
-    """Ray head, two Ray workers, a server with a Ray target at the head, a client,
+    """Ray head, two Ray workers, a server (on PostgreSQL) with a Ray target at the head, a client,
     Azurite (the object store) on a host of its own, and a second client (``laptop``)
     that a test switches off for good."""
     with HostBed(["head", "w1", "w2", "server", "client", "blob", "laptop"]) as bed:
@@ -125,7 +125,8 @@ def team() -> Iterator[Team]:
         _wait_nodes(head, 3)
         server = bed["server"]
         # Each node samples its machine every second (the default, 15 s, outlasts the jobs).
-        env = server.env(PHALANX_HOME=SERVER_HOME, PHALANX_SYSTEM_METRICS_INTERVAL="1")
+        env = server.env(PHALANX_HOME=SERVER_HOME, PHALANX_SYSTEM_METRICS_INTERVAL="1",
+                         PHALANX_DB=start_postgresql(server))  # fmt: skip
         token = server.run(["phalanx", "server", "token", "create", "--user", "alice"],
                            env).stdout.split()[0]  # fmt: skip
         start = (f"exec phalanx server start --host {server.address} --port {PORT} "

@@ -175,15 +175,17 @@ def list_cmd(as_json: bool) -> int:
         click.echo(json.dumps([t["settings"] for t in listed], indent=2))
         return 0
     table = Table(box=None, header_style="bold")
-    for column in ("NAME", "TYPE", "WHERE", "PLACEMENT", "TOKEN"):
+    for column in ("NAME", "TYPE", "WHERE", "PLACEMENT", "NODES", "TOKEN"):
         table.add_column(column)
     for t in listed:
         settings = t["settings"]
         if settings["type"] == "local":
-            table.add_row(settings["name"], "local", t["where"], "", "")
+            table.add_row(settings["name"], "local", t["where"], "", "", "")
         else:
+            most = settings.get("max_nodes")
+            nodes = f"{settings.get('min_nodes', 0)}-{most} (elastic)" if most else ""
             table.add_row(
-                settings["name"], settings["type"], t["where"], settings["placement"],
+                settings["name"], settings["type"], t["where"], settings["placement"], nodes,
                 settings["token"] or "none",
             )  # fmt: skip
     console.print(table)

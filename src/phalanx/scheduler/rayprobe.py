@@ -20,6 +20,7 @@ autoscaler reported, and stays until the request is back at ``min_nodes``.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import logging
@@ -103,12 +104,20 @@ def main(argv: list[str]) -> int:
     idle_since = time.monotonic()
     bell = Bell(probe_bell(ws.home, name))
     seen: list[str] = []
+    failures = 0
     while True:
         try:
             nodes = read_nodes()
-        except Exception as exc:  # the cluster went away: readings stop, and go stale
+            failures = 0
+        except Exception as exc:
+            # A dropped connection is made again (an elastic target would otherwise ask
+            # for nothing until the scheduler starts another probe); a cluster that stays
+            # away ends the probe, and its readings go stale.
+            failures += 1
             log.error("reading the cluster's nodes failed: %s", exc)
-            return 1
+            if failures > RECONNECTS or not _reconnect(target, ws):
+                return 1
+            continue
         ledger.record_capacity(ws, name, nodes)
         if [n["host"] for n in nodes] != seen:
             seen = [n["host"] for n in nodes]
@@ -129,6 +138,27 @@ def main(argv: list[str]) -> int:
         # Nodes coming or going: read often, so no job is given a node already gone.
         changing = requester is not None and (requester.sent or 0) != workers
         bell.wait(CHANGING_EVERY_S if changing else EVERY_S)
+
+
+RECONNECTS = 3
+"""Connections made again in a row before a probe gives up."""
+
+
+def _reconnect(target: Any, ws: Workspace) -> bool:
+    import ray
+
+    from phalanx.compute.ray import RayCompute
+    from phalanx.errors import PhalanxError
+
+    with contextlib.suppress(Exception):
+        ray.shutdown()
+    try:
+        RayCompute(target, target.token_value(ws)).connect()
+    except PhalanxError as exc:
+        log.error("%s", exc)
+        return False
+    log.info("connected to the cluster again")
+    return True
 
 
 class Requester:
