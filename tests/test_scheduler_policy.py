@@ -382,8 +382,12 @@ def test_todays_nodes_are_not_taken_from_a_job_that_waits_for_growth() -> None:
 
 
 def test_a_job_that_waited_its_whole_timeout_for_nodes_fails_with_the_reason() -> None:
-    job = queued("slow", gpus(1, nodes=2), at=100.0, timeout=60.0)
+    """Counted from when it began to wait for nodes (the scheduler keeps that), not from
+    its time queued: a job not yet seen waiting never expires."""
+    job = queued("slow", gpus(1, nodes=2), at=0.0, timeout=60.0)
     capacity = _elastic(live=0, requested=2, requested_at=100.0, trouble="no quota")
+    assert decide(capacity, [], [job], now=1000).expired == {}
+    job = queued("slow", gpus(1, nodes=2), at=0.0, timeout=60.0, waiting_since=100.0)
     assert decide(capacity, [], [job], now=150).expired == {}
     expired = decide(capacity, [], [job], now=161).expired["slow"]
     assert expired.startswith("waited its whole limits.timeout (60 s) for nodes")
@@ -392,3 +396,18 @@ def test_a_job_that_waited_its_whole_timeout_for_nodes_fails_with_the_reason() -
     busy = _elastic(live=2, max_nodes=2)
     holder = _on("holder", "w0", "w1")
     assert decide(busy, [holder], [job], now=1000).expired == {}
+
+
+def test_a_packed_job_needs_machines_that_hold_its_nodes_whole() -> None:
+    """3 nodes of 5 CPUs on 8-CPU machines need 3 machines (not 15/8 → 2)."""
+    from phalanx.scheduler.model import Growth
+    from phalanx.scheduler.scaling import nodes_for
+
+    node = Host("node", (), cpus=8)
+    assert nodes_for(Request(nodes=3, cpus=5), node, spread=False) == 3
+    assert nodes_for(Request(nodes=4, cpus=4), node, spread=False) == 2
+    four = Host("node", ("0", "1", "2", "3"), cpus=32)
+    assert nodes_for(Request(nodes=4, gpus=3, cpus=1), four, spread=False) == 4
+    packed = Capacity("gpu", (), spread=False, growth=Growth(4, 0, node, live=0))
+    job = queued("packed", Request(nodes=3, cpus=5))
+    assert decide(packed, [], [job], now=0).wanted == 3

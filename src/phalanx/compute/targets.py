@@ -109,22 +109,30 @@ class RayTarget(BaseModel):
     """Elastic: the worker nodes kept however empty the queue."""
     idle_time_before_scale_down: int = Field(default=120, ge=0, le=7 * 24 * 3600)
     """Elastic: seconds the nodes are kept asked for after the last job ends."""
-    node_cpus: float | None = Field(default=None, gt=0)
+    node_cpus: float | None = Field(default=None, gt=0, le=100_000, allow_inf_nan=False)
     """Elastic: the CPUs of one machine of the worker node type the autoscaler adds."""
-    node_gpus: float = Field(default=0, ge=0)
-    """Elastic: the GPUs of one machine of that node type."""
+    node_gpus: float = Field(default=0, ge=0, le=1024, allow_inf_nan=False)
+    """Elastic: the GPUs of one machine of that node type (a whole number)."""
 
     @model_validator(mode="after")
     def _elastic_needs_a_node_shape(self) -> RayTarget:
         if self.max_nodes is None:
             return self
+        if not float(self.node_gpus).is_integer():
+            raise ValueError(
+                f"node_gpus: {self.node_gpus:g} is not a whole number of GPUs; a machine of "
+                "the node type has 0, 1, 2, ..."
+            )
         if self.node_cpus is None:
             raise ValueError(
                 "node_cpus: an elastic target (max_nodes) needs the size of the machines its "
                 "cluster adds: --node-cpus N [--node-gpus G], as its worker node type has"
             )
         if self.min_nodes > self.max_nodes:
-            raise ValueError(f"min_nodes {self.min_nodes} is more than max_nodes {self.max_nodes}")
+            raise ValueError(
+                f"min_nodes: {self.min_nodes} is more than max_nodes ({self.max_nodes}); give "
+                "at most as many"
+            )
         bundle_cpus = self.cpus_per_node or 0
         if bundle_cpus > self.node_cpus or self.gpus_per_node > self.node_gpus:
             raise ValueError(

@@ -42,7 +42,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from phalanx.compute.targets import LocalTarget, RayTarget, resolve_target
+from phalanx.compute.targets import LocalTarget, RayTarget, list_targets, resolve_target
 from phalanx.errors import DatabaseUnavailable, PhalanxError
 from phalanx.scheduler import ledger
 from phalanx.scheduler.bell import Bell, job_bell, probe_bell, ring, scheduler_bell
@@ -52,7 +52,7 @@ from phalanx.scheduler.model import Capacity, Decision, Growth, Host, QueuedJob,
 from phalanx.scheduler.policy import decide
 from phalanx.scheduler.process import LOCK_FILE
 from phalanx.scheduler.rayprobe import FRESH_S
-from phalanx.scheduler.scaling import node_shape
+from phalanx.scheduler.scaling import is_node, node_shape, waits_for_nodes
 from phalanx.workspace import JobRecord, JobStatus, RootCause, Workspace
 from phalanx.workspace.layout import phalanx_home
 from phalanx.workspace.leases import GIVE_UP_S, Holder, LeaseWatch
@@ -73,6 +73,8 @@ class Scheduler:
         self.ws = ws
         self.keeper = keeper
         self._probe_started: dict[str, float] = {}
+        self._waiting_since: dict[str, dict[str, float]] = {}
+        """Elastic target → its jobs waiting for nodes → since when (this process's view)."""
         self._rounds = 0
         self._leases = leases or LeaseWatch()
         self._outages = ws.database.outages
@@ -100,6 +102,8 @@ class Scheduler:
                 log.exception("working out what job %s asks for failed", name)
                 self._fail(name, f"phalanx could not queue the job: {exc}")
         targets = ledger.targets_with_work(self.ws)
+        if self._rounds % 10 == 1:
+            self._watch_idle_scalers(set(targets))
         for target in targets:
             try:
                 self.schedule(target)
@@ -108,6 +112,17 @@ class Scheduler:
             except Exception:  # one target's trouble must not stop the others
                 log.exception("scheduling compute %r failed", target)
         return bool(targets)
+
+    def _watch_idle_scalers(self, busy: set[str]) -> None:
+        """An elastic target without work whose cluster is still asked for more than its
+        minimum gets a probe if it has none (one that died, or ended with its server),
+        so that the request is withdrawn after the idle time rather than never."""
+        for target in list_targets(self.ws):
+            if not isinstance(target, RayTarget) or not target.elastic or target.name in busy:
+                continue
+            scaling = ledger.scaling_of(self.ws, target.name)
+            if scaling is not None and (scaling.requested or 0) > target.min_nodes:
+                self._ray_capacity(target)  # starts a probe where no fresh reading is
 
     def _fail(self, name: str, message: str) -> None:
         try:
@@ -175,7 +190,19 @@ class Scheduler:
             capacity = reading or _unbounded(target_name, queued)
         if capacity.growth is not None:
             capacity = _without_nodes_let_go(capacity, holding)
-        decision = decide(capacity, holding, queued, time.time())
+        now = time.time()
+        if capacity.growth is not None:
+            since = self._waiting_since.setdefault(target_name, {})
+            queued = [replace(j, waiting_since=since.get(j.name)) for j in queued]
+        decision = decide(capacity, holding, queued, now)
+        if capacity.growth is not None:
+            # When each job began to wait for nodes: its limits.timeout counts from then
+            # (not from its time queued behind other jobs, nor its earlier attempts).
+            self._waiting_since[target_name] = {
+                name: since.get(name, now)
+                for name, why in decision.waiting.items()
+                if waits_for_nodes(why)
+            }
         if decision.wanted is not None:
             ledger.record_wanted(self.ws, target_name, decision.wanted)
             scaling = ledger.scaling_of(self.ws, target_name)
@@ -249,7 +276,7 @@ def _growth(ws: Workspace, target: RayTarget, hosts: tuple[Host, ...]) -> Growth
         max_nodes=target.max_nodes,
         min_nodes=target.min_nodes,
         node=node,
-        live=sum(1 for h in hosts if h.cpus > 0 or h.gpus),
+        live=sum(1 for h in hosts if is_node(h, node)),
         requested=scaling.requested if scaling is not None else None,
         requested_at=scaling.requested_at if scaling is not None else None,
         trouble=report.get("trouble"),
@@ -267,10 +294,10 @@ def _without_nodes_let_go(capacity: Capacity, holding: list[RunningJob]) -> Capa
     used = {grant.host for job in holding for grant in job.nodes}
     hosts = list(capacity.hosts)
     for host in reversed(capacity.hosts):
-        if surplus and host.name not in used and (host.cpus > 0 or host.gpus):
+        if surplus and host.name not in used and is_node(host, growth.node):
             hosts.remove(host)
             surplus -= 1
-    live = sum(1 for h in hosts if h.cpus > 0 or h.gpus)
+    live = sum(1 for h in hosts if is_node(h, growth.node))
     return replace(capacity, hosts=tuple(hosts), growth=replace(growth, live=live))
 
 

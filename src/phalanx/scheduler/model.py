@@ -149,6 +149,8 @@ class QueuedJob:
     tier: int = DEFAULT_TIER
     timeout: float | None = None
     """``limits.timeout`` still left, in seconds: the backfill estimate of its run time."""
+    waiting_since: float | None = None
+    """On an elastic cluster: when it began to wait for nodes (``None``: not yet seen)."""
 
     @property
     def key(self) -> tuple[float, float, float, str]:

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from phalanx.errors import DatabaseUnavailable, PhalanxError
 from phalanx.workspace import Workspace
 
 EVERY_S = 5.0
@@ -88,7 +89,6 @@ def main(argv: list[str]) -> int:
         return 0  # another probe reads this target
     from phalanx.compute.ray import RayCompute
     from phalanx.compute.targets import RayTarget, resolve_target
-    from phalanx.errors import PhalanxError
     from phalanx.scheduler import ledger
     from phalanx.scheduler.bell import Bell, probe_bell, ring, scheduler_bell
 
@@ -117,12 +117,22 @@ def main(argv: list[str]) -> int:
             log.error("reading the cluster's nodes failed: %s", exc)
             if failures > RECONNECTS or not _reconnect(target, ws):
                 return 1
+            if requester is not None:
+                requester.sent_again = False  # a head that restarted lost the request
             continue
-        ledger.record_capacity(ws, name, nodes)
+        try:
+            if _changed(ws, target):
+                log.info("compute %s was deleted or changed; this probe ends", name)
+                return 0
+            ledger.record_capacity(ws, name, nodes)
+            busy = name in ledger.targets_with_work(ws)
+        except DatabaseUnavailable as exc:  # the request stands; look again soon
+            log.warning("the workspace's database is away (%s); trying again", exc)
+            bell.wait(EVERY_S)
+            continue
         if [n["host"] for n in nodes] != seen:
             seen = [n["host"] for n in nodes]
             ring(scheduler_bell(ws.home))  # nodes came or went: schedule now
-        busy = name in ledger.targets_with_work(ws)
         settled = True
         if requester is not None:
             try:
@@ -134,21 +144,34 @@ def main(argv: list[str]) -> int:
             idle_since = time.monotonic()
         elif time.monotonic() - idle_since > (ELASTIC_IDLE_EXIT_S if requester else IDLE_EXIT_S):
             return 0
-        workers = sum(1 for n in nodes if n["cpus"] > 0 or n["gpus"])
         # Nodes coming or going: read often, so no job is given a node already gone.
-        changing = requester is not None and (requester.sent or 0) != workers
+        changing = requester is not None and (requester.sent or 0) != requester.live(nodes)
         bell.wait(CHANGING_EVERY_S if changing else EVERY_S)
 
 
 RECONNECTS = 3
 """Connections made again in a row before a probe gives up."""
+RESEND_S = 300.0
+"""An unchanged request is sent again this often: a head that restarted without its
+state forgets it, and sending it again changes nothing otherwise."""
+
+
+def _changed(ws: Workspace, target: Any) -> bool:
+    """Whether the target was deleted or made again differently since the probe began."""
+    from phalanx.compute.targets import resolve_target
+
+    try:
+        return bool(resolve_target(target.name, ws) != target)
+    except DatabaseUnavailable:
+        raise
+    except PhalanxError:
+        return True
 
 
 def _reconnect(target: Any, ws: Workspace) -> bool:
     import ray
 
     from phalanx.compute.ray import RayCompute
-    from phalanx.errors import PhalanxError
 
     with contextlib.suppress(Exception):
         ray.shutdown()
@@ -175,6 +198,19 @@ class Requester:
         self.sent_at = (row.requested_at or time.time()) if row is not None else time.time()
         self.needed_at = time.time()
         """The last time the queue wanted at least what was sent."""
+        self.sent_again = False
+        """Whether this probe has sent its standing request itself (after it began, or
+        after a reconnect: the cluster may have lost it)."""
+        self.last_sent = 0.0
+
+    def live(self, nodes: list[dict[str, Any]]) -> int:
+        """The cluster's nodes of the target's shape (those its autoscaler adds)."""
+        t = self.target
+        return sum(
+            1
+            for n in nodes
+            if abs(n["cpus"] - t.node_cpus) < 1e-9 and n["gpus"] == int(t.node_gpus)
+        )
 
     def step(self, busy: bool, now: float) -> bool:
         """Ask for what the queue wants now (grow at once, shrink after the idle time) and
@@ -197,13 +233,21 @@ class Requester:
                 send = wanted
         elif now - self.needed_at >= target.idle_time_before_scale_down:
             send = wanted
+        if (
+            send is None
+            and self.sent is not None
+            and (not self.sent_again or now - self.last_sent > RESEND_S)
+        ):
+            send = self.sent  # the same request again
         if send is not None:
             report = ask(self.bundles(send))
-            log.info("compute %s: asked the autoscaler for %d worker node(s) (was %s)",
-                     target.name, send, self.sent)  # fmt: skip
+            if send != self.sent:
+                log.info("compute %s: asked the autoscaler for %d worker node(s) (was %s)",
+                         target.name, send, self.sent)  # fmt: skip
             if self.sent is None or send > self.sent:
                 self.sent_at = now
             self.sent = send
+            self.sent_again, self.last_sent = True, now
         else:
             report = ask(None)
         ledger.record_request(self.ws, target.name, self.sent or 0, self.sent_at, report)

@@ -80,12 +80,22 @@ def largest(target: RayTarget) -> Capacity:
 
 def nodes_for(request: Request, node: Host, spread: bool) -> int:
     """Machines of shape ``node`` that ``request`` needs: one a node when spread, else
-    as few as its CPUs and GPUs fill."""
+    as few as hold its nodes whole (a node's bundle is never split across machines)."""
     if spread:
         return request.nodes
-    by_cpus = math.ceil(request.nodes * request.cpus / node.cpus - 1e-9) if node.cpus else 0
-    by_gpus = math.ceil(request.nodes * request.gpus / len(node.gpus)) if node.gpus else 0
-    return max(1, by_cpus, by_gpus)
+    fits = []
+    if request.cpus > 0:
+        fits.append(int(node.cpus / request.cpus + 1e-9))
+    if request.gpus > 0:
+        fits.append(len(node.gpus) // request.gpus)
+    per_machine = max(1, min(fits)) if fits else request.nodes
+    return math.ceil(request.nodes / per_machine)
+
+
+def is_node(host: Host, node: Host) -> bool:
+    """Whether ``host`` is a machine of the target's node shape (one its autoscaler adds;
+    a head with CPUs of its own, or another node type, is not)."""
+    return abs(host.cpus - node.cpus) < 1e-9 and len(host.gpus) == len(node.gpus)
 
 
 class Grower:
@@ -148,8 +158,10 @@ class Grower:
         return text
 
     def expired(self, job: QueuedJob, now: float) -> str | None:
-        """Why ``job`` fails: it waited its whole ``limits.timeout`` for nodes."""
-        if job.timeout is None or now - job.submitted < job.timeout:
+        """Why ``job`` fails: it waited its whole ``limits.timeout`` for nodes (counted
+        from when it began to wait for them: ``waiting_since``, which the scheduler keeps)."""
+        since = job.waiting_since
+        if job.timeout is None or since is None or now - since < job.timeout:
             return None
         why = f"; Ray's autoscaler: {self.growth.trouble}" if self.growth.trouble else ""
         return (

@@ -68,6 +68,12 @@ def queue_view(ws: Workspace, target: Target) -> dict[str, Any]:
     return view
 
 
+def _of_shape(host: dict[str, Any], target: RayTarget) -> bool:
+    """A machine of the target's node shape (what its autoscaler adds)."""
+    cpus = target.node_cpus or 0.0
+    return abs(host["cpus"] - cpus) < 1e-9 and len(host["gpus"]) == int(target.node_gpus)
+
+
 def scaling_view(ws: Workspace, target: RayTarget, capacity: dict[str, Any] | None) -> dict:
     """An elastic target's size: worker nodes up, wanted by its queue, asked of its
     autoscaler (and how long ago), its range, and the autoscaler's trouble if any."""
@@ -76,7 +82,7 @@ def scaling_view(ws: Workspace, target: RayTarget, capacity: dict[str, Any] | No
     report = row.report if row is not None else {}
     asked_at = row.requested_at if row is not None else None
     return {
-        "nodes": sum(1 for h in hosts if h["cpus"] > 0 or h["gpus"]) if capacity else None,
+        "nodes": sum(1 for h in hosts if _of_shape(h, target)) if capacity else None,
         "min_nodes": target.min_nodes,
         "max_nodes": target.max_nodes,
         "idle_time_before_scale_down": target.idle_time_before_scale_down,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
@@ -238,12 +239,11 @@ def ray_target(req: TargetCreate, address: str, token: SecretRef | None = None) 
         )
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "compute"
         message = str(first["msg"]).removeprefix("Value error, ")
-        option = field.replace("_", "-")
-        raise PhalanxError(
-            message if message.startswith(field) else f"--{option}: {message}"
-        ) from None
+        if not first["loc"]:  # a check across fields: its message names them
+            raise PhalanxError(message) from None
+        field = ".".join(str(p) for p in first["loc"])
+        raise PhalanxError(f"--{field.replace('_', '-')}: {message}") from None
 
 
 def idle_seconds(value: str | int) -> int:
@@ -256,7 +256,7 @@ def idle_seconds(value: str | int) -> int:
 
     from phalanx.spec.values import parse_duration
 
-    if str(value).strip() == "0":
+    if re.fullmatch(r"0+\s*[smhd]?", str(value).strip().lower()):
         return 0
     try:
         return parse_duration(value)
