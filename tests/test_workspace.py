@@ -13,6 +13,10 @@ import pytest
 
 from phalanx.errors import PhalanxError
 from phalanx.workspace import AttemptStatus, JobStatus, RootCause, Workspace
+from phalanx.workspace.migrate import SCHEMA_VERSION, revision
+
+NEWER = SCHEMA_VERSION + 1
+"""A schema a newer phalanx would have made."""
 
 SPEC = {"command": "echo hi", "experiment_name": "exp"}
 
@@ -219,8 +223,10 @@ def test_a_schema_7_workspace_is_upgraded_in_place_with_its_records(tmp_path: Pa
     assert ws.create_job(SPEC, spec_text="", created_by="alice").created_by == "alice"
     # Alembic's revision and the old version number both say 8 (an older phalanx refuses it).
     db = sqlite3.connect(home / "phalanx.db")
-    assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0010",)]
-    assert db.execute("PRAGMA user_version").fetchone() == (10,)
+    assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [
+        (revision(SCHEMA_VERSION),)
+    ]
+    assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
     db.close()
 
 
@@ -230,16 +236,20 @@ def test_a_new_database_is_created_once_even_by_many_processes(
     home = tmp_path / "home"
     _open_together(home, processes=4)
     ws = Workspace(home)
-    assert ws.query("SELECT version_num FROM alembic_version") == [{"version_num": "0010"}]
+    assert ws.query("SELECT version_num FROM alembic_version") == [
+        {"version_num": revision(SCHEMA_VERSION)}
+    ]
     assert ws.list_jobs() == []
 
 
 def test_a_newer_schema_is_refused_in_one_line(tmp_path: Path, db: str | None) -> None:
     ws = Workspace(tmp_path / "home")
     with ws.transaction() as tx:
-        tx.execute("UPDATE alembic_version SET version_num = '0011'")
+        tx.execute(f"UPDATE alembic_version SET version_num = '{revision(NEWER)}'")
     ws.close()
-    with pytest.raises(PhalanxError, match=r"newer phalanx \(schema 11\); upgrade phalanx") as e:
+    with pytest.raises(
+        PhalanxError, match=rf"newer phalanx \(schema {NEWER}\); upgrade phalanx"
+    ) as e:
         Workspace(tmp_path / "home")
     assert str(e.value).endswith(
         "another PHALANX_HOME" if db is None else "another PHALANX_DB database"
@@ -250,9 +260,9 @@ def test_a_newer_pre_alembic_sqlite_workspace_is_refused(tmp_path: Path) -> None
     home = tmp_path / "home"
     home.mkdir()
     db = sqlite3.connect(home / "phalanx.db")
-    db.executescript("CREATE TABLE jobs (name TEXT PRIMARY KEY); PRAGMA user_version=11;")
+    db.executescript(f"CREATE TABLE jobs (name TEXT PRIMARY KEY); PRAGMA user_version={NEWER};")
     db.close()
-    with pytest.raises(PhalanxError, match=r"newer phalanx \(schema 11\)"):
+    with pytest.raises(PhalanxError, match=rf"newer phalanx \(schema {NEWER}\)"):
         Workspace(home)
 
 
