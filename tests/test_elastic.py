@@ -311,3 +311,17 @@ def test_a_scale_up_that_does_not_come_shows_rays_reason_and_ends_with_the_timeo
         assert why in message
     finally:
         stop_cluster(broken)
+
+
+def test_min_nodes_stay_without_jobs_and_go_with_the_target(cli: Cli, empty: RayCluster) -> None:
+    """`--min-nodes 1`: the cluster is asked for one node as soon as the target is made,
+    keeps it with no job past both idle times, and is asked for none once the target is
+    deleted."""
+    elastic_target(cli, empty, "elastic", "--min-nodes", "1")
+    wait_workers(empty, 1, timeout=90)
+    # Past phalanx's idle time (4 s) and Ray's own (6 s), with nothing queued: still 1.
+    time.sleep(4 + IDLE_S + 4)
+    assert len(worker_nodes(empty)) == 1
+    assert queue_of(cli)["scaling"]["requested"] == 1
+    cli.run("compute", "delete", "elastic", check=True)
+    wait_workers(empty, 0, timeout=IDLE_S + 60)

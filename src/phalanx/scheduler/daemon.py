@@ -114,14 +114,16 @@ class Scheduler:
         return bool(targets)
 
     def _watch_idle_scalers(self, busy: set[str]) -> None:
-        """An elastic target without work whose cluster is still asked for more than its
-        minimum gets a probe if it has none (one that died, or ended with its server),
-        so that the request is withdrawn after the idle time rather than never."""
+        """An elastic target without work whose cluster is asked for other than its
+        minimum gets a probe if it has none: one still asked for more (its probe died, or
+        ended with its server) has the request withdrawn after the idle time rather than
+        never; one never asked for its ``min_nodes`` (just made) gets them."""
         for target in list_targets(self.ws):
             if not isinstance(target, RayTarget) or not target.elastic or target.name in busy:
                 continue
             scaling = ledger.scaling_of(self.ws, target.name)
-            if scaling is not None and (scaling.requested or 0) > target.min_nodes:
+            asked = scaling.requested if scaling is not None else None
+            if (asked or 0) > target.min_nodes or (asked is None and target.min_nodes > 0):
                 self._ray_capacity(target)  # starts a probe where no fresh reading is
 
     def _fail(self, name: str, message: str) -> None:

@@ -123,6 +123,9 @@ def main(argv: list[str]) -> int:
         try:
             if _changed(ws, target):
                 log.info("compute %s was deleted or changed; this probe ends", name)
+                if requester is not None:  # its nodes are nobody's now
+                    with contextlib.suppress(Exception):
+                        requester.withdraw()
                 return 0
             ledger.record_capacity(ws, name, nodes)
             busy = name in ledger.targets_with_work(ws)
@@ -252,6 +255,13 @@ class Requester:
             report = ask(None)
         ledger.record_request(self.ws, target.name, self.sent or 0, self.sent_at, report)
         return self.sent == target.min_nodes
+
+    def withdraw(self) -> None:
+        """Ask the autoscaler for nothing (the target is gone)."""
+        from phalanx.compute.autoscaler import ask
+
+        ask([])
+        log.info("compute %s: withdrew its request of the autoscaler", self.target.name)
 
     def bundles(self, count: int) -> list[dict[str, float]]:
         """``count`` whole machines of the target's node shape."""

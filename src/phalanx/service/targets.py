@@ -136,6 +136,10 @@ class WorkspaceTargets:
         if target.elastic:
             _check_sole_scaler(ws, target)
         create_target(ws, target, owner=self.caller.user)
+        if target.elastic and target.min_nodes:
+            from phalanx.scheduler.process import ensure_running
+
+            ensure_running(ws.home, ws.child_env())  # it asks for the minimum at once
         return {"name": req.name, "type": "ray", "where": address}
 
     def list_all(self) -> list[dict[str, Any]]:
