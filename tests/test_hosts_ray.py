@@ -176,6 +176,31 @@ def _wait_status(team: Team, name: str, statuses: tuple[str, ...], timeout: floa
     raise AssertionError(_story(team, name, f"{name} not {statuses} in {timeout} s: {shown}"))
 
 
+def _create_and_stream(team: Team, folder: str) -> tuple[str, str, str]:
+    """`job create -f job.yml` in ``folder`` on the client host, then `job stream
+    --all-ranks` to its end, which must be a success: the job's name, what was streamed,
+    and the job's story for assertion messages."""
+    client, env = team.bed["client"], team.client_env()
+    created = client.run(["phalanx", "job", "create", "-f", "job.yml"], env, cwd=folder)
+    name = created.stdout.split()[-1]
+    streamed = client.run(["phalanx", "job", "stream", name, "--all-ranks"], env,
+                          cwd=folder, timeout=600, check=False)  # fmt: skip
+    story = _story(team, name, streamed.stdout + streamed.stderr)
+    assert streamed.returncode == 0, story
+    return name, streamed.stdout, story
+
+
+def _rank_hosts(out: str, ending: str, story: str) -> list[str]:
+    """The host of each of the 2 ranks, from their first ``rank R on HOST …`` line, which
+    must end with ``ending``."""
+    hosts = []
+    for rank in range(2):
+        lines = [ln for ln in out.splitlines() if f"rank {rank} on " in ln]
+        assert lines and lines[0].endswith(ending), story
+        hosts.append(lines[0].split(" on ")[1].split()[0])
+    return hosts
+
+
 def _fetch(team: Team, path: str) -> bytes:
     """A file of the server's workspace, read from the client host through the API."""
     script = (
@@ -215,22 +240,13 @@ limits: {timeout: 600}
 
 
 def test_a_two_node_job_from_a_client_host_runs_on_the_two_worker_hosts(team: Team) -> None:
-    client, env = team.bed["client"], team.client_env()
+    client = team.bed["client"]
     client.write("/root/ddp/src/ddp.py", DDP)
     client.write("/root/ddp/job.yml", DDP_SPEC)
-    created = client.run(["phalanx", "job", "create", "-f", "job.yml"], env, cwd="/root/ddp")
-    name = created.stdout.split()[-1]
-    streamed = client.run(["phalanx", "job", "stream", name, "--all-ranks"], env,
-                          cwd="/root/ddp", timeout=600, check=False)  # fmt: skip
-    story = _story(team, name, streamed.stdout + streamed.stderr)
-    assert streamed.returncode == 0, story
+    name, out, story = _create_and_stream(team, "/root/ddp")
     # Both ranks' lines reached the client, each rank on a worker host of its own.
-    hosts = {}
-    for rank in range(2):
-        lines = [ln for ln in streamed.stdout.splitlines() if f"rank {rank} on " in ln]
-        assert lines and lines[0].endswith("total 3.0"), story
-        hosts[rank] = lines[0].split(" on ")[1].split()[0]
-    assert sorted(hosts.values()) == ["w1", "w2"], story
+    hosts = _rank_hosts(out, "total 3.0", story)
+    assert sorted(hosts) == ["w1", "w2"], story
     shown = _wait_status(team, name, ("Completed", "Failed", "Canceled"), 60)
     assert shown["status"] == "Completed", story
     # The output came back to the server's workspace, readable there and from the client.
@@ -367,14 +383,9 @@ def test_a_job_reads_and_writes_the_blob_host_from_the_worker_hosts(team: Team) 
     _datastore(team, "blobs", container)
     client.write("/root/train/src/train.py", TRAIN)
     client.write("/root/train/job.yml", _train_spec(steps=3, pause=1.0))
-    created = client.run(["phalanx", "job", "create", "-f", "job.yml"], env, cwd="/root/train")
-    name = created.stdout.split()[-1]
-    streamed = client.run(["phalanx", "job", "stream", name, "--all-ranks"], env,
-                          cwd="/root/train", timeout=600, check=False)  # fmt: skip
-    story = _story(team, name, streamed.stdout + streamed.stderr)
-    assert streamed.returncode == 0, story
+    name, out, story = _create_and_stream(team, "/root/train")
     for rank in range(2):
-        assert f"rank {rank} step 2" in streamed.stdout, story
+        assert f"rank {rank} step 2" in out, story
     # The output reached the datastore from both worker hosts; the data were read there.
     model = _blob_names(team, container, "model/")
     assert sorted(model) == ["model/rank_0.txt", "model/rank_1.txt"], (model, story)
@@ -545,7 +556,7 @@ print(f"rank {comm.Get_rank()} on {socket.gethostname()} allreduce {total}", flu
 def test_an_mpi_job_runs_its_ranks_on_the_two_worker_hosts(team: Team) -> None:
     """mpirun on node 0's host; node 1's daemon started by its agent on the other host (no
     ssh between them), the ranks talking over the hosts' addresses."""
-    client, env = team.bed["client"], team.client_env()
+    client = team.bed["client"]
     client.write("/root/mpi/src/mpi_job.py", MPI_JOB)
     client.write(
         "/root/mpi/job.yml",
@@ -553,17 +564,8 @@ def test_an_mpi_job_runs_its_ranks_on_the_two_worker_hosts(team: Team) -> None:
         "resources: {instance_count: 2}\n"
         "distribution: {type: mpi, process_count_per_instance: 1}\nlimits: {timeout: 600}\n",
     )
-    created = client.run(["phalanx", "job", "create", "-f", "job.yml"], env, cwd="/root/mpi")
-    name = created.stdout.split()[-1]
-    streamed = client.run(["phalanx", "job", "stream", name, "--all-ranks"], env,
-                          timeout=600, check=False)  # fmt: skip
-    story = _story(team, name, streamed.stdout + streamed.stderr)
-    assert streamed.returncode == 0, story
-    hosts = []
-    for rank in range(2):
-        lines = [ln for ln in streamed.stdout.splitlines() if f"rank {rank} on " in ln]
-        assert lines and lines[0].endswith("allreduce 3"), story
-        hosts.append(lines[0].split(" on ")[1].split()[0])
+    _, out, story = _create_and_stream(team, "/root/mpi")
+    hosts = _rank_hosts(out, "allreduce 3", story)
     assert sorted(hosts) == ["w1", "w2"], story
 
 
@@ -590,7 +592,7 @@ def test_a_job_in_an_image_built_by_the_worker_hosts(team: Team) -> None:
     make_test_image()
     for worker in ("w1", "w2"):
         team.bed[worker].load_image(IMAGE)
-    client, env = team.bed["client"], team.client_env()
+    client = team.bed["client"]
     value = time.time_ns()  # new content: a fresh build on each host
     client.write("/root/img/ctx/Dockerfile", f"FROM {IMAGE}\nCOPY marker.txt /opt/marker\n")
     client.write("/root/img/ctx/marker.txt", f"built-{value}\n")
@@ -602,17 +604,8 @@ def test_a_job_in_an_image_built_by_the_worker_hosts(team: Team) -> None:
         "distribution: {type: pytorch, process_count_per_instance: 1}\n"
         "limits: {timeout: 600}\n",
     )
-    created = client.run(["phalanx", "job", "create", "-f", "job.yml"], env, cwd="/root/img")
-    name = created.stdout.split()[-1]
-    streamed = client.run(["phalanx", "job", "stream", name, "--all-ranks"], env,
-                          timeout=600, check=False)  # fmt: skip
-    story = _story(team, name, streamed.stdout + streamed.stderr)
-    assert streamed.returncode == 0, story
-    hosts = []
-    for rank in range(2):
-        lines = [ln for ln in streamed.stdout.splitlines() if f"rank {rank} on " in ln]
-        assert lines and lines[0].endswith(f"marker built-{value} total 3.0"), story
-        hosts.append(lines[0].split(" on ")[1].split()[0])
+    name, out, story = _create_and_stream(team, "/root/img")
+    hosts = _rank_hosts(out, f"marker built-{value} total 3.0", story)
     assert sorted(hosts) == ["w1", "w2"], story
     # Each node's build log came back to the server's workspace.
     for node in range(2):

@@ -207,8 +207,8 @@ class Scheduler:
             }
         if decision.wanted is not None:
             ledger.record_wanted(self.ws, target_name, decision.wanted)
-            scaling = ledger.scaling_of(self.ws, target_name)
-            if scaling is None or (scaling.requested or 0) < decision.wanted:
+            assert capacity.growth is not None  # read this round: what the probe last asked
+            if (capacity.growth.requested or 0) < decision.wanted:
                 ring(probe_bell(self.ws.home, target_name))  # more to ask for: at once
         for name, why in decision.expired.items():
             log.info("job %s waited its limits.timeout for nodes: %s", name, why)

@@ -91,6 +91,7 @@ def main(argv: list[str]) -> int:
     from phalanx.compute.targets import RayTarget, resolve_target
     from phalanx.scheduler import ledger
     from phalanx.scheduler.bell import Bell, probe_bell, ring, scheduler_bell
+    from phalanx.scheduler.scaling import count_nodes
 
     try:
         target = resolve_target(name, ws)
@@ -148,7 +149,7 @@ def main(argv: list[str]) -> int:
         elif time.monotonic() - idle_since > (ELASTIC_IDLE_EXIT_S if requester else IDLE_EXIT_S):
             return 0
         # Nodes coming or going: read often, so no job is given a node already gone.
-        changing = requester is not None and (requester.sent or 0) != requester.live(nodes)
+        changing = requester is not None and (requester.sent or 0) != count_nodes(nodes, target)
         bell.wait(CHANGING_EVERY_S if changing else EVERY_S)
 
 
@@ -205,15 +206,6 @@ class Requester:
         """Whether this probe has sent its standing request itself (after it began, or
         after a reconnect: the cluster may have lost it)."""
         self.last_sent = 0.0
-
-    def live(self, nodes: list[dict[str, Any]]) -> int:
-        """The cluster's nodes of the target's shape (those its autoscaler adds)."""
-        t = self.target
-        return sum(
-            1
-            for n in nodes
-            if abs(n["cpus"] - t.node_cpus) < 1e-9 and n["gpus"] == int(t.node_gpus)
-        )
 
     def step(self, busy: bool, now: float) -> bool:
         """Ask for what the queue wants now (grow at once, shrink after the idle time) and

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from phalanx.scheduler.model import (
     Capacity,
@@ -96,6 +96,17 @@ def is_node(host: Host, node: Host) -> bool:
     """Whether ``host`` is a machine of the target's node shape (one its autoscaler adds;
     a head with CPUs of its own, or another node type, is not)."""
     return abs(host.cpus - node.cpus) < 1e-9 and len(host.gpus) == len(node.gpus)
+
+
+def count_nodes(reading: Iterable[Mapping[str, Any]], target: RayTarget) -> int:
+    """The machines of a probe's reading (``cpus``, ``gpus`` counts) that are of an
+    elastic target's node shape."""
+    node = node_shape(target)
+    return sum(
+        1
+        for h in reading
+        if is_node(Host("", tuple(map(str, range(int(h["gpus"])))), float(h["cpus"])), node)
+    )
 
 
 class Grower:

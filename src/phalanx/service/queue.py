@@ -10,12 +10,14 @@ from typing import Any
 from phalanx.compute.targets import LocalTarget, RayTarget, Target
 from phalanx.scheduler import ledger
 from phalanx.scheduler.capacity import local_capacity
+from phalanx.scheduler.scaling import count_nodes
 from phalanx.workspace import Workspace
 
 
 def queue_view(ws: Workspace, target: Target) -> dict[str, Any]:
     """What ``target`` has, what holds it (job, node, host, devices) and its queue in order."""
     capacity: dict[str, Any] | None = None
+    read: list[dict[str, Any]] | None = None
     if isinstance(target, LocalTarget):
         cap = local_capacity(target, ws)
         capacity = {
@@ -28,6 +30,7 @@ def queue_view(ws: Workspace, target: Target) -> dict[str, Any]:
         reading = ledger.capacity_reading(ws, target.name)
         if reading is not None:
             hosts, read_at = reading
+            read = hosts
             capacity = {
                 "hosts": [
                     {"host": h["host"], "gpus": [str(i) for i in range(h["gpus"])],
@@ -64,25 +67,19 @@ def queue_view(ws: Workspace, target: Target) -> dict[str, Any]:
     queued.sort(key=lambda q: (q["position"] is None, q["position"] or 0, q["job"]))
     view = {"target": target.name, "capacity": capacity, "running": running, "queued": queued}
     if isinstance(target, RayTarget) and target.elastic:
-        view["scaling"] = scaling_view(ws, target, capacity)
+        view["scaling"] = scaling_view(ws, target, read)
     return view
 
 
-def _of_shape(host: dict[str, Any], target: RayTarget) -> bool:
-    """A machine of the target's node shape (what its autoscaler adds)."""
-    cpus = target.node_cpus or 0.0
-    return abs(host["cpus"] - cpus) < 1e-9 and len(host["gpus"]) == int(target.node_gpus)
-
-
-def scaling_view(ws: Workspace, target: RayTarget, capacity: dict[str, Any] | None) -> dict:
-    """An elastic target's size: worker nodes up, wanted by its queue, asked of its
-    autoscaler (and how long ago), its range, and the autoscaler's trouble if any."""
+def scaling_view(ws: Workspace, target: RayTarget, read: list[dict[str, Any]] | None) -> dict:
+    """An elastic target's size: worker nodes up (of its probe's reading ``read``), wanted
+    by its queue, asked of its autoscaler (and how long ago), its range, and the
+    autoscaler's trouble if any."""
     row = ledger.scaling_of(ws, target.name)
-    hosts = capacity["hosts"] if capacity else []
     report = row.report if row is not None else {}
     asked_at = row.requested_at if row is not None else None
     return {
-        "nodes": sum(1 for h in hosts if _of_shape(h, target)) if capacity else None,
+        "nodes": count_nodes(read, target) if read is not None else None,
         "min_nodes": target.min_nodes,
         "max_nodes": target.max_nodes,
         "idle_time_before_scale_down": target.idle_time_before_scale_down,
