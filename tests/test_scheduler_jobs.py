@@ -83,7 +83,8 @@ def _devices_seen(cli: Cli, name: str, attempt: int | None = None) -> dict[int, 
     """RANK → the CUDA_VISIBLE_DEVICES it printed (in ``attempt`` only, when given)."""
     seen = {}
     for log in (cli.home / "jobs" / name / "user_logs").glob("std_log_process_*.txt"):
-        for line in log.read_text().splitlines():
+        # The rank may be writing the file now: its last piece, with no newline yet, is not a line.
+        for line in log.read_text().split("\n")[:-1]:
             if line.startswith("DEVICES "):
                 _, rank, printed_in, devices = line.split()
                 if attempt is None or int(printed_in) == attempt:
