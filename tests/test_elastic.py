@@ -29,8 +29,10 @@ from phalanx.bench.raycluster import (
     RayCluster,
     start_autoscaling_cluster,
     stop_cluster,
+    take_worker,
     worker_nodes,
 )
+from phalanx.compute.targets import LOW_PRIORITY_RESOURCE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -227,19 +229,20 @@ def test_the_sdk_the_compute_yaml_and_the_cli_make_the_same_elastic_target(
     cli: Cli, elastic_cluster: RayCluster
 ) -> None:
     address = elastic_cluster.client_address
-    elastic_target(cli, elastic_cluster, "gpu")
+    elastic_target(cli, elastic_cluster, "gpu", "--tier", "low_priority")
     settings = json.loads(cli.run("compute", "show", "gpu", "--json", check=True).stdout)
     by_cli = settings["settings"]
     assert (by_cli["max_nodes"], by_cli["idle_time_before_scale_down"]) == (2, 4)
+    assert by_cli["tier"] == "low_priority"
     listed = cli.run("compute", "list", check=True).stdout
-    assert "0-2 (elastic)" in listed, listed
+    assert "0-2 (elastic) low-priority" in listed, listed
     cli.run("compute", "delete", "gpu", check=True)
     cli.write(
         "compute.yml",
         f"$schema: https://azuremlschemas.azureedge.net/latest/amlCompute.schema.json\n"
         f"name: gpu\ntype: amlcompute\nsize: STANDARD_NC6\naddress: {address}\n"
         "min_instances: 0\nmax_instances: 2\nidle_time_before_scale_down: 4\n"
-        "node_cpus: 1\ncpus_per_node: 1\n",
+        "node_cpus: 1\ncpus_per_node: 1\ntier: low_priority\n",
     )
     cli.run("compute", "create", "-f", "compute.yml", check=True)
     by_yaml = json.loads(cli.run("compute", "show", "gpu", "--json", check=True).stdout)
@@ -251,15 +254,15 @@ def test_the_sdk_the_compute_yaml_and_the_cli_make_the_same_elastic_target(
         "made = MLClient().compute.begin_create_or_update(AmlCompute(name='gpu', "
         "size='STANDARD_NC6', min_instances=0, max_instances=2, "
         "idle_time_before_scale_down=4, address=sys.argv[1], node_cpus=1, "
-        "cpus_per_node=1)).result()\n"
+        "cpus_per_node=1, tier='low_priority')).result()\n"
         "print(json.dumps([made.max_instances, made.min_instances, "
-        "made.idle_time_before_scale_down, made.settings]))\n"
+        "made.idle_time_before_scale_down, made.tier, made.settings]))\n"
     )
     out = subprocess.run([sys.executable, "-c", sdk, address], env=cli.env, cwd=cli.workdir,
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stderr
-    most, least, idle, by_sdk = json.loads(out.stdout.strip().splitlines()[-1])
-    assert (most, least, idle) == (2, 0, 4)
+    most, least, idle, tier, by_sdk = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (most, least, idle, tier) == (2, 0, 4, "low_priority")
     assert by_sdk == by_cli
     # One cluster, one request: a second elastic target on it is refused in one line.
     proc = cli.run("compute", "create", "--name", "other", "--type", "ray", "--address",
@@ -325,3 +328,82 @@ def test_min_nodes_stay_without_jobs_and_go_with_the_target(cli: Cli, empty: Ray
     assert queue_of(cli)["scaling"]["requested"] == 1
     cli.run("compute", "delete", "elastic", check=True)
     wait_workers(empty, 0, timeout=IDLE_S + 60)
+
+
+SPOT_STEPS = """
+import os, time
+ckpt = os.path.join(os.environ["PHALANX_CHECKPOINT_DIR"], "step.txt")
+start = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
+attempt = os.environ["PHALANX_ATTEMPT"]
+print(f"attempt {attempt} starts at step {start}", flush=True)
+for step in range(start, 24):
+    time.sleep(0.4)
+    with open(ckpt + ".tmp", "w") as f:
+        f.write(str(step + 1))
+    os.replace(ckpt + ".tmp", ckpt)
+    print(f"attempt {attempt} step {step} done", flush=True)
+"""
+
+
+def test_a_spot_job_whose_low_priority_node_is_taken_resumes_on_a_new_one(
+    cli: Cli, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A low-priority target over a node type that carries phalanx_low_priority: a
+    dedicated job is refused at create; a spot job's node is taken away mid-training (its
+    raylet and everything under it killed, no notice), the autoscaler drops the lost node
+    and adds another, and the job resumes there from its checkpoint, 0 steps lost, with
+    the loss counted as a preemption, not an attempt."""
+    spot = start_autoscaling_cluster(
+        tmp_path_factory.mktemp("spot"),
+        {"spot": {"CPU": 1, LOW_PRIORITY_RESOURCE: 1}},
+        max_workers=1,
+        evictable=True,
+    )
+    try:
+        cli.run("compute", "create", "--name", "spot", "--type", "ray", "--address",
+                spot.client_address, "--max-nodes", "1", "--node-cpus", "1",
+                "--cpus-per-node", "1", "--idle-time-before-scale-down", "4s",
+                "--tier", "LowPriority", check=True)  # fmt: skip
+        listed = " ".join(cli.run("compute", "list", check=True).stdout.split())
+        assert "0-1 (elastic) low-priority" in listed, listed
+        cli.write("src/spot.py", SPOT_STEPS)
+        body = (
+            "command: python spot.py\ncode: src\ncompute: spot\n"
+            "resources: {instance_count: 1}\nlimits: {timeout: 300}\n"
+            "retry: {max_attempts: 1, max_preemptions: 2}\n"
+        )
+        dedicated = cli.run("job", "create", "-f", str(cli.write("dedicated.yml", body)))
+        assert dedicated.returncode == 2, dedicated
+        assert dedicated.stderr.startswith("error: queue_settings.job_tier: compute 'spot' is "
+                                           "low-priority"), dedicated.stderr  # fmt: skip
+        assert dedicated.stderr.count("\n") == 1
+        spec = cli.write("spot.yml", body + "queue_settings: {job_tier: spot}\n")
+        name = cli.create(spec)
+        checkpoint = cli.home / "jobs" / name / "checkpoints" / "step.txt"
+        until(
+            "the job saved 4 steps",
+            lambda: checkpoint.exists() and int(checkpoint.read_text() or 0) >= 4,
+            timeout=180,
+            seen=lambda: cli.show(name),
+        )
+        [node] = worker_nodes(spot)
+        assert node["resources"][LOW_PRIORITY_RESOURCE] == 1  # type: ignore[index]
+        assert take_worker(spot, LOW_PRIORITY_RESOURCE) >= 2  # the raylet and the job's
+        job = cli.wait(name, ("Completed", "Failed"), timeout=240)
+        assert job["status"] == "Completed", job
+        first, second = job["attempts"]
+        assert first["cause"] == "preemption", first
+        assert "taken away (a low-priority node)" in json.dumps(first), first
+        assert "preemption 1 of 2 allowed" in json.dumps(first), first
+        assert second["status"] == "Succeeded", second
+        assert int(checkpoint.read_text()) == 24
+        log = (cli.home / "jobs" / name / "user_logs" / "std_log_process_0.txt").read_text()
+        done = [int(line.split()[3]) for line in log.splitlines()
+                if line.startswith("attempt 1 step ")]  # fmt: skip
+        resumed = [line for line in log.splitlines() if line.startswith("attempt 2 starts")]
+        assert done and resumed, log
+        # Every step the first attempt finished is kept: the second goes on after it.
+        assert int(resumed[0].rsplit(" ", 1)[1]) == max(done) + 1, log
+        assert second["nodes"][0]["host"] != first["nodes"][0]["host"]  # a new node
+    finally:
+        stop_cluster(spot)

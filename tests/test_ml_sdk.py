@@ -456,6 +456,9 @@ def test_amlcompute_becomes_a_local_target_and_an_unknown_compute_is_one_line(
         AmlCompute(name="x", sizee="STANDARD_DS3_V2")  # type: ignore[call-arg]
     with pytest.raises(MLError, match=r"type: phalanx\.ml creates AmlCompute\(\.\.\.\) as a local"):
         ml_client.compute.begin_create_or_update(Compute(name="r", type="kubernetes"))
+    with pytest.raises(MLError, match=r"tier: 'low_priority': this machine is not taken away"):
+        ml_client.compute.begin_create_or_update(AmlCompute(name="spot", tier="low_priority"))
+    assert "spot" not in [c.name for c in ml_client.compute.list()]
 
 
 def test_client_create_or_update_dispatches_by_kind(here: Path) -> None:

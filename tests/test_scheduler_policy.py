@@ -411,3 +411,30 @@ def test_a_packed_job_needs_machines_that_hold_its_nodes_whole() -> None:
     packed = Capacity("gpu", (), spread=False, growth=Growth(4, 0, node, live=0))
     job = queued("packed", Request(nodes=3, cpus=5))
     assert decide(packed, [], [job], now=0).wanted == 3
+
+
+def test_a_low_priority_target_counts_only_the_nodes_that_carry_its_marker() -> None:
+    """A probe's reading has dedicated nodes, low-priority ones (with the marker
+    resource) and a head: each tier's target sees only its own, and asks Ray for the
+    marker with every bundle."""
+    import pytest
+    from pydantic import ValidationError
+
+    from phalanx.compute.targets import LOW_PRIORITY_RESOURCE, RayTarget
+    from phalanx.scheduler.scaling import count_nodes, of_tier
+
+    reading = [
+        {"host": "a", "cpus": 1.0, "gpus": 0},
+        {"host": "b", "cpus": 1.0, "gpus": 0, "low_priority": True},
+        {"host": "c", "cpus": 1.0, "gpus": 0, "low_priority": True},
+        {"host": "head", "cpus": 0.0, "gpus": 0, "low_priority": False},
+    ]
+    spot = RayTarget(name="s", address="ray://h:1", max_nodes=2, node_cpus=1, tier="LowPriority")
+    dedicated = RayTarget(name="d", address="ray://h:1", max_nodes=2, node_cpus=1)
+    assert (spot.tier, dedicated.tier) == ("low_priority", "dedicated")
+    assert list(spot.marker()) == [LOW_PRIORITY_RESOURCE] and dedicated.marker() == {}
+    assert [h["host"] for h in of_tier(reading, spot)] == ["b", "c"]
+    assert [h["host"] for h in of_tier(reading, dedicated)] == ["a", "head"]
+    assert (count_nodes(reading, spot), count_nodes(reading, dedicated)) == (2, 1)
+    with pytest.raises(ValidationError, match="tier"):
+        RayTarget(name="x", address="ray://h:1", tier="gold")

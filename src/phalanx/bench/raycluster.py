@@ -137,6 +137,7 @@ def start_autoscaling_cluster(
     *,
     max_workers: int = 2,
     idle_timeout_s: float = 6.0,
+    evictable: bool = False,
 ) -> RayCluster:
     """A head at no CPUs with Ray's real autoscaler over its fake multi-node provider,
     which starts and stops real raylet processes of this machine as nodes.
@@ -145,6 +146,9 @@ def start_autoscaling_cluster(
         node_types: Worker node type → its resources (``{"cpu1": {"CPU": 1}}``); each
             may grow to ``max_workers`` nodes.
         idle_timeout_s: The autoscaler's ``idle_timeout_minutes``, in seconds.
+        evictable: A worker node whose raylet dies is gone from the provider, as an
+            evicted spot VM is from its cloud, and the autoscaler may start another
+            (:mod:`phalanx.bench.spotprovider`); Ray's fake provider keeps listing it.
 
     The autoscaler looks every second (``AUTOSCALER_UPDATE_INTERVAL_S``) rather than
     every five. Nodes share this machine's Ray temp folder and the head's
@@ -163,7 +167,8 @@ def start_autoscaling_cluster(
         "upscaling_speed": 10.0,
         "idle_timeout_minutes": idle_timeout_s / 60,
         "provider": {
-            "type": "fake_multinode",
+            "type": "external" if evictable else "fake_multinode",
+            **({"module": "phalanx.bench.spotprovider.EvictableProvider"} if evictable else {}),
             "gcs_address": gcs,
             "use_node_id_as_ip": True,
             "disable_node_updaters": True,
@@ -197,6 +202,7 @@ def start_autoscaling_cluster(
         "AUTOSCALER_UPDATE_INTERVAL_S": "1",
         "PHALANX_NODE_HOME": str(temp_dir / "nodes" / "fake"),
     }
+
     _ray(["start", "--head", f"--port={gcs_port}", f"--ray-client-server-port={client_port}",
           "--num-cpus=0", f"--autoscaling-config={config_path}", "--include-dashboard=false",
           f"--temp-dir={temp_dir}", "--disable-usage-stats"], head_env)  # fmt: skip
@@ -235,3 +241,24 @@ def worker_nodes(cluster: RayCluster) -> list[dict[str, object]]:
         raise RuntimeError(f"reading the cluster's nodes failed: {out.stderr[-2000:]}")
     nodes: list[dict[str, object]] = json.loads(lines[-1].removeprefix("NODES "))
     return [n for n in nodes if any(k in ("CPU", "GPU") for k in n["resources"])]  # type: ignore[attr-defined]
+
+
+def take_worker(cluster: RayCluster, resource: str) -> int:
+    """Take away the cluster's worker node that has ``resource``, as a cloud takes a spot
+    VM back: its raylet and everything under it (the job's agent and ranks) are killed
+    at once, with no notice. The processes killed."""
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if (
+            "raylet" in (proc.info["name"] or "")
+            and cluster.gcs_address in cmdline
+            and resource in cmdline
+        ):
+            break
+    else:
+        raise AssertionError(f"no worker node with {resource} at {cluster.gcs_address}")
+    doomed = [proc, *proc.children(recursive=True)]
+    for victim in doomed:
+        with contextlib.suppress(psutil.Error):
+            victim.kill()
+    return len(doomed)

@@ -95,6 +95,12 @@ def compute_group() -> None:
 @click.option(
     "--node-gpus", type=float, help="Ray, elastic: GPUs of one machine of the worker node type."
 )
+@click.option(
+    "--tier",
+    metavar="TIER",
+    help="Ray: dedicated (default) or low_priority: nodes that may be taken away (spot VMs), "
+    "of a node type with the resource phalanx_low_priority; only job_tier: spot jobs run there.",
+)
 @click.option("--no-check", is_flag=True, help="Record it without checking the address answers.")
 def create_cmd(
     name: str | None,
@@ -115,6 +121,7 @@ def create_cmd(
     idle_time_before_scale_down: str | None,
     node_cpus: float | None,
     node_gpus: float | None,
+    tier: str | None,
     no_check: bool,
 ) -> int:
     """Register a compute target: a Ray cluster, or (--type local) a part of this machine.
@@ -130,7 +137,7 @@ def create_cmd(
         "placement": placement, "cpus_per_node": cpus_per_node,
         "gpus_per_node": gpus_per_node, "files": files, "max_nodes": max_nodes,
         "min_nodes": min_nodes, "idle_time_before_scale_down": idle_time_before_scale_down,
-        "node_cpus": node_cpus, "node_gpus": node_gpus, "no_check": no_check,
+        "node_cpus": node_cpus, "node_gpus": node_gpus, "tier": tier, "no_check": no_check,
     }  # fmt: skip
     if file is not None:
         from phalanx.service.targets import options_from_yaml
@@ -184,6 +191,8 @@ def list_cmd(as_json: bool) -> int:
         else:
             most = settings.get("max_nodes")
             nodes = f"{settings.get('min_nodes', 0)}-{most} (elastic)" if most else ""
+            if settings.get("tier") == "low_priority":
+                nodes = f"{nodes} low-priority".strip()
             table.add_row(
                 settings["name"], settings["type"], t["where"], settings["placement"], nodes,
                 settings["token"] or "none",

@@ -57,7 +57,8 @@ def scaling_line(s: dict[str, Any]) -> str:
     """``elastic: 0 → 2 worker nodes (min 0, max 4), requested 40 s ago; adding 2``."""
     now = "?" if s["nodes"] is None else str(s["nodes"])
     asked = s["requested"] if s["requested"] is not None else s["wanted"]
-    line = f"elastic: {now} → {asked} worker nodes (min {s['min_nodes']}, max {s['max_nodes']}"
+    kind = "low-priority worker nodes" if s.get("tier") == "low_priority" else "worker nodes"
+    line = f"elastic: {now} → {asked} {kind} (min {s['min_nodes']}, max {s['max_nodes']}"
     line += f", idle {s['idle_time_before_scale_down']} s before scale-down)"
     if s["requested_s_ago"] is not None:
         line += f", requested {s['requested_s_ago']:.0f} s ago"

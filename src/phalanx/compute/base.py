@@ -66,6 +66,9 @@ class Compute(Protocol):
     starts_every_node: bool
     """MPI: whether every node gets a ``start_node`` (``False``: one ``mpirun`` on
     node 0 starts every node's ranks)."""
+    low_priority: bool
+    """Whether its nodes may be taken away (a low-priority Ray target): a node lost under
+    an attempt is then a preemption, not an infrastructure failure."""
 
     def attach(
         self,

@@ -73,6 +73,8 @@ class LocalCompute:
     """Inputs and the environment are made ready by the supervisor, on this machine."""
     starts_every_node = False
     """MPI: one ``mpirun`` on node 0 starts every node's ranks (its daemons run here)."""
+    low_priority = False
+    """This machine is not taken away."""
 
     def __init__(self, target: LocalTarget | None = None) -> None:
         self.target = target

@@ -9,9 +9,13 @@ launcher. Node 0's address is ``MASTER_ADDR``. The job keeps phalanx's own
 semantics: every rank's log, the root cause, retries and checkpoints.
 
 A lost node (its agent's actor dies: the raylet or the machine is gone) ends
-the attempt as an infrastructure failure; the placement group is removed, and
-the next attempt asks for a new one, which Ray places on the nodes it has
-then, waiting for a node to come back if it must.
+the attempt as an infrastructure failure, or as a preemption on a low-priority
+target (``tier: low_priority``), whose nodes may be taken away; the placement
+group is removed, and the next attempt asks for a new one, which Ray places on
+the nodes it has then, waiting for a node to come back if it must. A
+low-priority target's bundles ask for a sliver of the low-priority node type's
+resource (``phalanx_low_priority``), so they land, and its nodes are added,
+only there.
 
 Each agent sets the job up on its node before the launcher starts
 (:mod:`phalanx.compute.nodejob`): the inputs are downloaded or mounted through
@@ -174,6 +178,8 @@ class RayCompute:
         cancelled: Callable[[], bool] = lambda: False,
     ) -> None:
         self.target = target
+        self.low_priority = target.low_priority
+        """A low-priority target's nodes may be taken away (its tier)."""
         self._token = token
         self._cancelled = cancelled
         self._pg: Any = None
@@ -318,7 +324,7 @@ class RayCompute:
         from phalanx.compute.agent import agent_class
 
         cpus = self.target.cpus_per_node or float(procs_per_node)
-        bundle: dict[str, float] = {"CPU": cpus}
+        bundle: dict[str, float] = {"CPU": cpus, **self.target.marker()}
         if self.target.gpus_per_node:
             bundle["GPU"] = self.target.gpus_per_node
         strategy = "STRICT_SPREAD" if self.target.placement == "spread" else "PACK"

@@ -33,6 +33,12 @@ if TYPE_CHECKING:
 TARGET_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 RAY_ADDRESS_RE = re.compile(r"^(ray://)?[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
 LOCAL = "local"
+LOW_PRIORITY_RESOURCE = "phalanx_low_priority"
+"""The Ray resource a low-priority node type carries (``resources: {phalanx_low_priority:
+1}``): a low-priority target's bundles ask for a sliver of it, so its jobs are placed, and
+its nodes added, only there; its nodes are told from the others by it."""
+MARKER_SHARE = 0.001
+"""How much of the marker one bundle asks for: a node holds many bundles (``pack``)."""
 
 
 class LocalTarget(BaseModel):
@@ -113,6 +119,19 @@ class RayTarget(BaseModel):
     """Elastic: the CPUs of one machine of the worker node type the autoscaler adds."""
     node_gpus: float = Field(default=0, ge=0, le=1024, allow_inf_nan=False)
     """Elastic: the GPUs of one machine of that node type (a whole number)."""
+    tier: Literal["dedicated", "low_priority"] = "dedicated"
+    """``low_priority``: the nodes may be taken away (spot VMs, preemptible pods); they
+    carry :data:`LOW_PRIORITY_RESOURCE`, only ``job_tier: spot`` jobs are queued here, and
+    a node lost under a job is a preemption of it, not a failure."""
+
+    @field_validator("tier", mode="before")
+    @classmethod
+    def _tier_as_azure_spells_it(cls, value: object) -> object:
+        """``LowPriority``, ``low-priority`` and ``low_priority`` are one tier."""
+        if isinstance(value, str):
+            flat = value.strip().lower().replace("-", "").replace("_", "")
+            return {"lowpriority": "low_priority", "dedicated": "dedicated"}.get(flat, value)
+        return value
 
     @model_validator(mode="after")
     def _elastic_needs_a_node_shape(self) -> RayTarget:
@@ -141,6 +160,15 @@ class RayTarget(BaseModel):
                 f"({self.node_cpus:g} CPUs, {self.node_gpus:g} GPUs: --node-cpus/--node-gpus)"
             )
         return self
+
+    @property
+    def low_priority(self) -> bool:
+        return self.tier == "low_priority"
+
+    def marker(self) -> dict[str, float]:
+        """What each of the target's bundles asks for beyond CPUs and GPUs: the
+        low-priority node type's resource, so nothing of it lands elsewhere."""
+        return {LOW_PRIORITY_RESOURCE: MARKER_SHARE} if self.low_priority else {}
 
     @property
     def elastic(self) -> bool:

@@ -66,8 +66,9 @@ def queue_entry(ws: Workspace, spec: JobSpec) -> QueueEntry:
     Raises:
         PhalanxError: the target is unknown, or the job can never fit it.
     """
-    from phalanx.compute.targets import LocalTarget, resolve_target
+    from phalanx.compute.targets import LocalTarget, RayTarget, resolve_target
     from phalanx.scheduler.capacity import local_capacity
+    from phalanx.scheduler.model import TIERS
     from phalanx.scheduler.request import priority_of, request_for
     from phalanx.scheduler.scaling import largest
 
@@ -79,6 +80,13 @@ def queue_entry(ws: Workspace, spec: JobSpec) -> QueueEntry:
         capacity = largest(target) if target.elastic else None
     request = request_for(spec, target, capacity)
     priority, tier = priority_of(spec)
+    if isinstance(target, RayTarget) and target.low_priority and tier > TIERS["spot"]:
+        raise PhalanxError(
+            f"queue_settings.job_tier: compute {target.name!r} is low-priority (its nodes may "
+            "be taken away) and runs only job_tier: spot jobs; set queue_settings: {job_tier: "
+            "spot} (the job resumes from its checkpoints when a node goes), or choose a "
+            "dedicated compute"
+        )
     return QueueEntry(
         target=target.name,
         request={

@@ -472,7 +472,9 @@ class JobRunner:
             if any(failed(r) for r in records) or any(code not in (None, 0) for code in codes):
                 # A preemption notice gives every rank the grace to save; a
                 # failure stops the gang at once. Judge only once all have ended.
-                looks_preempted = notice is not None or _preemption_signs(records)
+                # The nodes left of a low-priority one taken away get the grace too.
+                taken = self.compute.low_priority and any(n.lost is not None for n in nodes)
+                looks_preempted = notice is not None or taken or _preemption_signs(records)
                 self._stop(attempt, nodes, grace if looks_preempted else FAILURE_GRACE_S)
                 return self._ended(attempt, spec.world_size, nodes, codes, notice)
             if self.lease is not None and self.lease.lost:
@@ -559,6 +561,15 @@ class JobRunner:
     ) -> AttemptOutcome:
         """What an attempt that stopped came to, judged from every rank's record."""
         lost = [n for n in nodes if n.lost is not None]
+        if lost and self.compute.low_priority:
+            # A low-priority node taken away (a spot VM evicted) is nobody's failure: the
+            # job goes back to the queue and resumes from its last checkpoint.
+            message = (
+                f"node {lost[0].node_rank} was taken away (a low-priority node): {lost[0].lost}"
+            )
+            return AttemptOutcome(
+                AttemptStatus.FAILED, FailureCause.PREEMPTION, RootCause(message=message)
+            )
         if lost:
             message = f"node {lost[0].node_rank} was lost: {lost[0].lost}"
             return AttemptOutcome(

@@ -52,7 +52,7 @@ from phalanx.scheduler.model import Capacity, Decision, Growth, Host, QueuedJob,
 from phalanx.scheduler.policy import decide
 from phalanx.scheduler.process import LOCK_FILE
 from phalanx.scheduler.rayprobe import FRESH_S
-from phalanx.scheduler.scaling import is_node, node_shape, waits_for_nodes
+from phalanx.scheduler.scaling import is_node, node_shape, of_tier, waits_for_nodes
 from phalanx.workspace import JobRecord, JobStatus, RootCause, Workspace
 from phalanx.workspace.layout import phalanx_home
 from phalanx.workspace.leases import GIVE_UP_S, Holder, LeaseWatch
@@ -234,7 +234,7 @@ class Scheduler:
                     float(h["cpus"]),
                     int(h.get("memory", 0)),
                 )
-                for h in reading[0]
+                for h in of_tier(reading[0], target)
             )
             growth = _growth(self.ws, target, hosts) if target.elastic else None
             return Capacity(target.name, hosts, target.placement == "spread", growth)

@@ -52,8 +52,11 @@ def lock_path(home: Path, target: str) -> Path:
 
 
 def read_nodes() -> list[dict[str, Any]]:
-    """The cluster's live nodes: ``{"host": node id, "gpus": n, "cpus": n, "memory": bytes}``."""
+    """The cluster's live nodes: ``{"host": node id, "gpus": n, "cpus": n, "memory": bytes,
+    "low_priority": whether it carries the low-priority node type's resource}``."""
     import ray
+
+    from phalanx.compute.targets import LOW_PRIORITY_RESOURCE
 
     nodes = []
     for node in ray.nodes():
@@ -66,6 +69,7 @@ def read_nodes() -> list[dict[str, Any]]:
                 "gpus": int(resources.get("GPU", 0)),
                 "cpus": float(resources.get("CPU", 0)),
                 "memory": int(resources.get("memory", 0)),
+                "low_priority": bool(resources.get(LOW_PRIORITY_RESOURCE)),
             }
         )
     return sorted(nodes, key=lambda n: n["host"])
@@ -256,8 +260,8 @@ class Requester:
         log.info("compute %s: withdrew its request of the autoscaler", self.target.name)
 
     def bundles(self, count: int) -> list[dict[str, float]]:
-        """``count`` whole machines of the target's node shape."""
-        node = {"CPU": float(self.target.node_cpus)}
+        """``count`` whole machines of the target's node shape (and tier)."""
+        node = {"CPU": float(self.target.node_cpus), **self.target.marker()}
         if self.target.node_gpus:
             node["GPU"] = float(self.target.node_gpus)
         return [dict(node) for _ in range(count)]

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from phalanx.scheduler.model import (
     Capacity,
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from phalanx.compute.targets import RayTarget
 
 
+_Reading = TypeVar("_Reading", bound=Mapping[str, Any])
 _WAITS_FOR_NODES = re.compile(r"waiting for \d+ nodes?: cluster ")
 
 
@@ -98,13 +99,20 @@ def is_node(host: Host, node: Host) -> bool:
     return abs(host.cpus - node.cpus) < 1e-9 and len(host.gpus) == len(node.gpus)
 
 
+def of_tier(reading: Iterable[_Reading], target: RayTarget) -> list[_Reading]:
+    """The machines of a probe's reading that are the target's: a low-priority target's
+    carry the low-priority resource, and a dedicated target's do not (no dedicated job is
+    ever given a node that may be taken away)."""
+    return [h for h in reading if bool(h.get("low_priority")) == target.low_priority]
+
+
 def count_nodes(reading: Iterable[Mapping[str, Any]], target: RayTarget) -> int:
     """The machines of a probe's reading (``cpus``, ``gpus`` counts) that are of an
-    elastic target's node shape."""
+    elastic target's node shape and tier."""
     node = node_shape(target)
     return sum(
         1
-        for h in reading
+        for h in of_tier(reading, target)
         if is_node(Host("", tuple(map(str, range(int(h["gpus"])))), float(h["cpus"])), node)
     )
 

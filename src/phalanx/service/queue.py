@@ -10,7 +10,7 @@ from typing import Any
 from phalanx.compute.targets import LocalTarget, RayTarget, Target
 from phalanx.scheduler import ledger
 from phalanx.scheduler.capacity import local_capacity
-from phalanx.scheduler.scaling import count_nodes
+from phalanx.scheduler.scaling import count_nodes, of_tier
 from phalanx.workspace import Workspace
 
 
@@ -30,7 +30,7 @@ def queue_view(ws: Workspace, target: Target) -> dict[str, Any]:
         reading = ledger.capacity_reading(ws, target.name)
         if reading is not None:
             hosts, read_at = reading
-            read = hosts
+            read = hosts = of_tier(hosts, target)
             capacity = {
                 "hosts": [
                     {"host": h["host"], "gpus": [str(i) for i in range(h["gpus"])],
@@ -82,6 +82,7 @@ def scaling_view(ws: Workspace, target: RayTarget, read: list[dict[str, Any]] | 
         "nodes": count_nodes(read, target) if read is not None else None,
         "min_nodes": target.min_nodes,
         "max_nodes": target.max_nodes,
+        "tier": target.tier,
         "idle_time_before_scale_down": target.idle_time_before_scale_down,
         "wanted": row.wanted if row is not None else 0,
         "requested": row.requested if row is not None else None,

@@ -65,6 +65,8 @@ class TargetCreate(BaseModel):
     """Seconds, or a duration such as ``2m``."""
     node_cpus: float | None = None
     node_gpus: float | None = None
+    tier: str | None = Field(default=None, max_length=64)
+    """``dedicated`` (the default) or ``low_priority`` (Azure ML's ``tier``)."""
     no_check: bool = False
 
     def wire(self) -> dict[str, Any]:
@@ -239,6 +241,7 @@ def ray_target(req: TargetCreate, address: str, token: SecretRef | None = None) 
             cpus_per_node=req.cpus_per_node,
             gpus_per_node=req.gpus_per_node,
             files=req.files,
+            **({"tier": req.tier} if req.tier is not None else {}),
             **scaling,
         )
     except ValidationError as exc:
@@ -305,6 +308,11 @@ def local_target(req: TargetCreate) -> LocalTarget:
 
     if req.address is not None:
         raise PhalanxError("--address is for --type ray; a local target is this machine")
+    if req.tier is not None and req.tier.strip().lower() != "dedicated":
+        raise PhalanxError(
+            f"--tier {req.tier}: this machine is not taken away; a low-priority target is a "
+            "Ray cluster with a low-priority node type (--type ray --address ...)"
+        )
     scaling = [k for k in ELASTIC_OPTIONS if getattr(req, k) is not None]
     if scaling:
         raise PhalanxError(
@@ -344,7 +352,7 @@ RAY_ADDRESS_ENV = "PHALANX_RAY_ADDRESS"
 # Azure ML's compute keys that name what phalanx does not choose (the VM size, region,
 # identity, network): accepted in a compute YAML and not used.
 _AZURE_ONLY = frozenset({
-    "$schema", "size", "location", "description", "tags", "tier", "identity",
+    "$schema", "size", "location", "description", "tags", "identity",
     "ssh_public_access_enabled", "ssh_settings", "network_settings", "enable_node_public_ip",
 })  # fmt: skip
 _YAML_KEYS = {
@@ -353,7 +361,7 @@ _YAML_KEYS = {
     "idle_time_before_scale_down": "idle_time_before_scale_down", "node_cpus": "node_cpus",
     "node_gpus": "node_gpus", "cpus_per_node": "cpus_per_node",
     "gpus_per_node": "gpus_per_node", "placement": "placement", "files": "files",
-    "gpus": "gpus", "cpus": "cpus", "memory": "memory",
+    "gpus": "gpus", "cpus": "cpus", "memory": "memory", "tier": "tier",
 }  # fmt: skip
 
 
@@ -395,6 +403,8 @@ def options_from_yaml(path: str) -> dict[str, Any]:
                 f"address: ray://HEAD:10001 (or set {RAY_ADDRESS_ENV})"
             )
         else:
+            if str(options.get("tier") or "dedicated").strip().lower() == "dedicated":
+                options.pop("tier", None)  # what every local target is
             options.update(type="local", gpus="none")
     else:
         options["type"] = kind

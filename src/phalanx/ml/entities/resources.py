@@ -84,8 +84,8 @@ class Compute:
     ``hosts`` is what it has (``host``, ``gpus``, ``cpus``, ``memory`` each),
     ``running`` what holds it, ``queued`` its queue in order. An elastic Ray target
     has ``min_instances``, ``max_instances`` and ``idle_time_before_scale_down``
-    (seconds) and its ``scaling`` state; ``size``, ``tier`` and Azure's other
-    attributes are ``None``.
+    (seconds) and its ``scaling`` state; a Ray target its ``tier`` (``dedicated`` or
+    ``low_priority``); ``size`` and Azure's other attributes are ``None``.
     """
 
     name: str
@@ -110,7 +110,7 @@ class Compute:
 
 # Azure ML's AmlCompute keywords beyond Compute's: accepted, and left out (a note says so).
 AML_ONLY = (
-    "size", "location", "tier", "identity", "ssh_public_access_enabled", "ssh_settings",
+    "size", "location", "identity", "ssh_public_access_enabled", "ssh_settings",
     "network_settings", "enable_node_public_ip", "tags", "description", "resource_id",
     "provisioning_state", "provisioning_errors", "created_on",
 )  # fmt: skip
@@ -118,7 +118,7 @@ SCALING = ("min_instances", "max_instances", "idle_time_before_scale_down")
 """Azure ML's scaling keywords: an elastic Ray target's ``--min-nodes``, ``--max-nodes``
 and ``--idle-time-before-scale-down``."""
 PHALANX_ONLY = ("address", "node_cpus", "node_gpus", "gpus_per_node", "cpus_per_node",
-                "token_env")  # fmt: skip
+                "token_env", "tier")  # fmt: skip
 """phalanx's keywords for the Ray cluster an AmlCompute scales on (``compute create``'s)."""
 
 
@@ -129,10 +129,11 @@ class AmlCompute(Compute):
     --type ray --max-nodes …`` makes it: ``address`` (else ``$PHALANX_RAY_ADDRESS``)
     is the cluster's Ray Client address, ``node_cpus``/``node_gpus`` one machine of
     its worker node type, ``min_instances`` and ``idle_time_before_scale_down``
-    (seconds) as Azure ML's. Without, it is a local target of that name: jobs run
-    on this machine, in a queue of their own, without GPUs of their own. ``size``,
-    ``tier``, ``ssh_*`` and the rest of Azure ML's keywords are accepted and not
-    kept (a note says so once).
+    (seconds) as Azure ML's, and ``tier="low_priority"`` for nodes that may be taken
+    away (only ``job_tier: spot`` jobs run there; a node lost is a preemption).
+    Without, it is a local target of that name: jobs run on this machine, in a queue
+    of their own, without GPUs of their own. ``size``, ``ssh_*`` and the rest of
+    Azure ML's keywords are accepted and not kept (a note says so once).
 
     Raises:
         MLError: a keyword Azure ML's ``AmlCompute`` does not take (with "did you mean").

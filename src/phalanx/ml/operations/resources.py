@@ -170,6 +170,7 @@ class ComputeOperations:
             idle_time_before_scale_down=(
                 settings.get("idle_time_before_scale_down") if elastic else None
             ),
+            tier=settings.get("tier"),
             scaling=view.get("scaling"),
         )
 
@@ -183,7 +184,8 @@ class ComputeOperations:
         target ``phalanx compute create --type ray --max-nodes …`` makes); without, a
         local target of that name (jobs run on this machine, in a queue of their own,
         without GPUs of their own). A target that exists is kept as it is. Azure ML's
-        sizes and tiers are not kept (a note says so once).
+        sizes are not kept (a note says so once); ``tier="low_priority"`` makes the Ray
+        target low-priority (its nodes may be taken away; spot jobs only).
 
         Raises:
             MLError: not an ``AmlCompute``, or a keyword that does not fit.
@@ -207,19 +209,27 @@ class ComputeOperations:
         elif address:
             self._targets.create(_ray_request(compute.name, str(address), azure, where))
         else:
+            if str(azure.get("tier") or "dedicated").lower().replace("_", "") != "dedicated":
+                raise argument_error(
+                    where, "tier", f"{azure['tier']!r}: this machine is not taken away; a "
+                    "low-priority AmlCompute is a Ray cluster's low-priority node type: pass "
+                    f"address='ray://HEAD:10001' (or set {RAY_ADDRESS_ENV})",
+                )  # fmt: skip
             self._targets.create(TargetCreate(name=compute.name, type="local", gpus="none"))
             note_once(
                 "amlcompute",
                 "phalanx makes AmlCompute(...) without a Ray cluster a local target: its jobs "
                 "run on this machine, in a queue of their own, without GPUs of their own; "
                 "min/max_instances and idle_time_before_scale_down scale a Ray cluster's "
-                f"nodes: pass address='ray://HEAD:10001' (or set {RAY_ADDRESS_ENV}); size and "
-                "tier are Azure's and not kept",
+                f"nodes: pass address='ray://HEAD:10001' (or set {RAY_ADDRESS_ENV}); size is "
+                "Azure's and not kept",
             )
         made = self._read(compute.name)
-        for key in ("size", "location", "description", "tags", "tier"):
+        for key in ("size", "location", "description", "tags"):
             if azure.get(key) is not None:
                 setattr(made, key, azure[key])
+        if made.tier is None and azure.get("tier") is not None:
+            made.tier = azure["tier"]  # a local target's "dedicated", as given
         return DonePoller(made)
 
     def _names(self) -> tuple[str, ...]:
@@ -307,7 +317,10 @@ def _ray_request(name: str, address: str, azure: dict[str, Any], where: str) -> 
         "min_nodes": azure.get("min_instances"),
         "max_nodes": azure.get("max_instances"),
         "idle_time_before_scale_down": azure.get("idle_time_before_scale_down"),
-        **{k: azure.get(k) for k in ("node_cpus", "node_gpus", "cpus_per_node", "token_env")},
+        **{
+            k: azure.get(k)
+            for k in ("node_cpus", "node_gpus", "cpus_per_node", "token_env", "tier")
+        },
     }
     if azure.get("gpus_per_node") is not None:
         options["gpus_per_node"] = azure["gpus_per_node"]
