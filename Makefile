@@ -77,7 +77,7 @@ demo: $(STAMP)
 test: lint typecheck pytest
 
 # The tests that start no job, no server (PostgreSQL included) and no container.
-UNIT_TESTS := tests/test_access.py tests/test_cache.py tests/test_images.py \
+UNIT_TESTS := tests/test_access.py tests/test_cache.py tests/test_eviction.py tests/test_images.py \
 	tests/test_logpages.py tests/test_logs.py tests/test_migrations.py tests/test_nets.py \
 	tests/test_redact.py tests/test_rootcause.py tests/test_scheduler_policy.py \
 	tests/test_ship.py tests/test_spec.py tests/test_store.py
@@ -102,6 +102,9 @@ format: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# The slowest tests are listed at the end: what to look at when the suite grows.
+PYTEST_ARGS ?= --durations=25
 
 pytest: $(STAMP) $(AZURITE) fuse mpi postgresql chromium test-image
 	PHALANX_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -331,33 +331,80 @@ def test_min_nodes_stay_without_jobs_and_go_with_the_target(cli: Cli, empty: Ray
 
 
 SPOT_STEPS = """
-import os, time
+import os, signal, sys, time
 ckpt = os.path.join(os.environ["PHALANX_CHECKPOINT_DIR"], "step.txt")
 start = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
 attempt = os.environ["PHALANX_ATTEMPT"]
-print(f"attempt {attempt} starts at step {start}", flush=True)
-for step in range(start, 24):
-    time.sleep(0.4)
+noticed = []
+signal.signal(signal.SIGTERM, lambda *_: noticed.append(1))
+def save(step):
     with open(ckpt + ".tmp", "w") as f:
-        f.write(str(step + 1))
+        f.write(str(step))
     os.replace(ckpt + ".tmp", ckpt)
+print(f"attempt {attempt} starts at step {start}", flush=True)
+for step in range(start, 30):
+    time.sleep(0.4)
     print(f"attempt {attempt} step {step} done", flush=True)
+    if noticed:  # the preemption notice: save now, leave as preempted
+        save(step + 1)
+        print(f"attempt {attempt} saved at {step + 1} on the notice", flush=True)
+        sys.exit(143)
+    if step % 10 == 9:
+        save(step + 1)
+save(30)
 """
 
 
-def test_a_spot_job_whose_low_priority_node_is_taken_resumes_on_a_new_one(
+class NoticeService:
+    """What a cloud's metadata service says of eviction, served on this machine:
+    ``FALSE`` until :meth:`announce` (then ``TRUE``), at ``url``."""
+
+    def __init__(self) -> None:
+        import http.server
+
+        service = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = b"TRUE" if service.evicting.is_set() else b"FALSE"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.evicting = threading.Event()
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/preempted"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _attempt_lines(log: str, attempt: int, what: str) -> list[str]:
+    return [ln for ln in log.splitlines() if ln.startswith(f"attempt {attempt} {what}")]
+
+
+def test_a_spot_job_saves_on_the_eviction_notice_and_resumes_on_a_new_node(
     cli: Cli, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """A low-priority target over a node type that carries phalanx_low_priority: a
-    dedicated job is refused at create; a spot job's node is taken away mid-training (its
-    raylet and everything under it killed, no notice), the autoscaler drops the lost node
-    and adds another, and the job resumes there from its checkpoint, 0 steps lost, with
-    the loss counted as a preemption, not an attempt."""
+    dedicated job is refused at create. A spot job's node hears the cloud's eviction
+    notice: its rank saves and leaves, the node is taken, and the job resumes on the node
+    the autoscaler adds in its place, 0 steps lost. Then its node is taken with no notice
+    (raylet and everything under it killed): it resumes again from its last checkpoint.
+    Both count against max_preemptions, not max_attempts (1)."""
+    notices = NoticeService()
     spot = start_autoscaling_cluster(
         tmp_path_factory.mktemp("spot"),
         {"spot": {"CPU": 1, LOW_PRIORITY_RESOURCE: 1}},
         max_workers=1,
         evictable=True,
+        node_env={"PHALANX_EVICTION_NOTICE_URL": notices.url},
     )
     try:
         cli.run("compute", "create", "--name", "spot", "--type", "ray", "--address",
@@ -369,41 +416,56 @@ def test_a_spot_job_whose_low_priority_node_is_taken_resumes_on_a_new_one(
         cli.write("src/spot.py", SPOT_STEPS)
         body = (
             "command: python spot.py\ncode: src\ncompute: spot\n"
-            "resources: {instance_count: 1}\nlimits: {timeout: 300}\n"
-            "retry: {max_attempts: 1, max_preemptions: 2}\n"
+            "resources: {instance_count: 1}\nlimits: {timeout: 400}\n"
+            "retry: {max_attempts: 1, max_preemptions: 2, preemption_grace: 20}\n"
         )
         dedicated = cli.run("job", "create", "-f", str(cli.write("dedicated.yml", body)))
         assert dedicated.returncode == 2, dedicated
         assert dedicated.stderr.startswith("error: queue_settings.job_tier: compute 'spot' is "
                                            "low-priority"), dedicated.stderr  # fmt: skip
         assert dedicated.stderr.count("\n") == 1
-        spec = cli.write("spot.yml", body + "queue_settings: {job_tier: spot}\n")
-        name = cli.create(spec)
-        checkpoint = cli.home / "jobs" / name / "checkpoints" / "step.txt"
-        until(
-            "the job saved 4 steps",
-            lambda: checkpoint.exists() and int(checkpoint.read_text() or 0) >= 4,
-            timeout=180,
-            seen=lambda: cli.show(name),
-        )
-        [node] = worker_nodes(spot)
-        assert node["resources"][LOW_PRIORITY_RESOURCE] == 1  # type: ignore[index]
-        assert take_worker(spot, LOW_PRIORITY_RESOURCE) >= 2  # the raylet and the job's
+        name = cli.create(cli.write("spot.yml", body + "queue_settings: {job_tier: spot}\n"))
+        job_dir = cli.home / "jobs" / name
+        log_file = job_dir / "user_logs" / "std_log_process_0.txt"
+
+        def log() -> str:
+            return log_file.read_text() if log_file.exists() else ""
+
+        until("attempt 1 ran 3 steps", lambda: len(_attempt_lines(log(), 1, "step")) >= 3,
+              timeout=180, seen=lambda: cli.show(name))  # fmt: skip
+        notices.evicting.set()
+        until("the rank saved on the notice", lambda: _attempt_lines(log(), 1, "saved"),
+              timeout=60, seen=log)  # fmt: skip
+        taken_first = take_worker(spot, LOW_PRIORITY_RESOURCE)  # the cloud takes the VM
+        notices.evicting.clear()
+        until("attempt 2 ran 3 steps", lambda: len(_attempt_lines(log(), 2, "step")) >= 3,
+              timeout=180, seen=lambda: cli.show(name))  # fmt: skip
+        assert take_worker(spot, LOW_PRIORITY_RESOURCE) >= 2 and taken_first >= 1
         job = cli.wait(name, ("Completed", "Failed"), timeout=240)
         assert job["status"] == "Completed", job
-        first, second = job["attempts"]
-        assert first["cause"] == "preemption", first
-        assert "taken away (a low-priority node)" in json.dumps(first), first
-        assert "preemption 1 of 2 allowed" in json.dumps(first), first
-        assert second["status"] == "Succeeded", second
-        assert int(checkpoint.read_text()) == 24
-        log = (cli.home / "jobs" / name / "user_logs" / "std_log_process_0.txt").read_text()
-        done = [int(line.split()[3]) for line in log.splitlines()
-                if line.startswith("attempt 1 step ")]  # fmt: skip
-        resumed = [line for line in log.splitlines() if line.startswith("attempt 2 starts")]
-        assert done and resumed, log
-        # Every step the first attempt finished is kept: the second goes on after it.
-        assert int(resumed[0].rsplit(" ", 1)[1]) == max(done) + 1, log
-        assert second["nodes"][0]["host"] != first["nodes"][0]["host"]  # a new node
+        first, second, third = job["attempts"]
+        assert (first["cause"], second["cause"], third["status"]) == (
+            "preemption", "preemption", "Succeeded"
+        ), job["attempts"]  # fmt: skip
+        told = first["error"]["message"]
+        assert told.startswith("node 0 is being taken away (a low-priority node): "), told
+        assert notices.url in told and "1 rank(s) saved and exited" in told, told
+        assert "preemption 1 of 2 allowed" in first["note"], first
+        assert second["error"]["message"].startswith("node 0 was taken away (a low-priority")
+        assert "preemption 2 of 2 allowed" in second["note"], second
+        text = log()
+        done_1 = max(int(ln.split()[3]) for ln in _attempt_lines(text, 1, "step"))
+        [saved] = _attempt_lines(text, 1, "saved")
+        [resumed] = _attempt_lines(text, 2, "starts")
+        # 0 steps lost: what the first attempt did, it saved on the notice, and the second
+        # went on from there.
+        assert int(saved.split()[4]) == done_1 + 1 == int(resumed.rsplit(" ", 1)[1]), text
+        assert (
+            _attempt_lines(text, 3, "starts")
+            and int((job_dir / "checkpoints" / "step.txt").read_text()) == 30
+        )
+        hosts = [a["nodes"][0]["host"] for a in job["attempts"]]
+        assert len(set(hosts)) == 3, hosts  # each attempt on a node of its own
     finally:
         stop_cluster(spot)
+        notices.close()

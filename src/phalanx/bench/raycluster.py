@@ -138,6 +138,7 @@ def start_autoscaling_cluster(
     max_workers: int = 2,
     idle_timeout_s: float = 6.0,
     evictable: bool = False,
+    node_env: dict[str, str] | None = None,
 ) -> RayCluster:
     """A head at no CPUs with Ray's real autoscaler over its fake multi-node provider,
     which starts and stops real raylet processes of this machine as nodes.
@@ -149,6 +150,8 @@ def start_autoscaling_cluster(
         evictable: A worker node whose raylet dies is gone from the provider, as an
             evicted spot VM is from its cloud, and the autoscaler may start another
             (:mod:`phalanx.bench.spotprovider`); Ray's fake provider keeps listing it.
+        node_env: Set in every node's environment (the head's, which the nodes the
+            autoscaler starts inherit).
 
     The autoscaler looks every second (``AUTOSCALER_UPDATE_INTERVAL_S``) rather than
     every five. Nodes share this machine's Ray temp folder and the head's
@@ -201,6 +204,7 @@ def start_autoscaling_cluster(
         "RAY_FAKE_CLUSTER": "1",
         "AUTOSCALER_UPDATE_INTERVAL_S": "1",
         "PHALANX_NODE_HOME": str(temp_dir / "nodes" / "fake"),
+        **(node_env or {}),
     }
 
     _ray(["start", "--head", f"--port={gcs_port}", f"--ray-client-server-port={client_port}",

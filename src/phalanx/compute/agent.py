@@ -19,6 +19,11 @@ sent: :mod:`phalanx.environments.containers.nodebuild`) and starts the launcher 
 it, through the same code local compute uses (:mod:`phalanx.environments.containers`); its sweep
 removes the job's containers on the node by label.
 
+On a low-priority target the agent listens for its machine's eviction notice
+(:mod:`phalanx.compute.eviction`) while the launcher runs, and passes it on as
+phalanx's preemption notice (SIGTERM), leaving the notice in the job's system
+logs for the supervisor to name as the attempt's end.
+
 This module is imported inside Ray's worker processes; it imports ``ray`` only
 through the decorator applied by :func:`agent_class`.
 """
@@ -29,6 +34,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -38,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx import prctl
+from phalanx.compute.eviction import NOTICE_FILE, EvictionWatch
 from phalanx.compute.nodejob import NodeFolder, NodeJob, node_home
 from phalanx.compute.ship import Change
 from phalanx.environments.containers.image import ImageRef
@@ -78,6 +85,8 @@ class NodeAgent:
         self._building = threading.Lock()
         """Held while the node builds the job's image: :meth:`close` waits for it to stop
         (the agent is killed right after, and the build would outlive it)."""
+        self._low_priority = False
+        self._eviction: EvictionWatch | None = None
 
     def setup(self, job: NodeJob, node_rank: int, checkpoints: Any = None) -> None:
         """Set the job up on this node: its folder and its inputs (downloads, mounts).
@@ -93,6 +102,7 @@ class NodeAgent:
             checkpoints = ray.get(checkpoints)
         self._folder = NodeFolder(job, node_rank, code=code, checkpoints=checkpoints)
         self._interval = job.sample_interval
+        self._low_priority = job.low_priority
         if job.image is not None or job.image_build is not None:
             self._image = self._ready_image(job, node_rank)
 
@@ -169,7 +179,22 @@ class NodeAgent:
         if peers:
             env[SOCKET_ENV] = self._serve(peers)
         self._proc = start_launcher(launch, env, log, end_with_parent=True)
+        if self._low_priority and self._folder is not None and self._eviction is None:
+            notice_file = (
+                self._folder.root
+                / "system_logs"
+                / NOTICE_FILE.format(attempt=launch.attempt, node=launch.node_rank)
+            )
+            self._eviction = EvictionWatch(lambda notice: self._evicted(notice, notice_file))
+            self._eviction.start()
         return self._proc.pid
+
+    def _evicted(self, notice: str, notice_file: Path) -> None:
+        """The machine is being taken away: say so, and give the launcher the preemption
+        notice (its ranks have the job's preemption grace to save)."""
+        notice_file.parent.mkdir(parents=True, exist_ok=True)
+        notice_file.write_text(notice + "\n")
+        self.signal(int(signal.SIGTERM))
 
     def run_daemon(self, command: str) -> int:
         """Run ``mpirun``'s daemon command on this node, in the node's environment, until
@@ -272,6 +297,8 @@ class NodeAgent:
         self._closing.set()
         if self._sampler is not None:
             self._sampler.stop()
+        if self._eviction is not None:
+            self._eviction.stop()
         if self._building.acquire(timeout=_BUILD_STOP_S):
             self._building.release()
         folder, self._folder = self._folder, None

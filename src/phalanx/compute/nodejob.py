@@ -71,6 +71,9 @@ class NodeJob:
     sample_interval: float = 0.0
     """Seconds between samples of each node's machine (:mod:`phalanx.launch.sysmetrics`);
     ``0``: none. The supervisor's setting, as the nodes' environment is Ray's."""
+    low_priority: bool = False
+    """The node may be taken away: its agent listens for the cloud's eviction notice
+    (:mod:`phalanx.compute.eviction`) and passes it on as a preemption notice."""
 
     @property
     def job_dir(self) -> Path:

@@ -231,6 +231,7 @@ class RayCompute:
             image=env.image if env is not None else None,
             image_build=for_nodes(env) if env is not None else None,
             sample_interval=sample_interval(),
+            low_priority=self.target.low_priority,
         )
 
     def warm(self) -> None:

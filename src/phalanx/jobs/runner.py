@@ -41,9 +41,11 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from phalanx.compute.base import Compute, Node
+from phalanx.compute.eviction import NOTICE_FILE
 from phalanx.errors import DatabaseUnavailable, PhalanxError, PreparationCanceled
 from phalanx.exitcodes import PREEMPTED_EXIT_CODE
 from phalanx.jobs.policy import decide
@@ -561,14 +563,25 @@ class JobRunner:
     ) -> AttemptOutcome:
         """What an attempt that stopped came to, judged from every rank's record."""
         lost = [n for n in nodes if n.lost is not None]
-        if lost and self.compute.low_priority:
+        evicted = _eviction_notices(self.paths.system_logs, attempt)
+        if self.compute.low_priority and (lost or evicted):
             # A low-priority node taken away (a spot VM evicted) is nobody's failure: the
-            # job goes back to the queue and resumes from its last checkpoint.
-            message = (
-                f"node {lost[0].node_rank} was taken away (a low-priority node): {lost[0].lost}"
+            # job goes back to the queue and resumes from its last checkpoint (the one its
+            # ranks saved on the notice, when the cloud gave one).
+            if evicted:
+                node, notice = evicted[0]
+                message = f"node {node} is being taken away (a low-priority node): {notice}"
+            else:
+                message = (
+                    f"node {lost[0].node_rank} was taken away (a low-priority node): {lost[0].lost}"
+                )
+            saved = sum(
+                r.get("exit_code") == PREEMPTED_EXIT_CODE
+                for r in read_rank_records(self.paths.attempt_dir(attempt))
             )
+            note = f"; {saved} rank(s) saved and exited" if saved else ""
             return AttemptOutcome(
-                AttemptStatus.FAILED, FailureCause.PREEMPTION, RootCause(message=message)
+                AttemptStatus.FAILED, FailureCause.PREEMPTION, RootCause(message=message + note)
             )
         if lost:
             message = f"node {lost[0].node_rank} was lost: {lost[0].lost}"
@@ -645,6 +658,18 @@ class JobRunner:
             log.warning("killed %d process(es) still running after the stop", stragglers)
         for node in nodes:
             node.wait(5.0)
+
+
+def _eviction_notices(system_logs: Path, attempt: int) -> list[tuple[int, str]]:
+    """The eviction notices the attempt's low-priority nodes heard: (node, the notice)."""
+    prefix = NOTICE_FILE.format(attempt=attempt, node="")  # eviction_attempt3_node.txt
+    stem, suffix = prefix.removesuffix(".txt"), ".txt"
+    found = []
+    for path in system_logs.glob(f"{stem}*{suffix}"):
+        node = path.name.removeprefix(stem).removesuffix(suffix)
+        if node.isdigit():
+            found.append((int(node), path.read_text(errors="replace").strip()[:500]))
+    return sorted(found)
 
 
 def _raise_if_database(exc: BaseException) -> None:
