@@ -33,6 +33,7 @@ from phalanx.bench.raycluster import (
     worker_nodes,
 )
 from phalanx.compute.targets import LOW_PRIORITY_RESOURCE
+from phalanx.workspace import Workspace
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -398,6 +399,28 @@ def test_a_spot_job_saves_on_the_eviction_notice_and_resumes_on_a_new_node(
     the autoscaler adds in its place, 0 steps lost. Then its node is taken with no notice
     (raylet and everything under it killed): it resumes again from its last checkpoint.
     Both count against max_preemptions, not max_attempts (1)."""
+    # A job queued on a target that becomes low-priority before it starts fails, in words.
+    nowhere = ("--type", "ray", "--address", "ray://127.0.0.1:9", "--no-check", "--max-nodes",
+               "1", "--node-cpus", "1", "--cpus-per-node", "1")  # fmt: skip
+    cli.run("compute", "create", "--name", "spot", *nowhere, check=True)
+    cli.write("src/spot.py", "print('never')\n")
+    queued = cli.create(cli.write("queued.yml", "command: python spot.py\ncode: src\n"
+                                                "compute: spot\n"))  # fmt: skip
+    ws = Workspace(cli.home, db=cli.env.get("PHALANX_DB"))
+    try:  # in place, at once, as a target deleted and made again between two rounds
+        [row] = ws.query("SELECT config_json FROM computes WHERE name = 'spot'")
+        config = {**json.loads(row["config_json"]), "tier": "low_priority"}
+        with ws.transaction() as tx:
+            tx.execute("UPDATE computes SET config_json = :c WHERE name = 'spot'",
+                       {"c": json.dumps(config)})  # fmt: skip
+    finally:
+        ws.close()
+    cli.run("queue", check=True)  # a round now
+    failed = cli.wait(queued, ("Failed", "Completed", "Running"), timeout=60)
+    assert failed["status"] == "Failed", failed
+    assert "compute 'spot' became low-priority" in failed["error"]["message"], failed
+    cli.run("compute", "delete", "spot", check=True)
+
     notices = NoticeService()
     spot = start_autoscaling_cluster(
         tmp_path_factory.mktemp("spot"),
@@ -413,7 +436,20 @@ def test_a_spot_job_saves_on_the_eviction_notice_and_resumes_on_a_new_node(
                 "--tier", "LowPriority", check=True)  # fmt: skip
         listed = " ".join(cli.run("compute", "list", check=True).stdout.split())
         assert "0-1 (elastic) low-priority" in listed, listed
+        # A cluster is dedicated or low-priority: no dedicated target, nor a job naming
+        # its address, reaches its nodes.
+        mixed = cli.run("compute", "create", "--name", "ded", "--type", "ray", "--address",
+                        spot.client_address)  # fmt: skip
+        assert mixed.returncode == 2, mixed
+        assert "compute 'spot' is low_priority on the cluster at" in mixed.stderr, mixed.stderr
         cli.write("src/spot.py", SPOT_STEPS)
+        inline = cli.write("inline.yml", f"command: python spot.py\ncode: src\n"
+                                         f"compute: {spot.client_address}\n")  # fmt: skip
+        refused = cli.run("job", "create", "-f", str(inline))
+        assert refused.returncode == 2, refused
+        assert f"compute {spot.client_address!r} is the cluster of compute 'spot'" in (
+            refused.stderr
+        ), refused.stderr
         body = (
             "command: python spot.py\ncode: src\ncompute: spot\n"
             "resources: {instance_count: 1}\nlimits: {timeout: 400}\n"

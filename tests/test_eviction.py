@@ -25,7 +25,7 @@ class Cloud:
 
     kind: str
     vm_name: str = "vm-7"
-    events: list[dict[str, object]] = field(default_factory=list)
+    events: list[object] = field(default_factory=list)
     action: dict[str, str] | None = None
     preempted: bool = False
     tokens: list[str] = field(default_factory=list)
@@ -104,8 +104,9 @@ def test_azure_preempt_event_for_this_vm_is_a_notice(metadata: tuple[Cloud, str]
     assert source.check() is None  # another VM's eviction
     cloud.events.append({"EventType": "Reboot", "Resources": ["vm-7"], "NotBefore": "later"})
     assert source.check() is None  # not an eviction
+    cloud.events.append("not an event")  # what the service should not say is skipped
     cloud.events.append(
-        {"EventType": "Preempt", "Resources": ["vm-7"], "NotBefore": "Mon, 30 Nov 2026 10:00:30"}
+        {"EventType": "Preempt", "Resources": ["VM-7"], "NotBefore": "Mon, 30 Nov 2026 10:00:30"}
     )
     assert source.check() == (
         "Azure Scheduled Events: Preempt, not before Mon, 30 Nov 2026 10:00:30"
@@ -119,7 +120,9 @@ def test_aws_instance_action_is_a_notice_and_a_refused_token_is_renewed(
     cloud, base = metadata
     source = eviction.detect(base)
     assert source is not None and source.name == "AWS spot instance-action"
-    assert source.check() is None  # 404: no interruption planned
+    for _ in range(3):
+        assert source.check() is None  # 404: no interruption planned
+    assert len(cloud.tokens) == 1  # a 404 is no reason for another token
     cloud.action = {"action": "terminate", "time": "2026-11-30T10:02:00Z"}
     cloud.tokens.clear()  # the session token expired: refused, asked for again
     assert source.check() == "AWS spot instance-action: terminate at 2026-11-30T10:02:00Z"
@@ -152,9 +155,36 @@ def test_the_watch_tells_once(metadata: tuple[Cloud, str], monkeypatch: pytest.M
     monkeypatch.setattr(eviction, "METADATA", base)
     heard: list[str] = []
     done = threading.Event()
-    watch = eviction.EvictionWatch(lambda notice: (heard.append(notice), done.set()), 0.05)
+
+    def hear(notice: str) -> None:
+        heard.append(notice)
+        done.set()
+
+    watch = eviction.EvictionWatch(hear, 0.05)
     watch.start()
     cloud.preempted = True
     assert done.wait(10), "the notice never reached the agent"
     watch.stop()
     assert heard == ["GCP: the instance is being preempted"]
+
+
+def test_a_bad_answer_does_not_end_the_listening(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers: list[object] = [ValueError("a torn answer"), None, "evicted"]
+
+    def check() -> str | None:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer  # type: ignore[return-value]
+
+    monkeypatch.setattr(eviction, "detect", lambda base=None: eviction.Source("test", check))
+    done = threading.Event()
+    heard: list[str] = []
+
+    def hear(notice: str) -> None:
+        heard.append(notice)
+        done.set()
+
+    eviction.EvictionWatch(hear, 0.01).start()
+    assert done.wait(10), "one bad answer ended the listening"
+    assert heard == ["evicted"] and answers == []

@@ -87,6 +87,9 @@ class NodeAgent:
         (the agent is killed right after, and the build would outlive it)."""
         self._low_priority = False
         self._eviction: EvictionWatch | None = None
+        self._noticed = False
+        """The eviction notice was passed on (SIGTERM): another SIGTERM, the supervisor's
+        stop of a gang whose rank left with 143, would cut the ranks' save short."""
 
     def setup(self, job: NodeJob, node_rank: int, checkpoints: Any = None) -> None:
         """Set the job up on this node: its folder and its inputs (downloads, mounts).
@@ -192,9 +195,16 @@ class NodeAgent:
     def _evicted(self, notice: str, notice_file: Path) -> None:
         """The machine is being taken away: say so, and give the launcher the preemption
         notice (its ranks have the job's preemption grace to save)."""
-        notice_file.parent.mkdir(parents=True, exist_ok=True)
-        notice_file.write_text(notice + "\n")
-        self.signal(int(signal.SIGTERM))
+        if self._closing.is_set():
+            return  # the attempt is over: its folder may be gone
+        try:
+            notice_file.parent.mkdir(exist_ok=True)
+            notice_file.write_text(notice + "\n")
+        except OSError:
+            pass  # the notice still goes to the ranks
+        finally:
+            self.signal(int(signal.SIGTERM))
+            self._noticed = True
 
     def run_daemon(self, command: str) -> int:
         """Run ``mpirun``'s daemon command on this node, in the node's environment, until
@@ -268,6 +278,8 @@ class NodeAgent:
     def signal(self, signum: int) -> None:
         if self._armed is not None:
             return  # an MPI daemon: mpirun on node 0 passes signals to every rank
+        if self._noticed and signum == signal.SIGTERM:
+            return  # the launcher has had its notice; its ranks are saving
         if self._proc is not None and self._proc.poll() is None:
             self._proc.send_signal(signum)
 

@@ -67,8 +67,18 @@ class Compute(Protocol):
     """MPI: whether every node gets a ``start_node`` (``False``: one ``mpirun`` on
     node 0 starts every node's ranks)."""
     low_priority: bool
-    """Whether its nodes may be taken away (a low-priority Ray target): a node lost under
-    an attempt is then a preemption, not an infrastructure failure."""
+    """Whether its nodes may be taken away (a low-priority Ray target): a node whose
+    machine went under an attempt is then a preemption, not an infrastructure failure."""
+
+    def gone(self, node_rank: int | None = None, wait_s: float = 30.0) -> bool:
+        """Whether the machine of the attempt's node ``node_rank`` (of any of its nodes
+        when ``None``) is gone, waiting up to ``wait_s`` for the cluster to say so."""
+        ...
+
+    def leaving(self, node_ranks: list[int]) -> None:
+        """The attempt's nodes ``node_ranks`` heard that their machines are being taken
+        away: no later attempt is placed on those machines while they are still up."""
+        ...
 
     def attach(
         self,

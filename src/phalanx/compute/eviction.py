@@ -23,6 +23,7 @@ site's own notice service): an answer 200 whose body is neither empty nor
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import os
@@ -31,8 +32,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 NOTICE_URL_ENV = "PHALANX_EVICTION_NOTICE_URL"
 METADATA = "http://169.254.169.254"
@@ -46,16 +49,28 @@ NOTICE_FILE = "eviction_attempt{attempt}_node{node}.txt"
 """The notice, in the job's ``system_logs``: the supervisor names it as the attempt's end."""
 
 
-def _get(url: str, headers: dict[str, str], timeout: float, method: str = "GET") -> str | None:
-    """The body of a 200 answer; ``None`` for any other answer or none."""
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+"""The metadata services answer only to a request made directly, never through a proxy."""
+
+
+def _ask(
+    url: str, headers: dict[str, str], timeout: float, method: str = "GET"
+) -> tuple[int | None, str | None]:
+    """The answer's status and, for a 200, its body; ``(None, None)`` without an answer."""
     request = urllib.request.Request(url, headers=headers, method=method)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
-            if answer.status != 200:
-                return None
-            return str(answer.read(1 << 20).decode(errors="replace"))
-    except (urllib.error.URLError, OSError, ValueError):
-        return None
+        with _DIRECT.open(request, timeout=timeout) as answer:
+            body = answer.read(1 << 20).decode(errors="replace")
+            return answer.status, (str(body) if answer.status == 200 else None)
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):
+        return None, None
+
+
+def _get(url: str, headers: dict[str, str], timeout: float, method: str = "GET") -> str | None:
+    """The body of a 200 answer; ``None`` for any other answer or none."""
+    return _ask(url, headers, timeout, method)[1]
 
 
 @dataclass
@@ -84,9 +99,12 @@ def _azure(vm_name: str, base: str) -> Source:
             events = (json.loads(text) if text else {}).get("Events") or []
         except (ValueError, AttributeError):
             return None
-        for event in events:
-            mine = not event.get("Resources") or vm_name in event.get("Resources", [])
-            if event.get("EventType") == "Preempt" and mine:
+        for event in events if isinstance(events, list) else []:
+            if not isinstance(event, dict) or event.get("EventType") != "Preempt":
+                continue
+            resources = event.get("Resources")
+            named = [str(r).lower() for r in resources] if isinstance(resources, list) else []
+            if not named or vm_name.lower() in named:
                 return f"Azure Scheduled Events: Preempt, not before {event.get('NotBefore')}"
         return None
 
@@ -117,15 +135,17 @@ def _aws(token: _AwsToken) -> Source:
     url = f"{token.base}/latest/meta-data/spot/instance-action"
 
     def check() -> str | None:
-        value = token.get()
-        text = _get(url, {"X-aws-ec2-metadata-token": value or ""}, ASK_TIMEOUT_S)
-        if text is None and token.get(renew=True) != value:
-            text = _get(url, {"X-aws-ec2-metadata-token": token.value or ""}, ASK_TIMEOUT_S)
-        if not text:
+        status, text = _ask(url, {"X-aws-ec2-metadata-token": token.get() or ""}, ASK_TIMEOUT_S)
+        if status == 401:  # the session token expired: another, once
+            headers = {"X-aws-ec2-metadata-token": token.get(renew=True) or ""}
+            status, text = _ask(url, headers, ASK_TIMEOUT_S)
+        if not text:  # 404: no interruption planned
             return None
         try:
             action = json.loads(text)
         except ValueError:
+            action = None
+        if not isinstance(action, dict):
             return f"AWS spot instance-action: {text[:200]}"
         return f"AWS spot instance-action: {action.get('action')} at {action.get('time')}"
 
@@ -184,14 +204,31 @@ class EvictionWatch:
         self._stop.set()
 
     def _run(self) -> None:
-        source = detect()
+        source = None
+        for wait in DETECT_RETRIES_S:  # a metadata service slow to answer once is not none
+            source = _quietly(detect)
+            if source is not None or self._stop.wait(wait):
+                break
         if source is None:
             log.info("no eviction notice to listen for on this machine (no cloud metadata)")
             return
         log.info("listening for eviction notices: %s", source.name)
         while not self._stop.wait(self.every_s):
-            notice = source.check()
+            notice = _quietly(source.check)
             if notice is not None:
                 log.warning("eviction notice: %s", notice)
                 self.on_notice(notice)
                 return
+
+
+DETECT_RETRIES_S = (2.0, 5.0, 10.0, 30.0, 0.0)
+"""Waits between looks for a metadata service (the last look waits for nothing)."""
+
+
+def _quietly(ask: Callable[[], _T]) -> _T | None:
+    """``ask()``; ``None`` when it raised: one bad answer does not end the listening."""
+    try:
+        return ask()
+    except Exception:
+        log.exception("asking for an eviction notice failed; asking again")
+        return None

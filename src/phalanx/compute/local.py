@@ -83,6 +83,13 @@ class LocalCompute:
         self._paths: JobPaths | None = None
         self._has_gpus: bool | None = None
 
+    def gone(self, node_rank: int | None = None, wait_s: float = 30.0) -> bool:
+        """This machine does not go."""
+        return False
+
+    def leaving(self, node_ranks: list[int]) -> None:
+        """This machine is never taken away."""
+
     def attach(
         self,
         plan: JobPlan,

@@ -196,6 +196,8 @@ class RayCompute:
         """Told once, in words, when Ray cannot place an attempt's nodes at once."""
         self.node_ids: list[str] = []
         """The Ray node of each of the attempt's nodes, once placed."""
+        self._leaving: set[str] = set()
+        """Ray nodes that heard they are being taken away (an eviction notice)."""
 
     def attach(
         self,
@@ -319,7 +321,7 @@ class RayCompute:
         self.connect()  # first: Ray reads its authentication settings when imported
         self.on_wait = on_wait or self.on_wait
         import ray
-        from ray.util.placement_group import placement_group
+        from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         from phalanx.compute.agent import agent_class
@@ -333,8 +335,12 @@ class RayCompute:
         waited = 0.0
         while True:
             ready, _ = ray.wait([self._pg.ready()], timeout=PLACEMENT_POLL_S)
-            if ready:
+            if ready and not self._on_leaving_node(nodes):
                 break
+            if ready:  # on a machine about to go: place again once it is gone
+                remove_placement_group(self._pg)
+                time.sleep(PLACEMENT_POLL_S)
+                self._pg = placement_group([dict(bundle) for _ in range(nodes)], strategy=strategy)
             waited += PLACEMENT_POLL_S
             if waited == PLACEMENT_POLL_S and self.on_wait is not None:
                 self.on_wait(
@@ -376,6 +382,40 @@ class RayCompute:
         if self._job is not None:
             self._setup_nodes(deadline)
         return tuple(self.node_ids)
+
+    def _on_leaving_node(self, nodes: int) -> bool:
+        """Whether the placement group just placed has a bundle on a machine that heard
+        it is being taken away and is still up."""
+        if not self._leaving:
+            return False
+        from ray.util.placement_group import placement_group_table
+
+        placed = placement_group_table(self._pg).get("bundles_to_node_id") or {}
+        try:
+            self._leaving &= _alive_nodes()  # gone ones no longer matter
+        except Exception:  # the cluster does not answer: the placement stands
+            return False
+        return any(str(placed.get(i, "")) in self._leaving for i in range(nodes))
+
+    def leaving(self, node_ranks: list[int]) -> None:
+        self._leaving.update(self.node_ids[r] for r in node_ranks if r < len(self.node_ids))
+
+    def gone(self, node_rank: int | None = None, wait_s: float = 30.0) -> bool:
+        """Whether the machine of the attempt's node ``node_rank`` (any, when ``None``) is
+        no longer one of the cluster's live nodes; Ray says so once its health checks have
+        failed (15 s by default), so a lost node is looked for that long."""
+        ids = self.node_ids if node_rank is None else self.node_ids[node_rank : node_rank + 1]
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                alive = _alive_nodes()
+            except Exception:  # the cluster does not answer: nothing to tell by
+                return False
+            if any(node and node not in alive for node in ids):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(1.0)
 
     def _setup_nodes(self, deadline: float | None) -> None:
         """Have every agent set the job up on its node, all at once."""
@@ -548,6 +588,12 @@ class RayCompute:
                 remove_placement_group(self._pg)
             self._pg = None
         self._hosts = []
+
+
+def _alive_nodes() -> set[str]:
+    import ray
+
+    return {str(n.get("NodeID")) for n in ray.nodes() if n.get("Alive")}
 
 
 def _last_line(text: str) -> str:

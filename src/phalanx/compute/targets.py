@@ -320,6 +320,15 @@ def get_target(ws: Workspace, name: str) -> Target:
     return _load(rows[0]["config_json"])
 
 
+def low_priority_at(ws: Workspace, address: str) -> RayTarget | None:
+    """The registered low-priority target on the Ray cluster at ``address``, if one is: the
+    cluster's nodes may be taken away, so it is nobody's dedicated compute."""
+    for target in list_targets(ws):
+        if isinstance(target, RayTarget) and target.low_priority and target.address == address:
+            return target
+    return None
+
+
 def list_targets(ws: Workspace) -> list[Target]:
     return [
         _load(r["config_json"]) for r in ws.query("SELECT config_json FROM computes ORDER BY name")

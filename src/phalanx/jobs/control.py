@@ -31,6 +31,7 @@ from phalanx.workspace.leases import Holder, take_over
 from phalanx.workspace.snapshot import LIMIT_ENV
 
 if TYPE_CHECKING:
+    from phalanx.compute.targets import Target
     from phalanx.scheduler.model import Capacity
     from phalanx.spec import JobSpec
 
@@ -66,9 +67,8 @@ def queue_entry(ws: Workspace, spec: JobSpec) -> QueueEntry:
     Raises:
         PhalanxError: the target is unknown, or the job can never fit it.
     """
-    from phalanx.compute.targets import LocalTarget, RayTarget, resolve_target
+    from phalanx.compute.targets import LocalTarget, resolve_target
     from phalanx.scheduler.capacity import local_capacity
-    from phalanx.scheduler.model import TIERS
     from phalanx.scheduler.request import priority_of, request_for
     from phalanx.scheduler.scaling import largest
 
@@ -80,13 +80,7 @@ def queue_entry(ws: Workspace, spec: JobSpec) -> QueueEntry:
         capacity = largest(target) if target.elastic else None
     request = request_for(spec, target, capacity)
     priority, tier = priority_of(spec)
-    if isinstance(target, RayTarget) and target.low_priority and tier > TIERS["spot"]:
-        raise PhalanxError(
-            f"queue_settings.job_tier: compute {target.name!r} is low-priority (its nodes may "
-            "be taken away) and runs only job_tier: spot jobs; set queue_settings: {job_tier: "
-            "spot} (the job resumes from its checkpoints when a node goes), or choose a "
-            "dedicated compute"
-        )
+    check_tier(ws, target, tier)
     return QueueEntry(
         target=target.name,
         request={
@@ -98,6 +92,31 @@ def queue_entry(ws: Workspace, spec: JobSpec) -> QueueEntry:
         priority=priority,
         tier=tier,
         timeout=float(spec.limits.timeout) if spec.limits.timeout else None,
+    )
+
+
+def check_tier(ws: Workspace, target: Target, tier: int) -> None:
+    """A job that is not ``job_tier: spot`` never runs where nodes may be taken away: on a
+    low-priority target, or on its cluster under another name (its address).
+
+    Raises:
+        PhalanxError: in one line, naming ``queue_settings.job_tier`` and the fix.
+    """
+    from phalanx.compute.targets import RayTarget, low_priority_at
+    from phalanx.scheduler.model import TIERS
+
+    if not isinstance(target, RayTarget) or tier <= TIERS["spot"]:
+        return
+    owner = target if target.low_priority else low_priority_at(ws, target.address)
+    if owner is None:
+        return
+    where = f"compute {owner.name!r} is low-priority"
+    if owner is not target:
+        where = f"compute {target.name!r} is the cluster of {where}"
+    raise PhalanxError(
+        f"queue_settings.job_tier: {where} (its nodes may be taken away) and runs only "
+        "job_tier: spot jobs; set queue_settings: {job_tier: spot} (the job resumes from its "
+        "checkpoints when a node goes), or choose a dedicated compute"
     )
 
 

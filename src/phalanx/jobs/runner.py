@@ -125,6 +125,8 @@ class JobRunner:
         """What each node holds this attempt (from the scheduler)."""
         self._attempt: int | None = None
         """The attempt this runner started last (its processes carry its number)."""
+        self._setup_losses = 0
+        """Low-priority machines taken away while the job was set up on them."""
 
     def request_cancel(self, *_: object) -> None:
         """Signal handler: stop the job at the next poll."""
@@ -261,6 +263,8 @@ class JobRunner:
                 _raise_if_database(exc)
                 if self._cancelled():
                     return self._finish(JobStatus.CANCELED, None)
+                if self._taken_before_start(spec, exc):
+                    continue
                 log.error("allocating nodes failed: %s", exc)
                 return self._finish(JobStatus.FAILED, RootCause(message=str(exc)))
             try:
@@ -302,6 +306,21 @@ class JobRunner:
                 # Its devices were taken: back to the queue, to resume when its turn comes.
                 release(self.ws, self.name, requeue=True)
                 poke(self.ws.home)
+
+    def _taken_before_start(self, spec: JobSpec, exc: PhalanxError) -> bool:
+        """A low-priority machine taken away while its node was set up: back to the queue
+        (within ``retry.max_preemptions`` such losses), rather than a failed job."""
+        if not self.compute.low_priority or not self.compute.gone(None, wait_s=20.0):
+            return False
+        self._setup_losses += 1
+        if self._setup_losses > spec.retry.max_preemptions:
+            return False
+        log.warning("a low-priority node was taken away while the job was set up (%s); "
+                    "back to the queue (%d of retry.max_preemptions=%d)",
+                    exc, self._setup_losses, spec.retry.max_preemptions)  # fmt: skip
+        release(self.ws, self.name, requeue=True)
+        poke(self.ws.home)
+        return True
 
     def _waiting_for_nodes(self, reason: str) -> None:
         """Nodes the compute cannot give yet: the job shows as waiting, not running."""
@@ -474,8 +493,12 @@ class JobRunner:
             if any(failed(r) for r in records) or any(code not in (None, 0) for code in codes):
                 # A preemption notice gives every rank the grace to save; a
                 # failure stops the gang at once. Judge only once all have ended.
-                # The nodes left of a low-priority one taken away get the grace too.
-                taken = self.compute.low_priority and any(n.lost is not None for n in nodes)
+                # The nodes left of a low-priority one taken away, or told it will be,
+                # get the grace too.
+                taken = self.compute.low_priority and (
+                    any(n.lost is not None for n in nodes)
+                    or bool(_eviction_notices(self.paths.system_logs, attempt))
+                )
                 looks_preempted = notice is not None or taken or _preemption_signs(records)
                 self._stop(attempt, nodes, grace if looks_preempted else FAILURE_GRACE_S)
                 return self._ended(attempt, spec.world_size, nodes, codes, notice)
@@ -564,7 +587,11 @@ class JobRunner:
         """What an attempt that stopped came to, judged from every rank's record."""
         lost = [n for n in nodes if n.lost is not None]
         evicted = _eviction_notices(self.paths.system_logs, attempt)
-        if self.compute.low_priority and (lost or evicted):
+        if evicted:
+            self.compute.leaving([node for node, _ in evicted])
+        # An agent lost on a machine still up (killed for memory, crashed) is a failure.
+        taken = lost and self.compute.low_priority and self.compute.gone(lost[0].node_rank)
+        if self.compute.low_priority and (taken or evicted):
             # A low-priority node taken away (a spot VM evicted) is nobody's failure: the
             # job goes back to the queue and resumes from its last checkpoint (the one its
             # ranks saved on the notice, when the cloud gave one).

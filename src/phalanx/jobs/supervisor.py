@@ -174,13 +174,19 @@ def make_compute(ws: Workspace, name: str, cancelled: Callable[[], bool]) -> Com
     """Where the job's spec says its nodes run.
 
     Raises:
-        PhalanxError: an unknown target, or its token cannot be read.
+        PhalanxError: an unknown target, its token cannot be read, or a job that is not
+            spot on a target that has become low-priority.
     """
     from phalanx.compute.targets import open_compute, resolve_target
+    from phalanx.jobs.control import check_tier
+    from phalanx.scheduler.request import priority_of
     from phalanx.spec import JobSpec
 
     spec = JobSpec.model_validate(ws.get_job(name).spec)
-    return open_compute(resolve_target(spec.compute, ws), ws, cancelled=cancelled)
+    target = resolve_target(spec.compute, ws)
+    # Its target may have become low-priority since the job was queued.
+    check_tier(ws, target, priority_of(spec)[1])
+    return open_compute(target, ws, cancelled=cancelled)
 
 
 if __name__ == "__main__":

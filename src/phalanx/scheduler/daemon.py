@@ -42,13 +42,28 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from phalanx.compute.targets import LocalTarget, RayTarget, list_targets, resolve_target
+from phalanx.compute.targets import (
+    LocalTarget,
+    RayTarget,
+    Target,
+    list_targets,
+    low_priority_at,
+    resolve_target,
+)
 from phalanx.errors import DatabaseUnavailable, PhalanxError
 from phalanx.scheduler import ledger
 from phalanx.scheduler.bell import Bell, job_bell, probe_bell, ring, scheduler_bell
 from phalanx.scheduler.capacity import local_capacity
 from phalanx.scheduler.keeper import JobKeeper
-from phalanx.scheduler.model import Capacity, Decision, Growth, Host, QueuedJob, RunningJob
+from phalanx.scheduler.model import (
+    TIERS,
+    Capacity,
+    Decision,
+    Growth,
+    Host,
+    QueuedJob,
+    RunningJob,
+)
 from phalanx.scheduler.policy import decide
 from phalanx.scheduler.process import LOCK_FILE
 from phalanx.scheduler.rayprobe import FRESH_S
@@ -132,6 +147,30 @@ class Scheduler:
         except Exception:
             log.exception("marking job %s Failed failed too", name)
 
+    def _without_dedicated_on_low_priority(
+        self, target: Target, queued: list[QueuedJob]
+    ) -> list[QueuedJob]:
+        """The queue less the jobs that are not spot on a cluster whose nodes may be taken
+        away (its target became low-priority after they were queued), which fail."""
+        if not isinstance(target, RayTarget):
+            return queued
+        owner = target if target.low_priority else low_priority_at(self.ws, target.address)
+        if owner is None:
+            return queued
+        kept = []
+        for job in queued:
+            if job.tier <= TIERS["spot"]:
+                kept.append(job)
+                continue
+            self._fail(
+                job.name,
+                f"queue_settings.job_tier: compute {owner.name!r} became low-priority (its "
+                "nodes may be taken away) while the job was queued, and runs only job_tier: "
+                "spot jobs; submit it again with queue_settings: {job_tier: spot}, or to a "
+                "dedicated compute",
+            )
+        return kept
+
     def _jobs_to_watch(self, waiting_too: bool) -> list[tuple[JobRecord, bool]]:
         """Jobs whose supervisor is lost, each with whether by its lease's expiry (one of
         another machine) rather than by its process (one of this machine)."""
@@ -170,6 +209,7 @@ class Scheduler:
             for job in queued:
                 self.ws.set_status(job.name, JobStatus.FAILED, error=RootCause(message=str(exc)))
             return None
+        queued = self._without_dedicated_on_low_priority(target, queued)
         elastic = isinstance(target, RayTarget) and target.elastic
         if not queued and not elastic:
             return None

@@ -135,6 +135,7 @@ class WorkspaceTargets:
         elif req.token_env:
             token = SecretRef(env=req.token_env)
         target = ray_target(req, address, token)
+        _check_one_tier(ws, target)
         if target.elastic:
             _check_sole_scaler(ws, target)
         create_target(ws, target, owner=self.caller.user)
@@ -280,6 +281,23 @@ def _check_sole_scaler(ws: Workspace, target: RayTarget) -> None:
                 f"--max-nodes: compute {other.name!r} already scales the cluster at "
                 f"{target.address} (its autoscaler takes one request at a time); use that "
                 "target, or delete it first"
+            )
+
+
+def _check_one_tier(ws: Workspace, target: RayTarget) -> None:
+    """A cluster is dedicated or low-priority: a dedicated target on the cluster of a
+    low-priority one would run dedicated jobs on nodes that may be taken away."""
+    for other in list_targets(ws):
+        if (
+            isinstance(other, RayTarget)
+            and other.address == target.address
+            and other.name != target.name
+            and other.low_priority != target.low_priority
+        ):
+            raise PhalanxError(
+                f"--tier: compute {other.name!r} is {other.tier} on the cluster at "
+                f"{target.address}; a cluster is dedicated or low-priority, not both: use "
+                "another cluster for the other tier"
             )
 
 
