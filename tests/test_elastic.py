@@ -267,7 +267,8 @@ def test_the_sdk_the_compute_yaml_and_the_cli_make_the_same_elastic_target(
     assert by_sdk == by_cli
     # One cluster, one request: a second elastic target on it is refused in one line.
     proc = cli.run("compute", "create", "--name", "other", "--type", "ray", "--address",
-                   address, "--max-nodes", "1", "--node-cpus", "1")  # fmt: skip
+                   address, "--max-nodes", "1", "--node-cpus", "1",
+                   "--tier", "low_priority")  # fmt: skip
     assert proc.returncode != 0 and "already scales the cluster" in proc.stderr
     assert proc.stderr.count("\n") == 1
 
