@@ -16,7 +16,7 @@ AZURITE := $(TOOLS)/node_modules/.bin/azurite-blob
 $(STAMP): pyproject.toml constraints.txt | mpi
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,azure,s3,fuse,mpi,tensorflow,ray,postgresql]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,azure,s3,fuse,mpi,tensorflow,ray,postgresql,mlflow]'
 	@touch $@
 
 $(AZURITE):
@@ -80,7 +80,7 @@ test: lint typecheck pytest
 UNIT_TESTS := tests/test_access.py tests/test_cache.py tests/test_eviction.py tests/test_images.py \
 	tests/test_logpages.py tests/test_logs.py tests/test_migrations.py tests/test_nets.py \
 	tests/test_redact.py tests/test_rootcause.py tests/test_scheduler_policy.py \
-	tests/test_ship.py tests/test_spec.py tests/test_store.py
+	tests/test_ship.py tests/test_spec.py tests/test_store.py tests/test_tracking.py
 
 ## check: the edit-test loop: lint, type-check and the unit tests (a few minutes at most)
 check: lint typecheck

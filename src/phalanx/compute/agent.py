@@ -56,6 +56,7 @@ from phalanx.launch.node import NodeLaunch
 from phalanx.launch.ports import free_ports
 from phalanx.launch.stacks import dump_stacks
 from phalanx.launch.sysmetrics import SystemSampler
+from phalanx.tracking.sidecar import Endpoint, add_to
 from phalanx.workspace.metrics import node_metrics_file
 
 _BUILD_STOP_S = 20.0
@@ -88,6 +89,8 @@ class NodeAgent:
         self._low_priority = False
         self._eviction: EvictionWatch | None = None
         self._noticed = False
+        self._endpoint: Endpoint | None = None
+        """The MLflow endpoint of this node's ranks (:mod:`phalanx.tracking.sidecar`)."""
         """The eviction notice was passed on (SIGTERM): another SIGTERM, the supervisor's
         stop of a gang whose rank left with 143, would cut the ranks' save short."""
 
@@ -175,6 +178,12 @@ class NodeAgent:
             # This node's machine, and the processes this agent starts (launcher, ranks).
             file = node_metrics_file(launch.attempt, launch.node_rank)
             self._sampler = SystemSampler(self._folder.root, self._interval, file).start()
+        if launch.tracking is not None and self._endpoint is None:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            self._endpoint = Endpoint(launch.job_dir, launch.tracking, launch.attempt,
+                                      log_path=log).start()  # fmt: skip
+        if self._endpoint is not None:
+            add_to(env, self._endpoint, launch.user_env)
         if launch.distribution == "mpi" and launch.node_rank > 0:
             log.parent.mkdir(parents=True, exist_ok=True)
             self._armed = (env, log, launch)
@@ -264,6 +273,11 @@ class NodeAgent:
             resend: Files the supervisor could not extend: sent whole this time.
         """
         code = None if self._proc is None else self._proc.poll()
+        if self._endpoint is not None:
+            if code is None:
+                self._endpoint.ensure()
+            else:  # the launcher has ended: its ranks have sent their last points
+                self._endpoint.stop()
         scanner = None if self._folder is None else self._folder.scanner
         if scanner is None:
             return code, [], False, 0
@@ -307,6 +321,8 @@ class NodeAgent:
     def close(self) -> None:
         """Stop a build in progress; unmount the job's inputs on this node."""
         self._closing.set()
+        if self._endpoint is not None:
+            self._endpoint.stop()
         if self._sampler is not None:
             self._sampler.stop()
         if self._eviction is not None:

@@ -21,6 +21,7 @@ from phalanx.launch.account import JobAccount, account_of, own_attempt_folder
 from phalanx.launch.node import NodeLaunch
 from phalanx.launch.ports import free_ports
 from phalanx.launch.stacks import dump_stacks
+from phalanx.tracking.sidecar import Endpoint, add_to
 
 if TYPE_CHECKING:
     from phalanx.compute.base import Node
@@ -40,9 +41,18 @@ class LocalNode:
     """Whether phalanx has sent it SIGTERM."""
     lost: str | None = None
     """Never set: this machine is where the supervisor runs."""
+    endpoint: Endpoint | None = None
+    """The MLflow endpoint its ranks log to: started again if it dies, stopped once the
+    launcher (and so every rank, its last points sent) has ended."""
 
     def poll(self) -> int | None:
-        return self.proc.poll()
+        code = self.proc.poll()
+        if self.endpoint is not None:
+            if code is None:
+                self.endpoint.ensure()
+            else:
+                self.endpoint.stop()
+        return code
 
     def signal(self, sig: signal.Signals) -> None:
         if self.proc.poll() is None:
@@ -54,9 +64,10 @@ class LocalNode:
 
     def wait(self, timeout: float) -> int | None:
         try:
-            return self.proc.wait(timeout)
+            self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
+        return self.poll()
 
 
 class LocalCompute:
@@ -173,8 +184,23 @@ class LocalCompute:
         # Every node is on this machine, so gloo's traffic stays on loopback
         # (its default, the interface of the host name, may not exist).
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        proc = start_launcher(launch, env, log_path)
-        return LocalNode(launch.node_rank, proc, log_path)
+        endpoint = None
+        if launch.tracking is not None:
+            endpoint = Endpoint(
+                launch.job_dir,
+                launch.tracking,
+                launch.attempt,
+                popen_kwargs=self.account.popen_kwargs() if self.account is not None else None,
+                log_path=log_path,
+            ).start()
+            add_to(env, endpoint, launch.user_env)
+        try:
+            proc = start_launcher(launch, env, log_path)
+        except BaseException:
+            if endpoint is not None:
+                endpoint.stop()
+            raise
+        return LocalNode(launch.node_rank, proc, log_path, endpoint=endpoint)
 
     def sweep(
         self, job_dir: Path, attempt: int | None, grace_s: float, *, descendants: bool = False

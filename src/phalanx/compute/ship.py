@@ -8,7 +8,8 @@ watchdog, the failure analysis, uploads and the next attempt find it.
 
 Two kinds of file:
 
-- *logs* (``user_logs/``, ``system_logs/**.txt``, ``metrics.jsonl``) only grow: new
+- *logs* (``user_logs/``, ``system_logs/**.txt``, ``metrics.jsonl``,
+  ``mlflow_run.jsonl``) only grow: new
   bytes are appended to the workspace's copy, which also holds earlier
   attempts' lines (a node starts each attempt with an empty folder);
 - every other file (records, heartbeats, checkpoints, outputs) is copied
@@ -63,7 +64,7 @@ class _Seen:
 def is_log(path: str) -> bool:
     """Whether ``path`` (below the job root) only grows: a log, or the job's metrics."""
     parts = PurePosixPath(path).parts
-    if path == "metrics.jsonl":
+    if path in ("metrics.jsonl", "mlflow_run.jsonl"):
         return True
     return bool(parts) and parts[0] in _LOG_DIRS and path.endswith((".txt", ".log", ".jsonl"))
 

@@ -36,6 +36,7 @@ next poll, and the ranks keep running until the lease went unrenewed for
 
 from __future__ import annotations
 
+import getpass
 import logging
 import signal
 import time
@@ -68,6 +69,7 @@ from phalanx.scheduler.process import ensure_running, is_running, poke
 from phalanx.scheduler.scaling import waits_for_nodes
 from phalanx.scheduler.waiting import wait_for_grant
 from phalanx.spec import JobSpec
+from phalanx.tracking.jobrun import JobRun
 from phalanx.workspace import (
     AttemptRecord,
     AttemptStatus,
@@ -126,6 +128,8 @@ class JobRunner:
         self._attempt: int | None = None
         """The attempt this runner started last (its processes carry its number)."""
         self._setup_losses = 0
+        self._run: JobRun | None = None
+        """The job as its MLflow run, served to its ranks by each node's endpoint."""
         """Low-priority machines taken away while the job was set up on them."""
 
     def request_cancel(self, *_: object) -> None:
@@ -170,6 +174,13 @@ class JobRunner:
         if job.status.is_terminal:
             return job.status
         spec = JobSpec.model_validate(job.spec)
+        self._run = JobRun(
+            name=job.name,
+            experiment=job.experiment_name,
+            display_name=job.display_name or job.name,
+            user=job.created_by or getpass.getuser(),
+            created_ms=int(job.created_at * 1000),
+        )
         deadline = None
         if spec.limits.timeout:
             # The time limit counts the job's attempts, not its time in the queue; a job
@@ -436,6 +447,7 @@ class JobRunner:
             devices=self._devices(node_rank),
             node_devices=self._mpi_devices(spec),
             image=prepared.image,
+            tracking=self._run,
             # A private /dev/shm of that size only where no other node shares the machine.
             shm_size=spec.resources.shm_size
             if not self.compute.shares_machine(spec.instance_count)

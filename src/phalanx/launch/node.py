@@ -20,6 +20,7 @@ from typing import Protocol
 
 from phalanx import prctl
 from phalanx.launch.account import JobAccount, runs_as_root
+from phalanx.tracking.jobrun import JobRun
 
 
 class LauncherImage(Protocol):
@@ -88,6 +89,9 @@ class NodeLaunch:
     datastores_file: Path | None = None
     """The datastores the job's spec names, credentials resolved
     (:mod:`phalanx.storage.jobstores`)."""
+    tracking: JobRun | None = None
+    """The job's MLflow run, which the node's endpoint serves to its ranks
+    (:mod:`phalanx.tracking.sidecar`); ``None``: no endpoint."""
 
     def argv(self, env: Mapping[str, str] | None = None, python: str | None = None) -> list[str]:
         """The launcher's command line for this node.
@@ -174,6 +178,10 @@ class NodeLaunch:
         for stale in _RANK_VARIABLES:
             env.pop(stale, None)
         env.pop("RAY_AUTH_TOKEN", None)  # the cluster's credential: no rank needs it
+        # An MLflow server the submitter's shell pointed at is not the job's: its run is
+        # served by the node's endpoint (or named in the spec's own variables).
+        for inherited in [k for k in env if k.startswith(("MLFLOW_", "PHALANX_TRACKING_"))]:
+            env.pop(inherited)
         # `python` in the command is the interpreter phalanx runs under: the
         # job's environment is phalanx's own.
         bindir = os.path.dirname(sys.executable)

@@ -81,6 +81,14 @@ def _tf_config(env: dict[str, str]) -> None:
     env["TF_CONFIG"] = json.dumps({"cluster": tasks, "task": task})
 
 
+def _mlflow_rank(env: dict[str, str], rank: int) -> None:
+    """Point this rank's MLflow client at the node's endpoint under its rank (which keeps
+    rank 0's calls only); a tracking URI the job's spec set is left alone."""
+    url = env.get("PHALANX_TRACKING_URL")
+    if url and env.get("MLFLOW_TRACKING_URI") == url:
+        env["MLFLOW_TRACKING_URI"] = f"{url}/ranks/{rank}"
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m phalanx.launch.worker COMMAND", file=sys.stderr)
@@ -105,6 +113,7 @@ def main(argv: list[str]) -> int:
     env["TORCHELASTIC_ERROR_FILE"] = env["PHALANX_ERROR_FILE"] = str(error_path)
     env["PHALANX_HEARTBEAT_FILE"] = str(attempt_dir / f"heartbeat_{rank}")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (HOOK_DIR, env.get("PYTHONPATH")) if p)
+    _mlflow_rank(env, rank)
     env.setdefault("PYTHONUNBUFFERED", "1")
 
     received: list[int] = []

@@ -33,6 +33,7 @@ from phalanx.ml.operations import (
     ModelOperations,
 )
 from phalanx.ml.operations.pollers import DonePoller
+from phalanx.ml.operations.workspaces import WorkspaceOperations
 
 CONFIG_FILE = "config.json"
 
@@ -154,6 +155,12 @@ class MLClient:
     @cached_property
     def compute(self) -> ComputeOperations:
         return ComputeOperations(backends.targets())
+
+    @cached_property
+    def workspaces(self) -> WorkspaceOperations:
+        from phalanx.workspace.layout import phalanx_home
+
+        return WorkspaceOperations(self._server, phalanx_home())
 
     @cached_property
     def environments(self) -> EnvironmentOperations:

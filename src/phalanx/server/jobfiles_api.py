@@ -53,7 +53,7 @@ def job_files(
         else:
             filename = os.path.basename(path)
             return StreamingResponse(
-                _chunks(fd, size),
+                file_chunks(fd, size),
                 media_type="application/octet-stream",
                 headers={
                     "content-length": str(size),
@@ -79,7 +79,7 @@ def job_files(
     )
 
 
-def _chunks(fd: int, size: int) -> Iterator[bytes]:
+def file_chunks(fd: int, size: int) -> Iterator[bytes]:
     """The file's first ``size`` bytes (its size when opened), then it is closed."""
     with os.fdopen(fd, "rb") as f:
         left = size

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -217,9 +217,13 @@ class LocalJobs:
         return Submission(job=job, notes=notes)
 
     def get(self, name: str) -> JobRecord:
+        """The job's record, with what its MLflow run logged (params, tags)."""
         from phalanx.jobs.control import refresh
+        from phalanx.tracking.runfiles import read_run_data
 
-        return refresh(self.ws, self.ws.get_job(name))
+        job = refresh(self.ws, self.ws.get_job(name))
+        run = read_run_data(Path(job.job_dir))
+        return replace(job, params=run.params or None, run_tags=run.tags or None)
 
     def paths(self, name: str) -> JobPaths:
         """The folder of job ``name`` (its logs, outputs, spec), for reading.

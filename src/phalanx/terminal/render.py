@@ -147,8 +147,11 @@ def show_job(console: Console, job: JobRecord) -> None:
         head.add_row("created by", job.created_by)
     if job.description:
         head.add_row("description", job.description)
-    if job.tags:
-        head.add_row("tags", ", ".join(f"{k}={v}" for k, v in job.tags.items()))
+    tags = {**job.tags, **(job.run_tags or {})}
+    if tags:
+        head.add_row("tags", Text(", ".join(f"{k}={v}" for k, v in tags.items())))
+    if job.params:
+        head.add_row("params", Text(", ".join(f"{k}={v}" for k, v in job.params.items())))
     head.add_row("created", local_time(job.created_at))
     head.add_row("duration", duration(job.duration))
     head.add_row(

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from phalanx.nofollow import open_file
 
@@ -77,11 +78,59 @@ def latest_metrics(job_dir: Path, file: str = METRICS_FILE) -> dict[str, float |
     return {name: value for _, name, _, value in _records(job_dir / file)}
 
 
+class Point(NamedTuple):
+    """One logged value as written: ``time`` in seconds (``None`` when the line has none)."""
+
+    name: str
+    step: int | None
+    value: float | None
+    time: float | None
+
+
+def points(
+    job_dir: Path, file: str = METRICS_FILE, *, ranks: tuple[int, ...] | None = None
+) -> Iterator[Point]:
+    """Every readable line of the file in the order written, none collapsed: what an
+    MLflow metric history returns (the same step may appear more than once).
+
+    Args:
+        ranks: Only the lines of these ranks (a line naming none is rank 0's).
+    """
+    for line in bounded_lines(job_dir / file):
+        try:
+            record = json.loads(line)
+            name = str(record["name"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if ranks is not None and record.get("rank", 0) not in ranks:
+            continue
+        step, value, when = record.get("step"), record.get("value"), record.get("time")
+        if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
+            continue
+        if value is None and isinstance(record.get("text"), str):
+            value = _special(record["text"])
+        yield Point(
+            name,
+            step,
+            float(value) if isinstance(value, (int, float)) else None,
+            float(when) if isinstance(when, (int, float)) else None,
+        )
+
+
+def _special(text: str) -> float | None:
+    """NaN and the infinities, which a line holds as text (JSON has no such numbers)."""
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return None if math.isfinite(number) else number
+
+
 def _records(path: Path) -> Iterator[tuple[int, str, int | None, float | None]]:
     """``(line number, name, step, value)`` of each readable line, as log_metric writes
     them: lines that do not parse (a torn last one) or whose step is not a whole
     number are skipped."""
-    for order, line in enumerate(_lines(path)):
+    for order, line in enumerate(bounded_lines(path)):
         try:
             record = json.loads(line)
             name = str(record["name"])
@@ -92,7 +141,7 @@ def _records(path: Path) -> Iterator[tuple[int, str, int | None, float | None]]:
             yield order, name, step, record.get("value")
 
 
-def _lines(path: Path) -> Iterator[bytes]:
+def bounded_lines(path: Path) -> Iterator[bytes]:
     """The file's lines within the bounds above (none when it is missing, a link or not
     a regular file); the last one too if it ends without a newline."""
     try:

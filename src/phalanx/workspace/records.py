@@ -140,6 +140,10 @@ class JobRecord:
     logs: dict[str, list[str]] | None = None
     """Read over the API only: the server's ``user_logs``/``system_logs`` file lists
     (a client cannot look into the job folder)."""
+    params: dict[str, str] | None = None
+    """Read from the job's folder (not the database): the params its MLflow run logged."""
+    run_tags: dict[str, str] | None = None
+    """Likewise, the tags its MLflow run set (shown over the spec's ``tags``)."""
     lease_generation: int = 0
     """Raised by one each time a supervisor takes the job (:mod:`phalanx.workspace.leases`)."""
     lease_holder: str | None = None

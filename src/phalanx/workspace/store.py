@@ -312,6 +312,15 @@ class Workspace:
         sql += " ORDER BY created_at DESC LIMIT :limit"
         return [self._job_from_row(row, ()) for row in self.query(sql, args)]
 
+    def experiments(self) -> list[tuple[str, float, float]]:
+        """Each experiment name the jobs carry, with its first and latest job's creation
+        time."""
+        rows = self.query(
+            "SELECT experiment_name, MIN(created_at) AS first, MAX(created_at) AS last "
+            "FROM jobs GROUP BY experiment_name"
+        )
+        return [(r["experiment_name"], r["first"], r["last"]) for r in rows]
+
     def any_job_not_over(self) -> bool:
         """Whether any job is not yet in a terminal status (one cheap read)."""
         live = {f"s{k}": s.value for k, s in enumerate(JobStatus) if not s.is_terminal}

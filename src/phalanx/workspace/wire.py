@@ -61,6 +61,8 @@ def job_to_wire(job: JobRecord, logs: dict[str, list[str]] | None = None) -> dic
         "queue": job.queue,
         "created_by": job.created_by,
         "logs": logs if logs is not None else job.logs,
+        "params": job.params,
+        "run_tags": job.run_tags,
     }
 
 
@@ -106,4 +108,6 @@ def job_from_wire(data: dict[str, Any]) -> JobRecord:
         queue=data.get("queue"),
         created_by=data.get("created_by"),
         logs=data.get("logs"),
+        params=data.get("params"),
+        run_tags=data.get("run_tags"),
     )

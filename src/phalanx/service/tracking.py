@@ -1,0 +1,186 @@
+"""The workspace's jobs as MLflow runs, as a caller may see and change them.
+
+This is the :class:`phalanx.tracking.protocol.Store` the team server answers
+``/api/2.0/mlflow/`` from (and ``phalanx studio`` on this machine), so the plain
+MLflow client searches, reads and compares runs with
+``MLFLOW_TRACKING_URI=<server>`` and ``MLFLOW_TRACKING_TOKEN=<token>``:
+
+- every caller (viewers too) reads every run, as it reads every job;
+- a run's metrics, params and tags are written from inside its job (the node's
+  endpoint, :mod:`phalanx.tracking.sidecar`); from outside, the job's owner (or
+  an admin) may set and delete tags once the job has ended;
+- a run's status is its job's: ``Queued``/``Preparing`` → ``SCHEDULED``,
+  ``Running``/``Finalizing`` → ``RUNNING``, ``Completed`` → ``FINISHED``, ``Failed``
+  → ``FAILED``, ``Canceled`` → ``KILLED``. It changes through ``phalanx job``,
+  never through ``update_run``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from phalanx.errors import Forbidden, JobNotFoundError, PhalanxError
+from phalanx.service.access import Caller
+from phalanx.tracking.protocol import (
+    DEFAULT_EXPERIMENT,
+    ExperimentView,
+    RunView,
+    TrackingError,
+    not_found,
+)
+from phalanx.tracking.runfiles import (
+    Metric,
+    append_events,
+    latest_metrics,
+    metric_history,
+    read_run_data,
+)
+from phalanx.workspace import JobRecord, JobStatus, Workspace
+
+MOST_RUNS = 5000
+"""The newest runs of an experiment a search looks at."""
+
+_STATUS = {
+    JobStatus.QUEUED: "SCHEDULED",
+    JobStatus.PREPARING: "SCHEDULED",
+    JobStatus.RUNNING: "RUNNING",
+    JobStatus.FINALIZING: "RUNNING",
+    JobStatus.COMPLETED: "FINISHED",
+    JobStatus.FAILED: "FAILED",
+    JobStatus.CANCELED: "KILLED",
+}
+
+
+def run_view(job: JobRecord) -> RunView:
+    """Job ``job`` as an MLflow run: its latest metrics, its params, its spec's tags with
+    the tags its run set over them."""
+    job_dir = Path(job.job_dir)
+    data = read_run_data(job_dir)
+    started = job.started_at if job.started_at is not None else job.created_at
+    return RunView(
+        run_id=job.name,
+        run_name=job.display_name or job.name,
+        experiment=job.experiment_name,
+        user_id=job.created_by or "local",
+        status=_STATUS[job.status],
+        start_ms=int(started * 1000),
+        end_ms=int(job.ended_at * 1000) if job.ended_at is not None else None,
+        metrics=latest_metrics(job_dir),
+        params=data.params,
+        tags={**job.tags, **data.tags},
+        inputs=data.inputs,
+    )
+
+
+class WorkspaceRuns:
+    """Every job of ``ws`` as a run, for ``caller``."""
+
+    def __init__(self, ws: Workspace, caller: Caller) -> None:
+        self.ws, self.caller = ws, caller
+
+    def experiments(self) -> list[ExperimentView]:
+        found = {
+            name: ExperimentView(name, int(first * 1000), int(last * 1000))
+            for name, first, last in self.ws.experiments()
+        }
+        found.setdefault(DEFAULT_EXPERIMENT, ExperimentView(DEFAULT_EXPERIMENT))
+        return list(found.values())
+
+    def create_experiment(self, name: str) -> ExperimentView:
+        raise TrackingError(
+            "INVALID_STATE",
+            f"experiment {name!r} is made by the first job that names it "
+            "(experiment_name in its spec); phalanx keeps no empty experiments",
+        )
+
+    def runs(self, experiment_names: list[str]) -> list[RunView]:
+        views = []
+        for name in experiment_names:
+            for job in self.ws.list_jobs(limit=MOST_RUNS, experiment=name):
+                views.append(run_view(job))
+        return views
+
+    def run(self, run_id: str) -> RunView:
+        return run_view(self._job(run_id))
+
+    def create_run(self, experiment: str, name: str | None, tags: dict[str, str]) -> RunView:
+        raise TrackingError(
+            "INVALID_STATE",
+            "a run is a phalanx job: submit one (phalanx job create), and mlflow calls "
+            "inside it log to its run",
+        )
+
+    def update_run(self, run_id: str, status: str | None, name: str | None) -> RunView:
+        job = self._job(run_id)
+        if status is not None and status != _STATUS[job.status]:
+            raise TrackingError(
+                "INVALID_STATE",
+                f"run {run_id} is job {run_id}, {job.status.value}: its status changes with "
+                f"the job (phalanx job cancel {run_id}), not through MLflow",
+            )
+        return run_view(job)
+
+    def set_lifecycle(self, run_id: str, stage: str) -> None:
+        self._job(run_id)
+        raise TrackingError(
+            "INVALID_STATE", f"run {run_id} is a phalanx job, kept with its records"
+        )
+
+    def log(
+        self, run_id: str, metrics: list[Metric], params: dict[str, str], tags: dict[str, str]
+    ) -> None:
+        job = self._job(run_id)
+        if metrics or params:
+            raise TrackingError(
+                "INVALID_STATE",
+                f"metrics and params of run {run_id} are logged from inside its job; "
+                "from outside, only tags may be set",
+            )
+        self._may_tag(job)
+        append_events(Path(job.job_dir), [{"kind": "tag", "key": k, "value": v}
+                                          for k, v in tags.items()])  # fmt: skip
+
+    def delete_tag(self, run_id: str, key: str) -> None:
+        job = self._job(run_id)
+        self._may_tag(job)
+        if key not in read_run_data(Path(job.job_dir)).tags:
+            raise not_found(f"No tag with name: {key} in run with id {run_id}")
+        append_events(Path(job.job_dir), [{"kind": "untag", "key": key}])
+
+    def log_inputs(self, run_id: str, inputs: list[dict[str, Any]]) -> None:
+        self._job(run_id)
+        raise TrackingError(
+            "INVALID_STATE", f"inputs of run {run_id} are logged from inside its job"
+        )
+
+    def history(self, run_id: str, key: str) -> list[Metric]:
+        return metric_history(Path(self._job(run_id).job_dir), key)
+
+    def _job(self, run_id: str) -> JobRecord:
+        try:
+            return self.ws.get_job(run_id)
+        except JobNotFoundError:
+            raise not_found(f"Run '{run_id}' not found") from None
+
+    def _may_tag(self, job: JobRecord) -> None:
+        try:
+            self.caller.require_member("mlflow set-tag")
+            self.caller.require_owner("mlflow set-tag", f"run {job.name!r}", job.created_by)
+        except Forbidden as exc:
+            raise TrackingError("PERMISSION_DENIED", str(exc), 403) from None
+        if not job.status.is_terminal:
+            raise TrackingError(
+                "INVALID_STATE",
+                f"run {job.name} is still {job.status.value}: its tags are its job's to set "
+                "until it ends",
+            )
+
+
+def as_tracking_error(exc: PhalanxError) -> TrackingError:
+    """A phalanx refusal in MLflow's words."""
+    if isinstance(exc, Forbidden):
+        return TrackingError("PERMISSION_DENIED", str(exc), 403)
+    if isinstance(exc, JobNotFoundError):
+        return not_found(str(exc))
+    return TrackingError("INVALID_PARAMETER_VALUE", str(exc), 400)

@@ -1,0 +1,141 @@
+"""An MLflow run's data in its job's folder, beside what ``phalanx.train`` writes.
+
+- Metrics go to the job's ``metrics.jsonl``, one line each in
+  ``phalanx.train.log_metric``'s shape plus ``"source": "mlflow"``, so every
+  reader of the job's metrics (``job metrics``, the studio, the registry,
+  TensorBoard export) sees them with no second store.
+- Params, tags and dataset inputs go to ``mlflow_run.jsonl``: one event a line
+  (``{"kind": "param" | "tag" | "untag" | "input", ...}``), read back by folding
+  them in order (a later tag replaces an earlier one).
+
+Both files only grow and are written a whole line at a time with one append, so
+the ranks' own lines never interleave with these, and a Ray node's copy is
+shipped to the workspace as a log (new bytes appended to what earlier attempts
+left).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from phalanx.workspace.metrics import METRICS_FILE, Point, bounded_lines, points
+
+RUN_FILE = "mlflow_run.jsonl"
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str
+    value: float
+    timestamp: int
+    """Milliseconds since the epoch, as MLflow counts."""
+    step: int = 0
+
+
+@dataclass
+class RunData:
+    """What a run's events add up to."""
+
+    params: dict[str, str] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def append_metrics(job_dir: Path, metrics: Sequence[Metric], *, attempt: int, rank: int) -> None:
+    """Add ``metrics`` to the job's ``metrics.jsonl`` (one append of whole lines)."""
+    lines = []
+    for m in metrics:
+        record: dict[str, Any] = {
+            "name": m.key,
+            "value": m.value if math.isfinite(m.value) else None,
+            "step": m.step,
+            "time": round(m.timestamp / 1000, 3),
+            "rank": rank,
+            "attempt": attempt,
+            "source": "mlflow",
+        }
+        if not math.isfinite(m.value):
+            record["text"] = str(m.value)
+        lines.append(json.dumps(record))
+    _append(job_dir / METRICS_FILE, lines)
+
+
+def append_events(job_dir: Path, events: Iterable[dict[str, Any]]) -> None:
+    """Add events (``{"kind": ..., ...}``) to the run's file."""
+    _append(job_dir / RUN_FILE, [json.dumps(e, ensure_ascii=False) for e in events])
+
+
+def read_run_data(job_dir: Path) -> RunData:
+    """The params, tags and inputs the run's events add up to (bounded like the metrics:
+    a torn or overlong line is skipped, a link never followed)."""
+    data = RunData()
+    for line in bounded_lines(job_dir / RUN_FILE):
+        try:
+            event = json.loads(line)
+            kind = event["kind"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        key, value = event.get("key"), event.get("value")
+        if kind == "param" and isinstance(key, str) and isinstance(value, str):
+            data.params[key] = value
+        elif kind == "tag" and isinstance(key, str) and isinstance(value, str):
+            data.tags[key] = value
+        elif kind == "untag" and isinstance(key, str):
+            data.tags.pop(key, None)
+        elif kind == "input" and isinstance(event.get("dataset"), dict):
+            data.inputs.append(event)
+    return data
+
+
+def _mlflow_metric(p: Point) -> Metric:
+    return Metric(
+        p.name,
+        p.value if p.value is not None else math.nan,
+        round((p.time or 0.0) * 1000),
+        p.step if p.step is not None else 0,
+    )
+
+
+def _run_points(job_dir: Path) -> list[Point]:
+    """The job's points that are the run's: rank 0's (a line of another rank is there
+    only because its script logged with ``all_ranks``)."""
+    return list(points(job_dir, ranks=(0,)))
+
+
+def latest_metrics(job_dir: Path) -> dict[str, Metric]:
+    """Each metric's latest point, as MLflow picks it: the highest step, then the latest
+    time."""
+    latest: dict[str, Metric] = {}
+    for p in _run_points(job_dir):
+        m = _mlflow_metric(p)
+        seen = latest.get(m.key)
+        if seen is None or (m.step, m.timestamp) >= (seen.step, seen.timestamp):
+            latest[m.key] = m
+    return latest
+
+
+def metric_history(job_dir: Path, key: str) -> list[Metric]:
+    """Every point of metric ``key`` in step order, points of one step in the order
+    logged (a step logged again by a resumed attempt appears twice, as MLflow keeps it)."""
+    found = [_mlflow_metric(p) for p in _run_points(job_dir) if p.name == key]
+    return sorted(found, key=lambda m: m.step)
+
+
+def _append(path: Path, lines: list[str]) -> None:
+    if not lines:
+        return
+    payload = "".join(line + "\n" for line in lines).encode()
+    # O_APPEND and one write: a line lands whole, after whatever the ranks wrote.
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)

@@ -1,0 +1,49 @@
+"""MLflow's own search grammar (``metrics.loss < 0.3 and params.lr = '0.1'``) over
+phalanx's runs: the views become MLflow entities, MLflow's ``SearchUtils`` filter
+and sort them. Imported only for a search with a filter or an ordering; needs the
+``mlflow`` (or ``mlflow-skinny``) package, phalanx's ``mlflow`` extra.
+"""
+
+from __future__ import annotations
+
+from mlflow.entities import Experiment, Metric, Param, Run, RunData, RunInfo, RunTag
+from mlflow.utils.search_utils import SearchExperimentsUtils, SearchUtils
+
+from phalanx.tracking.protocol import ExperimentView, RunView
+
+__all__ = ["SearchExperimentsUtils", "SearchUtils", "experiment", "run"]
+
+
+def run(view: RunView) -> Run:
+    info = view.info()
+    tags = {"mlflow.runName": view.run_name, "mlflow.user": view.user_id, **view.tags}
+    return Run(
+        RunInfo(
+            run_id=view.run_id,
+            experiment_id=info["experiment_id"],
+            user_id=view.user_id,
+            status=view.status,
+            start_time=view.start_ms,
+            end_time=view.end_ms,
+            lifecycle_stage=view.lifecycle_stage,
+            artifact_uri=view.artifact_uri,
+            run_name=view.run_name,
+        ),
+        RunData(
+            metrics=[Metric(m.key, m.value, m.timestamp, m.step) for m in view.metrics.values()],
+            params=[Param(k, v) for k, v in view.params.items()],
+            tags=[RunTag(k, v) for k, v in tags.items()],
+        ),
+    )
+
+
+def experiment(view: ExperimentView) -> Experiment:
+    wire = view.wire()
+    return Experiment(
+        experiment_id=view.experiment_id,
+        name=view.name,
+        artifact_location=wire["artifact_location"],
+        lifecycle_stage="active",
+        creation_time=view.created_ms,
+        last_update_time=view.updated_ms,
+    )
