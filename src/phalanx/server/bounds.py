@@ -8,7 +8,8 @@
 - **Body size.** At most ``ServerSettings.max_body`` bytes (4 MiB by default:
   a job spec of 1 Mi characters, JSON-escaped, fits), refused from the
   ``Content-Length`` before reading or, without one, as soon as it is passed.
-  ``PUT /api/v1/uploads`` keeps its own limit, ``--max-upload``.
+  ``PUT /api/v1/uploads`` and MLflow's artifact uploads keep their own limit,
+  ``--max-upload``.
 
 A refusal is the API's one line: ``{"error": "bad request: …"}`` with 400 (413
 for size). JSON nested too deeply to read is left to the route, which answers
@@ -32,6 +33,8 @@ App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 UPLOAD_PATH = "/api/v1/uploads"
 """The route whose body is an archive, bounded by ``--max-upload`` instead."""
+ARTIFACTS_PATH = "/api/2.0/mlflow-artifacts/artifacts/"
+"""MLflow's artifact uploads, files of any kind: bounded by ``--max-upload`` too."""
 
 
 class BoundsMiddleware:
@@ -50,7 +53,10 @@ class BoundsMiddleware:
         if problem is not None:
             await _refuse(send, 400, f"bad request: {problem}")
             return
-        if scope["path"] == UPLOAD_PATH or not _has_body(scope):
+        if not _has_body(scope) or scope["path"] == UPLOAD_PATH:
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] == "PUT" and scope["path"].startswith(ARTIFACTS_PATH):
             await self.app(scope, receive, send)
             return
         declared = _header(scope, b"content-length")

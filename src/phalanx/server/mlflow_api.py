@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import uuid
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -21,10 +22,10 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from phalanx.errors import PhalanxError
 from phalanx.server.auth import User
 from phalanx.server.jobfiles_api import file_chunks
-from phalanx.server.settings import request_workspace
+from phalanx.server.settings import request_workspace, settings_of
 from phalanx.service.jobfiles import NoSuchPath, job_file, opened
 from phalanx.service.tracking import WorkspaceRuns, as_tracking_error
-from phalanx.tracking.artifacts import OUTPUTS, split
+from phalanx.tracking.artifacts import OUTPUTS, split, target
 from phalanx.tracking.protocol import TrackingError, dispatch, invalid
 
 router = APIRouter(tags=["mlflow"], include_in_schema=False)
@@ -89,13 +90,33 @@ def get_artifact(path: str, request: Request, who: User) -> Response:
 
 
 @router.put("/api/2.0/mlflow-artifacts/artifacts/{path:path}")
-def put_artifact(path: str, who: User) -> Response:
-    return _error(
-        TrackingError(
-            "INVALID_STATE",
-            "a run's artifacts are logged from inside its job (they are its outputs)",
-        )
-    )
+async def put_artifact(path: str, request: Request, who: User) -> Response:
+    """Store an artifact of a run made from outside a job (a job's run stores its own from
+    inside), within the server's ``--max-upload``."""
+    settings = settings_of(request)
+    runs = WorkspaceRuns(request_workspace(request), who)
+    try:
+        name, _ = _where(path)
+        job_dir = await run_in_threadpool(runs.artifact_folder, name)
+        dest = target(job_dir, name, path)
+    except TrackingError as exc:
+        return _error(exc)
+    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.uploading")
+    size = 0
+    try:
+        with open(tmp, "wb") as f:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > settings.max_upload:
+                    return _error(TrackingError(
+                        "INVALID_PARAMETER_VALUE",
+                        f"artifact refused: more than {settings.max_upload // 2**20} MiB "
+                        "(the server's --max-upload)", 413))  # fmt: skip
+                f.write(chunk)
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return JSONResponse({})
 
 
 def _where(path: str) -> tuple[str, str]:

@@ -6,13 +6,21 @@ MLflow client searches, reads and compares runs with
 ``MLFLOW_TRACKING_URI=<server>`` and ``MLFLOW_TRACKING_TOKEN=<token>``:
 
 - every caller (viewers too) reads every run, as it reads every job;
-- a run's metrics, params and tags are written from inside its job (the node's
-  endpoint, :mod:`phalanx.tracking.sidecar`); from outside, the job's owner (or
-  an admin) may set and delete tags once the job has ended;
-- a run's status is its job's: ``Queued``/``Preparing`` → ``SCHEDULED``,
+- a job's run is written from inside the job (the node's endpoint,
+  :mod:`phalanx.tracking.sidecar`); from outside, the job's owner (or an admin)
+  may set and delete its tags once the job has ended;
+- a job's run's status is the job's: ``Queued``/``Preparing`` → ``SCHEDULED``,
   ``Running``/``Finalizing`` → ``RUNNING``, ``Completed`` → ``FINISHED``, ``Failed``
   → ``FAILED``, ``Canceled`` → ``KILLED``. It changes through ``phalanx job``,
-  never through ``update_run``.
+  never through ``update_run``;
+- a member may also make a run from outside any job (a notebook's
+  ``mlflow.start_run()``): a job record on the target ``mlflow`` that nothing
+  runs, Running until the client ends it (``FINISHED`` → ``Completed``, ``FAILED``
+  → ``Failed``, ``KILLED`` → ``Canceled``), which its maker logs to like any
+  MLflow run, artifacts included (into its outputs). ``phalanx job list`` and
+  the studio show it with the rest; ``job cancel`` ends it;
+- ``create_experiment`` (``mlflow.set_experiment`` of a new name) records the
+  name for the jobs and runs that will carry it.
 """
 
 from __future__ import annotations
@@ -24,22 +32,30 @@ from phalanx.errors import Forbidden, JobNotFoundError, PhalanxError
 from phalanx.service.access import Caller
 from phalanx.tracking.protocol import (
     DEFAULT_EXPERIMENT,
+    OUTSIDE_TARGET,
     ExperimentView,
     RunView,
     TrackingError,
+    invalid,
     not_found,
 )
 from phalanx.tracking.runfiles import (
     Metric,
     append_events,
+    append_metrics,
     latest_metrics,
     metric_history,
     read_run_data,
 )
 from phalanx.workspace import JobRecord, JobStatus, Workspace
+from phalanx.workspace.records import QueueEntry
 
 MOST_RUNS = 5000
 """The newest runs of an experiment a search looks at."""
+MAX_NAME = 256
+OUTSIDE_COMMAND = "an MLflow run logged from outside a job (nothing to run)"
+
+_ENDED = {"FINISHED": JobStatus.COMPLETED, "FAILED": JobStatus.FAILED, "KILLED": JobStatus.CANCELED}
 
 _STATUS = {
     JobStatus.QUEUED: "SCHEDULED",
@@ -88,11 +104,11 @@ class WorkspaceRuns:
         return list(found.values())
 
     def create_experiment(self, name: str) -> ExperimentView:
-        raise TrackingError(
-            "INVALID_STATE",
-            f"experiment {name!r} is made by the first job that names it "
-            "(experiment_name in its spec); phalanx keeps no empty experiments",
-        )
+        self._member("mlflow create-experiment")
+        if not name.strip() or len(name) > MAX_NAME:
+            raise invalid(f"experiment name: 1 to {MAX_NAME} characters, not only spaces")
+        self.ws.create_experiment(name, self.caller.user)
+        return next(e for e in self.experiments() if e.name == name)
 
     def runs(self, experiment_names: list[str]) -> list[RunView]:
         views = []
@@ -105,14 +121,33 @@ class WorkspaceRuns:
         return run_view(self._job(run_id))
 
     def create_run(self, experiment: str, name: str | None, tags: dict[str, str]) -> RunView:
-        raise TrackingError(
-            "INVALID_STATE",
-            "a run is a phalanx job: submit one (phalanx job create), and mlflow calls "
-            "inside it log to its run",
+        """A run from outside any job, the caller's (see the module)."""
+        from phalanx.spec import JobSpec
+
+        self._member("mlflow create-run")
+        try:
+            spec = JobSpec(
+                command=OUTSIDE_COMMAND, experiment_name=experiment, display_name=name or None
+            )
+        except ValueError as exc:
+            raise invalid(f"run_name: {exc}") from None
+        job = self.ws.create_job(
+            spec.to_record(),
+            spec_text=f"# {OUTSIDE_COMMAND}\n",
+            queue=QueueEntry(target=OUTSIDE_TARGET),
+            created_by=self.caller.user,
+            running=True,
         )
+        append_events(Path(job.job_dir), [{"kind": "tag", "key": k, "value": v}
+                                          for k, v in tags.items()])  # fmt: skip
+        return run_view(job)
 
     def update_run(self, run_id: str, status: str | None, name: str | None) -> RunView:
         job = self._job(run_id)
+        if job.target == OUTSIDE_TARGET and status in _ENDED:
+            self._owner(job, "mlflow update-run")
+            self.ws.set_status(job.name, _ENDED[status])
+            return run_view(self._job(run_id))
         if status is not None and status != _STATUS[job.status]:
             raise TrackingError(
                 "INVALID_STATE",
@@ -131,31 +166,70 @@ class WorkspaceRuns:
         self, run_id: str, metrics: list[Metric], params: dict[str, str], tags: dict[str, str]
     ) -> None:
         job = self._job(run_id)
-        if metrics or params:
-            raise TrackingError(
-                "INVALID_STATE",
-                f"metrics and params of run {run_id} are logged from inside its job; "
-                "from outside, only tags may be set",
-            )
-        self._may_tag(job)
-        append_events(Path(job.job_dir), [{"kind": "tag", "key": k, "value": v}
-                                          for k, v in tags.items()])  # fmt: skip
+        if job.target != OUTSIDE_TARGET:
+            if metrics or params:
+                raise TrackingError(
+                    "INVALID_STATE",
+                    f"metrics and params of run {run_id} are logged from inside its job; "
+                    "from outside, only tags may be set once it has ended",
+                )
+            self._may_tag(job)
+            append_events(Path(job.job_dir), [{"kind": "tag", "key": k, "value": v}
+                                              for k, v in tags.items()])  # fmt: skip
+            return
+        self._owner(job, "mlflow log")
+        job_dir = Path(job.job_dir)
+        known = read_run_data(job_dir).params
+        for key, value in params.items():
+            if key in known and known[key] != value:
+                raise invalid(
+                    f"Changing param values is not allowed. Param with key='{key}' was "
+                    f"already logged with value='{known[key]}' for run ID='{run_id}'. "
+                    f"Attempted logging new param value '{value}'."
+                )
+        events = [{"kind": "param", "key": k, "value": v} for k, v in params.items()
+                  if known.get(k) != v]  # fmt: skip
+        events += [{"kind": "tag", "key": k, "value": v} for k, v in tags.items()]
+        append_events(job_dir, events)
+        append_metrics(job_dir, metrics, attempt=1, rank=0)
 
     def delete_tag(self, run_id: str, key: str) -> None:
         job = self._job(run_id)
-        self._may_tag(job)
+        if job.target == OUTSIDE_TARGET:
+            self._owner(job, "mlflow delete-tag")
+        else:
+            self._may_tag(job)
         if key not in read_run_data(Path(job.job_dir)).tags:
             raise not_found(f"No tag with name: {key} in run with id {run_id}")
         append_events(Path(job.job_dir), [{"kind": "untag", "key": key}])
 
     def log_inputs(self, run_id: str, inputs: list[dict[str, Any]]) -> None:
-        self._job(run_id)
-        raise TrackingError(
-            "INVALID_STATE", f"inputs of run {run_id} are logged from inside its job"
-        )
+        job = self._job(run_id)
+        if job.target != OUTSIDE_TARGET:
+            raise TrackingError(
+                "INVALID_STATE", f"inputs of run {run_id} are logged from inside its job"
+            )
+        self._owner(job, "mlflow log-inputs")
+        append_events(Path(job.job_dir), [{"kind": "input", **i} for i in inputs])
 
     def history(self, run_id: str, key: str) -> list[Metric]:
         return metric_history(Path(self._job(run_id).job_dir), key)
+
+    def artifact_folder(self, run_id: str) -> Path:
+        """Where the caller may store artifacts of run ``run_id``: the job folder of a run
+        made from outside a job, its own (a job's run stores its artifacts from inside).
+
+        Raises:
+            TrackingError: a job's run, or another's run.
+        """
+        job = self._job(run_id)
+        if job.target != OUTSIDE_TARGET:
+            raise TrackingError(
+                "INVALID_STATE",
+                f"artifacts of run {run_id} are logged from inside its job (they are its outputs)",
+            )
+        self._owner(job, "mlflow log-artifact")
+        return Path(job.job_dir)
 
     def _job(self, run_id: str) -> JobRecord:
         try:
@@ -163,12 +237,21 @@ class WorkspaceRuns:
         except JobNotFoundError:
             raise not_found(f"Run '{run_id}' not found") from None
 
-    def _may_tag(self, job: JobRecord) -> None:
+    def _member(self, action: str) -> None:
         try:
-            self.caller.require_member("mlflow set-tag")
-            self.caller.require_owner("mlflow set-tag", f"run {job.name!r}", job.created_by)
+            self.caller.require_member(action)
         except Forbidden as exc:
             raise TrackingError("PERMISSION_DENIED", str(exc), 403) from None
+
+    def _owner(self, job: JobRecord, action: str) -> None:
+        self._member(action)
+        try:
+            self.caller.require_owner(action, f"run {job.name!r}", job.created_by)
+        except Forbidden as exc:
+            raise TrackingError("PERMISSION_DENIED", str(exc), 403) from None
+
+    def _may_tag(self, job: JobRecord) -> None:
+        self._owner(job, "mlflow set-tag")
         if not job.status.is_terminal:
             raise TrackingError(
                 "INVALID_STATE",

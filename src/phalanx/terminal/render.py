@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from phalanx.terminal.termsafe import rank_text
+from phalanx.tracking.protocol import OUTSIDE_TARGET
 from phalanx.workspace import JobRecord, JobStatus
 from phalanx.workspace.layout import JobPaths
 
@@ -147,17 +148,22 @@ def show_job(console: Console, job: JobRecord) -> None:
         head.add_row("created by", job.created_by)
     if job.description:
         head.add_row("description", job.description)
-    tags = {**job.tags, **(job.run_tags or {})}
+    # MLflow's own tags (mlflow.user, mlflow.source.*) say what the rows here say already.
+    run_tags = {k: v for k, v in (job.run_tags or {}).items() if not k.startswith("mlflow.")}
+    tags = {**job.tags, **run_tags}
     if tags:
         head.add_row("tags", Text(", ".join(f"{k}={v}" for k, v in tags.items())))
     if job.params:
         head.add_row("params", Text(", ".join(f"{k}={v}" for k, v in job.params.items())))
     head.add_row("created", local_time(job.created_at))
     head.add_row("duration", duration(job.duration))
-    head.add_row(
-        "compute",
-        f"{job.spec.get('compute', 'local')} · {nodes} node(s) × {procs} process(es)",
-    )
+    if job.target == OUTSIDE_TARGET:
+        head.add_row("compute", "none: an MLflow run logged from outside a job")
+    else:
+        head.add_row(
+            "compute",
+            f"{job.spec.get('compute', 'local')} · {nodes} node(s) × {procs} process(es)",
+        )
     if job.status is JobStatus.QUEUED and job.queue:
         place = job.queue.get("position")
         head.add_row("queue", Text(f"#{place} · {job.queue.get('reason')}" if place else

@@ -51,16 +51,27 @@ def _inside(job_dir: Path, rel: str) -> Path:
     return path
 
 
+def target(job_dir: Path, run_id: str, artifact_path: str) -> Path:
+    """The file the artifact goes to, its folder made.
+
+    Raises:
+        TrackingError: no file name, another run's path, or one leaving the outputs.
+    """
+    rel = split(run_id, artifact_path)
+    if not rel:
+        raise invalid("an artifact needs a file name")
+    path = _inside(job_dir, rel)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def put(
     job_dir: Path, run_id: str, artifact_path: str, body: io.BufferedIOBase, length: int
 ) -> None:
     """Store ``length`` bytes of ``body`` as the artifact (written aside, then renamed)."""
-    rel = split(run_id, artifact_path)
-    if not rel:
-        raise invalid("an artifact needs a file name")
-    target = _inside(job_dir, rel)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.uploading")
+    dest = target(job_dir, run_id, artifact_path)
+    rel = dest.name
+    tmp = dest.with_name(f".{dest.name}.uploading")
     with open(tmp, "wb") as out:
         left = length
         while left > 0 and (chunk := body.read(min(left, 1 << 20))):
@@ -69,7 +80,7 @@ def put(
     if left > 0:
         tmp.unlink(missing_ok=True)
         raise invalid(f"artifact {rel!r}: the upload ended {left} bytes early")
-    os.replace(tmp, target)
+    os.replace(tmp, dest)
 
 
 def file(job_dir: Path, run_id: str, artifact_path: str) -> Path:

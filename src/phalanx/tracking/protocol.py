@@ -27,6 +27,9 @@ from typing import Any, Protocol
 from phalanx.tracking.runfiles import Metric
 
 DEFAULT_EXPERIMENT = "Default"
+OUTSIDE_TARGET = "mlflow"
+"""The compute target a run made from outside any job records (``runs/create`` from a
+notebook): a job that nothing runs, which the scheduler never sees queued."""
 
 # MLflow's own limits (mlflow.utils.validation), so a script that logs within them
 # here logs within them on any MLflow server.
@@ -132,7 +135,8 @@ class RunView:
         return info
 
     def wire(self) -> dict[str, Any]:
-        tags = {"mlflow.runName": self.run_name, "mlflow.user": self.user_id, **self.tags}
+        # phalanx's names win over a client's: the user is the token's, not the laptop's.
+        tags = {**self.tags, "mlflow.runName": self.run_name, "mlflow.user": self.user_id}
         return {
             "info": self.info(),
             "data": {

@@ -16,7 +16,7 @@ __all__ = ["SearchExperimentsUtils", "SearchUtils", "experiment", "run"]
 
 def run(view: RunView) -> Run:
     info = view.info()
-    tags = {"mlflow.runName": view.run_name, "mlflow.user": view.user_id, **view.tags}
+    tags = {**view.tags, "mlflow.runName": view.run_name, "mlflow.user": view.user_id}
     return Run(
         RunInfo(
             run_id=view.run_id,

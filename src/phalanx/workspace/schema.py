@@ -181,6 +181,15 @@ scaling = Table(
     PrimaryKeyConstraint("target", name="pk_scaling"),
 )
 
+experiments = Table(  # schema 12: made by MLflow's create_experiment before any job
+    "experiments",
+    metadata,
+    Column("name", Text, nullable=False),
+    Column("created_at", Double, nullable=False),
+    Column("created_by", Text),
+    PrimaryKeyConstraint("name", name="pk_experiments"),
+)
+
 tokens = Table(
     "tokens",
     metadata,

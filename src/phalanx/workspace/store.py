@@ -192,6 +192,7 @@ class Workspace:
         code: Path | None = None,
         queue: QueueEntry | None = None,
         created_by: str | None = None,
+        running: bool = False,
     ) -> JobRecord:
         """Record a new Queued job, with its folder and code snapshot.
 
@@ -205,6 +206,8 @@ class Workspace:
             code: A folder to snapshot as the job's working directory.
             queue: Where it queues and what it asks for (the scheduler's part).
             created_by: Who submitted it (the server's user); ``None`` for this machine's user.
+            running: Record it Running (started now) instead: a run no supervisor runs,
+                which MLflow logs to from outside (``phalanx.tracking``).
 
         Raises:
             PhalanxError: the name is taken or invalid, or the code folder is too large.
@@ -228,7 +231,9 @@ class Workspace:
             paths.spec_json.write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n")
             # The row commits only once the folder is in place: never one without the other.
             with self.transaction() as tx:
-                final_name = self._insert_job(tx, spec, name, queue or QueueEntry(), created_by)
+                final_name = self._insert_job(
+                    tx, spec, name, queue or QueueEntry(), created_by, running=running
+                )
                 try:
                     staging.rename(self.jobs_dir / final_name)
                 except OSError as exc:
@@ -251,9 +256,12 @@ class Workspace:
         name: str | None,
         queue: QueueEntry,
         created_by: str | None,
+        *,
+        running: bool = False,
     ) -> str:
         # Under the write lock nobody else inserts: a name not there now is free. (A failed
         # INSERT would end the whole transaction on PostgreSQL, so it is never tried.)
+        now = time.time()
         for _ in range(20):
             candidate = name or generate_name()
             if tx.first("SELECT 1 AS found FROM jobs WHERE name = :name", {"name": candidate}):
@@ -264,18 +272,19 @@ class Workspace:
                 continue
             tx.execute(
                 "INSERT INTO jobs (name, display_name, experiment_name, description, tags_json,"
-                " status, created_at, spec_json, target, request_json, priority, tier, timeout,"
-                " created_by) VALUES (:name, :display_name, :experiment_name, :description,"
-                " :tags_json, :status, :created_at, :spec_json, :target, :request_json,"
-                " :priority, :tier, :timeout, :created_by)",
+                " status, created_at, started_at, spec_json, target, request_json, priority,"
+                " tier, timeout, created_by) VALUES (:name, :display_name, :experiment_name,"
+                " :description, :tags_json, :status, :created_at, :started_at, :spec_json,"
+                " :target, :request_json, :priority, :tier, :timeout, :created_by)",
                 {
                     "name": candidate,
                     "display_name": spec.get("display_name"),
                     "experiment_name": spec.get("experiment_name") or "Default",
                     "description": spec.get("description"),
                     "tags_json": json.dumps(spec.get("tags") or {}),
-                    "status": JobStatus.QUEUED.value,
-                    "created_at": time.time(),
+                    "status": (JobStatus.RUNNING if running else JobStatus.QUEUED).value,
+                    "created_at": now,
+                    "started_at": now if running else None,
                     "spec_json": json.dumps(spec, sort_keys=True),
                     "target": queue.target,
                     "request_json": _dumps(queue.request),
@@ -313,13 +322,31 @@ class Workspace:
         return [self._job_from_row(row, ()) for row in self.query(sql, args)]
 
     def experiments(self) -> list[tuple[str, float, float]]:
-        """Each experiment name the jobs carry, with its first and latest job's creation
-        time."""
-        rows = self.query(
-            "SELECT experiment_name, MIN(created_at) AS first, MAX(created_at) AS last "
-            "FROM jobs GROUP BY experiment_name"
-        )
-        return [(r["experiment_name"], r["first"], r["last"]) for r in rows]
+        """Each experiment: the names jobs carry and those made before any job named them,
+        with when it began (its first job, or its making) and its latest job."""
+        found = {
+            r["experiment_name"]: (r["first"], r["last"])
+            for r in self.query(
+                "SELECT experiment_name, MIN(created_at) AS first, MAX(created_at) AS last "
+                "FROM jobs GROUP BY experiment_name"
+            )
+        }
+        for r in self.query("SELECT name, created_at FROM experiments"):
+            first, last = found.get(r["name"], (r["created_at"], r["created_at"]))
+            found[r["name"]] = (min(first, r["created_at"]), last)
+        return [(name, first, last) for name, (first, last) in found.items()]
+
+    @_retried
+    def create_experiment(self, name: str, created_by: str | None) -> bool:
+        """Record experiment ``name`` (no job names it yet); whether it was new."""
+        with self.transaction() as tx:
+            if tx.first("SELECT 1 AS found FROM experiments WHERE name = :name", {"name": name}):
+                return False
+            tx.execute(
+                "INSERT INTO experiments (name, created_at, created_by) VALUES (:name, :now, :by)",
+                {"name": name, "now": time.time(), "by": created_by},
+            )
+            return True
 
     def any_job_not_over(self) -> bool:
         """Whether any job is not yet in a terminal status (one cheap read)."""
