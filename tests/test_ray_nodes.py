@@ -16,6 +16,7 @@ import pytest
 import servers
 from conftest import Cli, blob_datastore
 from phalanx.bench.raycluster import RayCluster
+from phalanx.tracking.runfiles import read_run_data
 
 pytestmark = pytest.mark.slow
 
@@ -38,6 +39,13 @@ Path(os.environ["PHALANX_OUTPUTS_DIR"], f"rank_{rank}.json").write_text(json.dum
 if rank == 0:
     Path(sys.argv[2], "weights.txt").write_text("trained")
     log_metric("loss", 0.5, step=1)
+# MLflow with no set-up: the node's endpoint keeps rank 0's calls, in the node's folder.
+import mlflow
+mlflow.log_param("node", os.environ["NODE_RANK"])
+mlflow.log_metric("mlflow_loss", 0.25 + rank, step=1)
+note = Path(f"note_{rank}.txt")
+note.write_text(f"from rank {rank}")
+mlflow.log_artifact(str(note), artifact_path="notes")
 print("halfway", rank, flush=True)
 time.sleep(float(sys.argv[3]))
 dist.barrier()
@@ -108,7 +116,12 @@ def test_nodes_keep_their_own_files_and_ship_them_back(
         assert f"halfway {rank}" in log and f"finished {rank}" in log
     assert (job_dir / "system_logs" / "node_1.txt").is_file()
     metrics = [json.loads(x) for x in _text(job_dir / "metrics.jsonl").splitlines()]
-    assert [(m["name"], m["value"]) for m in metrics] == [("loss", 0.5)]
+    assert sorted((m["name"], m["value"]) for m in metrics) == [
+        ("loss", 0.5), ("mlflow_loss", 0.25)
+    ]  # fmt: skip
+    # What rank 0 logged with mlflow was shipped with the rest; rank 1's was not kept.
+    assert read_run_data(job_dir).params == {"node": "0"}
+    assert [p.name for p in (job_dir / "outputs" / "notes").iterdir()] == ["note_0.txt"]
     # The upload-mode output went node -> workspace -> datastore.
     service = BlobServiceClient.from_connection_string(azurite.connection_string)
     blob = service.get_blob_client(container, "out/weights.txt")

@@ -18,7 +18,8 @@ The job's folder stays root's (group: the job's gid, 0750: the job lists and rea
 other accounts cannot enter it); what the job writes is its own: ``code/`` (its
 working copy), ``user_logs/``, ``outputs/``, ``checkpoints/``, ``tmp/`` (``HOME`` and
 ``TMPDIR``), ``cache/`` (its ``direct`` reads), each attempt's
-``system_logs/attempt_<n>/``, ``metrics.jsonl`` and ``upload.request``. Nothing else
+``system_logs/attempt_<n>/``, ``metrics.jsonl``, ``mlflow_run.jsonl`` (what its MLflow
+endpoint writes, as the job) and ``upload.request``. Nothing else
 in its folder can it create, rename or replace, so whatever phalanx itself writes
 there stays phalanx's.
 
@@ -42,12 +43,13 @@ from phalanx.errors import PhalanxError
 from phalanx.jobs.walls import WallSettings, active, check_python, harden
 from phalanx.launch.account import ACCOUNT_FILE, JobAccount, account_of
 from phalanx.launch.account import claims_folder as _claims
+from phalanx.tracking.runfiles import RUN_FILE
 from phalanx.workspace.layout import JobPaths
 
 log = logging.getLogger(__name__)
 
 _OWNED = ("code", "user_logs", "outputs", "checkpoints", "tmp", "cache")
-_OWNED_FILES = ("metrics.jsonl", "upload.request")
+_OWNED_FILES = ("metrics.jsonl", RUN_FILE, "upload.request")
 _ROOT_FOLDERS = ("system_logs", "inputs", "mounts", "staging")
 _SHARED_TMP = (Path("/dev/shm"), Path("/tmp"), Path("/var/tmp"))
 MACHINE_CLAIMS = Path("/run/phalanx/accounts")

@@ -41,6 +41,17 @@ def error_body(message: str, **extra: object) -> dict[str, object]:
     return {"error": message, **extra}
 
 
+MLFLOW_PREFIX = "/api/2.0/"
+_MLFLOW_CODES = {
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "ENDPOINT_NOT_FOUND",
+    413: "INVALID_PARAMETER_VALUE",
+    429: "REQUEST_LIMIT_EXCEEDED",
+    503: "TEMPORARILY_UNAVAILABLE",
+}
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(SpecError)
     async def _spec(_: Request, exc: SpecError) -> JSONResponse:
@@ -79,7 +90,12 @@ def install(app: FastAPI) -> None:
         return JSONResponse(error_body(f"bad request: {message}"), status_code=422)
 
     @app.exception_handler(HTTPException)
-    async def _http(_: Request, exc: HTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: HTTPException) -> JSONResponse:
+        if request.url.path.startswith(MLFLOW_PREFIX):
+            # MLflow's clients read their own shape: an error code and a message.
+            code = _MLFLOW_CODES.get(exc.status_code, "BAD_REQUEST")
+            return JSONResponse({"error_code": code, "message": str(exc.detail)},
+                                status_code=exc.status_code, headers=exc.headers)  # fmt: skip
         return JSONResponse(
             error_body(str(exc.detail)), status_code=exc.status_code, headers=exc.headers
         )

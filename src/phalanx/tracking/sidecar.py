@@ -239,6 +239,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._artifacts(method, rest, query, store)
         except TrackingError as exc:
             self._send(exc.status, exc.wire())
+        except Exception as exc:  # the job's run must not hang on the endpoint's trouble
+            print(f"phalanx: the MLflow endpoint failed on {method} {url.path}: {exc!r}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            self._send(500, {"error_code": "INTERNAL_ERROR", "message": str(exc)})
 
     def _artifacts(self, method: str, rest: str, query: dict[str, str], store: Any) -> None:
         if method == "GET" and not rest:

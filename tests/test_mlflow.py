@@ -1,0 +1,282 @@
+"""MLflow as Azure ML users use it: jobs log with ``mlflow`` and no set-up, the plain
+MLflow client reads runs back from a phalanx server with a token, a notebook makes runs
+of its own. Real jobs, a real server, the real ``mlflow`` client in subprocesses."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+import servers
+from conftest import Cli
+
+pytestmark = pytest.mark.slow
+
+STEPS = 60
+
+TRAIN = f"""
+import os, time, mlflow
+from phalanx.train import log_metric
+rank = int(os.environ["RANK"])
+mlflow.log_params({{"lr": 0.1 if rank == 0 else 99, "batch": 32}})
+mlflow.set_tag("team", "vision")
+for step in range({STEPS}):
+    mlflow.log_metric("loss", 1 / (step + 1), step=step)
+    mlflow.log_metric("only_rank", rank, step=step)
+    log_metric("phx_loss", 2 / (step + 1), step)  # phalanx's own door, the same store
+with open(f"weights_{{rank}}.txt", "w") as f:
+    f.write(f"weights of rank {{rank}}")
+mlflow.log_artifact(f"weights_{{rank}}.txt", artifact_path="model")
+"""
+
+READ = """
+import json, os, sys, mlflow
+from mlflow import MlflowClient
+name, dest = sys.argv[1], sys.argv[2]
+client = MlflowClient()
+frame = mlflow.search_runs(experiment_names=["mlflow-e2e"],
+                           filter_string="params.lr = '0.1' and metrics.loss < 0.05")
+run = client.get_run(name)
+history = client.get_metric_history(name, "loss")
+listed = [f.path for f in client.list_artifacts(name, "model")]
+local = mlflow.artifacts.download_artifacts(run_id=name, artifact_path="model", dst_path=dest)
+print(json.dumps({
+    "found": frame["run_id"].tolist(), "status": frame["status"].tolist(),
+    "params": run.data.params, "tags": run.data.tags, "metrics": run.data.metrics,
+    "history": [[m.step, m.value] for m in history], "listed": listed,
+    "downloaded": sorted(os.listdir(local)), "user": run.info.user_id,
+    "experiment": client.get_experiment(run.info.experiment_id).name,
+}))
+"""
+
+TAG = """
+import sys
+from mlflow import MlflowClient
+MlflowClient().set_tag(sys.argv[1], "reviewed", sys.argv[2])
+"""
+
+NOTEBOOK = """
+import json, sys, mlflow
+mlflow.set_experiment("notebook")
+with mlflow.start_run(run_name="from a notebook") as run:
+    mlflow.log_param("alpha", 0.5)
+    for i in range(5):
+        mlflow.log_metric("score", i / 10, step=i)
+    mlflow.log_artifact(sys.argv[1])
+print(json.dumps({"run": run.info.run_id}))
+"""
+
+
+def _mlflow(
+    script: str, env: dict[str, str], *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """The real MLflow client in a process of its own, as a notebook or a tool runs it."""
+    clean = {k: v for k, v in env.items() if not k.startswith(("MLFLOW_", "PHALANX_"))}
+    clean.update(
+        MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",  # a refusal is the answer, not a reason to wait
+        MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT="true",
+    )
+    return subprocess.run([sys.executable, "-c", script, *args], env={**clean, **env},
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+def _tokens(cli: Cli, **roles: str) -> dict[str, str]:
+    made = {}
+    for user, role in roles.items():
+        proc = cli.run("server", "token", "create", "--user", user, "--role", role, check=True)
+        made[user] = proc.stdout.strip()
+    return made
+
+
+@pytest.fixture
+def team(cli: Cli) -> Iterator[tuple[servers.PhalanxServer, dict[str, str]]]:
+    """A server asking for tokens, alice and bob members, carol a viewer; the CLI is
+    alice's."""
+    tokens = _tokens(cli, alice="member", bob="member", carol="viewer")
+    server = servers.start_phalanx_server(cli.home, cli.env, "--auth")
+    cli.env.update(PHALANX_SERVER=server.url, PHALANX_TOKEN=tokens["alice"],
+                   PHALANX_HOME=str(cli.home.parent / "laptop"))  # fmt: skip
+    yield server, tokens
+    servers.kill_phalanx_server(server)
+
+
+def test_a_two_node_job_logs_with_mlflow_and_the_client_reads_it_back(
+    cli: Cli, team: tuple[servers.PhalanxServer, dict[str, str]], tmp_path: Path
+) -> None:
+    server, tokens = team
+    cli.write("src/train.py", TRAIN)
+    spec = cli.write(
+        "job.yml",
+        """
+        command: python train.py
+        code: src
+        experiment_name: mlflow-e2e
+        display_name: resnet-e2e
+        resources: {instance_count: 2}
+        distribution: {type: pytorch, process_count_per_instance: 1}
+        """,
+    )
+    name = cli.create(spec)
+    job = cli.wait(name, ("Completed", "Failed"), timeout=180)
+    assert job["status"] == "Completed", job
+
+    # The plain client, pointed at the server with alice's token.
+    as_alice = {"MLFLOW_TRACKING_URI": server.url, "MLFLOW_TRACKING_TOKEN": tokens["alice"]}
+    proc = _mlflow(READ, as_alice, name, str(tmp_path / "download"))
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert got["found"] == [name] and got["status"] == ["FINISHED"]
+    assert got["experiment"] == "mlflow-e2e" and got["user"] == "alice"
+    # Rank 0's calls are the run's: rank 1's lr=99 and only_rank=1 were not kept.
+    assert got["params"] == {"lr": "0.1", "batch": "32"}
+    assert got["metrics"]["only_rank"] == 0.0
+    assert got["tags"]["team"] == "vision" and got["tags"]["mlflow.runName"] == "resnet-e2e"
+    assert got["history"] == [[s, 1 / (s + 1)] for s in range(STEPS)]
+    assert got["listed"] == ["model/weights_0.txt"] and got["downloaded"] == ["weights_0.txt"]
+
+    # One store: phalanx's own commands see MLflow's points beside log_metric's.
+    metrics = cli.run("job", "metrics", name, "--json", check=True).stdout
+    history = json.loads(metrics)
+    assert len(history["loss"]) == STEPS and len(history["phx_loss"]) == STEPS
+    shown = cli.run("job", "show", name, check=True).stdout
+    assert "lr=0.1" in shown and "team=vision" in shown
+    assert cli.show(name)["params"] == {"lr": "0.1", "batch": "32"}
+
+    # A wrong token reads nothing, through the client or the raw API.
+    proc = _mlflow(READ, {**as_alice, "MLFLOW_TRACKING_TOKEN": "phx_wrong"}, name, "/tmp/x")
+    assert proc.returncode != 0 and "UNAUTHENTICATED: a valid API token" in proc.stderr
+    assert "vision" not in proc.stdout + proc.stderr and "0.1" not in proc.stdout
+    for headers in ({}, {"Authorization": "Bearer phx_wrong"}):
+        answer = httpx.post(f"{server.url}/api/2.0/mlflow/runs/search",
+                            json={"experiment_ids": ["0"]}, headers=headers)  # fmt: skip
+        assert answer.status_code == 401 and name not in answer.text
+
+    # Tags after the end: the owner may; a viewer and another member may not.
+    for who, words in (("carol", "PERMISSION_DENIED"), ("bob", "PERMISSION_DENIED")):
+        env = {**as_alice, "MLFLOW_TRACKING_TOKEN": tokens[who]}
+        proc = _mlflow(TAG, env, name, who)
+        assert proc.returncode != 0 and words in proc.stderr, proc.stderr
+    proc = _mlflow(TAG, as_alice, name, "alice")
+    assert proc.returncode == 0, proc.stderr
+    assert cli.show(name)["run_tags"]["reviewed"] == "alice"
+
+
+def test_a_notebook_makes_a_run_of_its_own_and_only_its_maker_logs_to_it(
+    cli: Cli, team: tuple[servers.PhalanxServer, dict[str, str]], tmp_path: Path
+) -> None:
+    server, tokens = team
+    artifact = tmp_path / "confusion.csv"
+    artifact.write_text("a,b\n1,2\n")
+    as_bob = {"MLFLOW_TRACKING_URI": server.url, "MLFLOW_TRACKING_TOKEN": tokens["bob"]}
+    proc = _mlflow(NOTEBOOK, as_bob, str(artifact))
+    assert proc.returncode == 0, proc.stderr
+    run = json.loads(proc.stdout)["run"]
+
+    # It is a job of the workspace, bob's, ended by the client, made by nothing that runs.
+    job = cli.show(run)
+    assert job["status"] == "Completed" and job["created_by"] == "bob"
+    assert job["experiment_name"] == "notebook" and job["display_name"] == "from a notebook"
+    assert job["params"] == {"alpha": "0.5"} and not job["attempts"]
+    shown = cli.run("job", "show", run, check=True).stdout
+    assert "an MLflow run logged from outside a job" in shown
+    listed = cli.run("job", "list", check=True).stdout
+    assert run in listed
+    files = httpx.get(f"{server.url}/api/v1/jobs/{run}/files/outputs/confusion.csv",
+                      params={"raw": "true"},
+                      headers={"Authorization": f"Bearer {tokens['alice']}"})  # fmt: skip
+    assert files.status_code == 200 and files.text == "a,b\n1,2\n"
+
+    # alice (a member, not its maker) may read it, never write to it.
+    as_alice = {**as_bob, "MLFLOW_TRACKING_TOKEN": tokens["alice"]}
+    write = f"from mlflow import MlflowClient; MlflowClient().log_metric({run!r}, 'score', 9)"
+    proc = _mlflow(write, as_alice)
+    assert proc.returncode != 0 and "PERMISSION_DENIED" in proc.stderr
+    read = f"from mlflow import MlflowClient; print(MlflowClient().get_run({run!r}).data.metrics)"
+    proc = _mlflow(read, as_alice)
+    assert proc.returncode == 0 and "'score': 0.4" in proc.stdout, proc.stderr
+    # A viewer makes no run.
+    notebook = _mlflow(NOTEBOOK, {**as_bob, "MLFLOW_TRACKING_TOKEN": tokens["carol"]},
+                       str(artifact))  # fmt: skip
+    assert notebook.returncode != 0 and "PERMISSION_DENIED" in notebook.stderr
+    jobs = json.loads(cli.run("job", "list", "--json", check=True).stdout)
+    assert [j["name"] for j in jobs] == [run]
+
+
+KEEP_LOGGING = """
+import os, time, mlflow
+for step in range({steps}):
+    mlflow.log_metric("loss", step, step=step)
+    time.sleep(0.02)
+"""
+
+
+def test_an_endpoint_killed_mid_job_loses_no_point_and_fails_nothing(cli: Cli) -> None:
+    steps = 300
+    cli.write("src/train.py", KEEP_LOGGING.format(steps=steps))
+    spec = cli.write("job.yml", "command: python train.py\ncode: src\n")
+    name = cli.create(spec)
+    job = cli.wait(name, ("Running", "Completed", "Failed"), timeout=120)
+    job_dir = Path(job["job_dir"])
+    metrics = job_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 60
+    while not metrics.exists() or len(metrics.read_text().splitlines()) < 30:
+        assert time.monotonic() < deadline, "no point reached the job's metrics"
+        time.sleep(0.05)
+    endpoint = _endpoint_of(job_dir)
+    endpoint.send_signal(signal.SIGKILL)
+    assert len(metrics.read_text().splitlines()) < steps, "the job ended before the kill"
+
+    job = cli.wait(name, ("Completed", "Failed"), timeout=180)
+    assert job["status"] == "Completed", job
+    steps_kept = [json.loads(x)["step"] for x in metrics.read_text().splitlines()]
+    assert sorted(steps_kept) == list(range(steps))
+    log = (job_dir / "user_logs" / "std_log_process_0.txt").read_text()
+    assert "Traceback" not in log
+
+
+def _endpoint_of(job_dir: Path) -> psutil.Process:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for proc in psutil.process_iter(["cmdline"]):
+            try:
+                if "phalanx.tracking.sidecar" in " ".join(proc.info["cmdline"] or ()) and (
+                    proc.environ().get("PHALANX_JOB_DIR") == str(job_dir)
+                ):
+                    return proc
+            except psutil.Error:
+                continue
+        time.sleep(0.1)
+    raise AssertionError(f"no MLflow endpoint runs for {job_dir}")
+
+
+def test_the_sdk_gives_the_tracking_uri_the_way_azure_ml_does(
+    cli: Cli, team: tuple[servers.PhalanxServer, dict[str, str]]
+) -> None:
+    server, tokens = team
+    script = (
+        "import os; from phalanx.ml import MLClient; "
+        "ws = MLClient().workspaces.get('any'); "
+        "print(ws.mlflow_tracking_uri, os.environ.get('MLFLOW_TRACKING_TOKEN'))"
+    )
+
+    def uri_and_token(env: dict[str, str]) -> list[str]:
+        env = {k: v for k, v in env.items() if not k.startswith("MLFLOW_")}
+        proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.split()
+
+    # Through a server: its URL, and the client's token brought along for MLflow.
+    assert uri_and_token(cli.env) == [server.url, tokens["alice"]]
+    # This machine's workspace: where `phalanx studio` serves it.
+    local = {k: v for k, v in cli.env.items() if k not in ("PHALANX_SERVER", "PHALANX_TOKEN")}
+    assert uri_and_token(local) == ["http://127.0.0.1:8766", "None"]
