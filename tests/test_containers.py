@@ -68,13 +68,18 @@ seen.update(python=os.path.realpath(sys.executable), version=sys version_placeho
 out = os.path.join(os.environ["PHALANX_OUTPUTS_DIR"], f"rank_{dist.get_rank()}.json")
 json.dump(seen, open(out, "w"))
 print("hello from rank", dist.get_rank())
+if os.environ.get("LOG_MLFLOW"):  # the image's Python, the node's endpoint, no set-up
+    import mlflow
+    mlflow.log_metric("in_image", dist.get_rank() + 1, step=0)
 if os.environ.get("FAIL_RANK") == os.environ["RANK"]:
     raise ValueError("rank " + os.environ["RANK"] + " gives up")
 dist.destroy_process_group()
 """.replace("sys version_placeholder", "'%d.%d.%d' % sys.version_info[:3]")
 
 
-def _spec(cli: Cli, *, nodes: int, procs: int, fail: str = "", image: str = IMAGE) -> Path:
+def _spec(
+    cli: Cli, *, nodes: int, procs: int, fail: str = "", image: str = IMAGE, mlflow: str = ""
+) -> Path:
     cli.write("src/ranks.py", RANKS)
     return cli.write(
         "job.yml",
@@ -82,7 +87,7 @@ def _spec(cli: Cli, *, nodes: int, procs: int, fail: str = "", image: str = IMAG
         command: python ranks.py
         code: src
         environment: {{image: {image}}}
-        environment_variables: {{GREETING: hi, FAIL_RANK: '{fail}'}}
+        environment_variables: {{GREETING: hi, FAIL_RANK: '{fail}', LOG_MLFLOW: '{mlflow}'}}
         resources: {{instance_count: {nodes}}}
         distribution: {{type: pytorch, process_count_per_instance: {procs}}}
         """,
@@ -90,10 +95,13 @@ def _spec(cli: Cli, *, nodes: int, procs: int, fail: str = "", image: str = IMAG
 
 
 def test_two_nodes_of_two_ranks_run_in_the_image(cli: Cli, engine: Engine) -> None:
-    name = cli.create(_spec(cli, nodes=2, procs=2))
+    name = cli.create(_spec(cli, nodes=2, procs=2, mlflow="yes"))
     job = cli.wait(name, ("Completed", "Failed", "Canceled"), timeout=180)
     job_dir = Path(job["job_dir"])
     assert job["status"] == "Completed", (job, (job_dir / "system_logs").iterdir())
+    # Every rank logged with mlflow; rank 0's point is the run's.
+    points = [json.loads(x) for x in (job_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [(p["name"], p["value"], p["source"]) for p in points] == [("in_image", 1, "mlflow")]
     for rank in range(4):
         seen = json.loads((job_dir / "outputs" / f"rank_{rank}.json").read_text())
         # The image's Python (bookworm's), phalanx's torch lent read-only, the contract kept.

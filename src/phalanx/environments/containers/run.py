@@ -54,8 +54,10 @@ if TYPE_CHECKING:
     from phalanx.launch.node import NodeLaunch
 
 # Host variables that tune the frameworks and reach the ranks inside as they would outside.
+# (MLFLOW_*: the node's tracking endpoint, on the host's loopback, which --network host
+# shares; the submitter's own MLFLOW_* never reach a launcher.)
 _PASSED_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "TORCHELASTIC_", "OMP_", "MKL_", "CUDA_",
-                    "PHALANX_", "PYTHONHASHSEED", "PYTHONFAULTHANDLER")  # fmt: skip
+                    "PHALANX_", "MLFLOW_", "PYTHONHASHSEED", "PYTHONFAULTHANDLER")  # fmt: skip
 _CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
 _NAME_CHARS = re.compile(r"[^a-zA-Z0-9_.-]")
 
