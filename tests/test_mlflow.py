@@ -243,6 +243,20 @@ def test_an_endpoint_killed_mid_job_loses_no_point_and_fails_nothing(cli: Cli) -
     assert "Traceback" not in log
 
 
+def test_points_still_queued_when_the_script_ends_are_sent(cli: Cli) -> None:
+    # No end_run(), as most scripts: MLflow's own exit handler comes too late for its
+    # async queue; phalanx's worker hook sends what is left first.
+    cli.write("src/burst.py", "import mlflow\nfor s in range(2000):\n"
+              "    mlflow.log_metric('burst', s, step=s)\n")  # fmt: skip
+    name = cli.create(cli.write("job.yml", "command: python burst.py\ncode: src\n"))
+    job = cli.wait(name, ("Completed", "Failed"), timeout=120)
+    assert job["status"] == "Completed", job
+    history = json.loads(cli.run("job", "metrics", name, "--json", check=True).stdout)
+    assert [p["step"] for p in history["burst"]] == list(range(2000))
+    log = (Path(job["job_dir"]) / "user_logs" / "std_log_process_0.txt").read_text()
+    assert "ERROR" not in log, log
+
+
 def _endpoint_of(job_dir: Path) -> psutil.Process:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

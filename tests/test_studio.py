@@ -44,9 +44,11 @@ from phalanx.train import log_metric
 os.makedirs(sys.argv[1], exist_ok=True)
 open(os.path.join(sys.argv[1], "model.pt"), "wb").write(b"weights" * 100)
 open(os.path.join(os.environ["PHALANX_OUTPUTS_DIR"], "stats", "s.txt"), "w").write("1")
+import mlflow  # the other door to the same store: drawn like log_metric's
 for step in range(1, 51):
     print(f"done line {step}", flush=True)
     log_metric("loss", 1.0 / step, step)
+    mlflow.log_metric("val/accuracy", step / 50, step=step)
 """
 
 FAIL = """
@@ -317,6 +319,9 @@ def test_metric_charts_show_their_points_downsampled_on_the_server(
     assert chart is not None
     assert page.get_attribute('.chart[data-metric="loss"]', "data-points") == "50"
     assert int(page.get_attribute('.chart[data-metric="big"]', "data-points") or 0) <= 2002
+    # Logged with mlflow.log_metric in the job: a chart like any other.
+    page.wait_for_selector('.chart[data-metric="val/accuracy"] canvas')
+    assert page.get_attribute('.chart[data-metric="val/accuracy"]', "data-points") == "50"
     page.check("#logscale")
     page.wait_for_selector('.chart[data-metric="loss"] canvas')
     # System metrics of the running job, per node.
@@ -335,7 +340,7 @@ def test_metric_charts_show_their_points_downsampled_on_the_server(
     page.click("#compare")
     page.wait_for_selector("#compare-chart canvas")
     offered = set(page.locator("#compare-metric option").all_inner_texts())
-    assert {"big", "loss"} <= offered  # every metric either logs
+    assert {"big", "loss", "val/accuracy"} <= offered  # every metric either logs
     page.select_option("#compare-metric", "loss")
     page.wait_for_url("**/compare?jobs=*&metric=loss")
     page.wait_for_selector("#compare-chart canvas")

@@ -1,4 +1,5 @@
-"""Worker start-up hook: record exceptions, dump stacks on SIGUSR2, let gloo drain at exit.
+"""Worker start-up hook: record exceptions, dump stacks on SIGUSR2, let gloo drain at exit,
+send MLflow's last points.
 
 Python imports ``sitecustomize`` at start-up; phalanx puts this folder first on
 ``PYTHONPATH`` of every worker it starts. The hook writes torchelastic's error
@@ -79,6 +80,33 @@ def _settle_at_exit() -> None:
     atexit.register(pause_if_distributed)
 
 
+def _mlflow_sent_before_exit() -> None:
+    """Send the points MLflow's client still holds before the interpreter ends.
+
+    In a job the client logs asynchronously (``MLFLOW_ENABLE_ASYNC_LOGGING``), and a
+    script that never calls ``mlflow.end_run()`` (most do not) would lose the last
+    batches: the client flushes in an ``atexit`` handler, after Python has shut down the
+    thread pools it sends through ("cannot schedule new futures after interpreter
+    shutdown"). This handler runs before them: registered with ``threading``'s exit
+    hooks (run last-in first-out, before threads are joined) after the pools' own.
+    """
+    import threading
+
+    import concurrent.futures.thread  # noqa: F401  (the pools' exit hook, registered first)
+
+    def flush() -> None:
+        mlflow = sys.modules.get("mlflow")
+        if mlflow is not None and hasattr(mlflow, "flush_async_logging"):
+            try:
+                mlflow.flush_async_logging()
+            except Exception:
+                pass  # the job's end must not wait on its metrics' trouble
+
+    register = getattr(threading, "_register_atexit", None)
+    if register is not None:
+        register(flush)
+
+
 def _chain() -> None:
     """Import the next ``sitecustomize`` on the path, if there is one."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -114,4 +142,5 @@ if os.environ.get("PHALANX_ERROR_FILE"):
     _settle_at_exit()
     _install()
     _stack_dumps()
+    _mlflow_sent_before_exit()
 _chain()
