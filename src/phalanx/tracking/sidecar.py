@@ -4,15 +4,18 @@ Whatever starts a node's launcher (the supervisor on this machine, a Ray node's
 agent) starts one of these first, through :class:`Endpoint`, on a free port of
 127.0.0.1, and gives the launcher :meth:`Endpoint.env`:
 
-==========================  ===============================================================
-``MLFLOW_TRACKING_URI``     ``http://127.0.0.1:<port>/ranks/<rank>`` (the rank's wrapper
-                            adds its rank: the endpoint keeps rank 0's calls only)
-``MLFLOW_TRACKING_TOKEN``   a secret made for this node and attempt; any other is refused
-``MLFLOW_RUN_ID``           the job's name: ``mlflow.log_metric`` logs to the job's run
-``MLFLOW_EXPERIMENT_ID``    the id of the job's ``experiment_name``
-``MLFLOW_ENABLE_ASYNC_LOGGING``  ``true``: the client batches and sends from a thread of
-                            its own, so a step never waits on the endpoint
-==========================  ===============================================================
+- ``MLFLOW_TRACKING_URI``: ``http://127.0.0.1:<port>/ranks/<rank>`` (the rank's
+  wrapper adds its rank: the endpoint keeps rank 0's calls only);
+- ``MLFLOW_TRACKING_TOKEN``: a secret made for this node and attempt; any other is
+  refused;
+- ``MLFLOW_RUN_ID``: the job's name, so ``mlflow.log_metric`` logs to the job's run;
+- ``MLFLOW_EXPERIMENT_ID``: the id of the job's ``experiment_name``;
+- ``MLFLOW_ENABLE_ASYNC_LOGGING=true``: the client queues each call and sends from a
+  thread of its own, so a step never waits on the endpoint;
+- ``MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS=1``: what a second logged goes in one
+  request (batches of up to 1,000 points), not a request a point;
+- ``MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT=true``: no "View run" link to a page that
+  is not there.
 
 A job spec's own ``environment_variables`` win (an ``MLFLOW_TRACKING_URI`` of the
 user's own MLflow server is left alone).
@@ -54,6 +57,7 @@ SECRET_ENV = "PHALANX_TRACKING_SECRET"
 RUN_ENV = "PHALANX_TRACKING_RUN"
 URL_ENV = "PHALANX_TRACKING_URL"
 MAX_JSON = 16 << 20
+BUFFER_S = "1"  # whole seconds: MLflow reads an int
 _PATH = re.compile(r"/ranks/(\d{1,6})/api/2\.0/(mlflow|mlflow-artifacts/artifacts)(/.*)?")
 
 
@@ -131,6 +135,9 @@ class Endpoint:
             "MLFLOW_RUN_ID": self.run.name,
             "MLFLOW_EXPERIMENT_ID": experiment_id(self.run.experiment),
             "MLFLOW_ENABLE_ASYNC_LOGGING": "true",
+            # Without it the client sends each point in a request of its own; with it, what
+            # was logged in the last second goes in batches of up to 1,000.
+            "MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS": BUFFER_S,
             # The client's "View run at" links would lead to no page.
             "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
         }
