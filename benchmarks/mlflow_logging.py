@@ -3,7 +3,9 @@
 Three measurements, each on real jobs under ``phalanx run`` in a fresh workspace,
 the MLflow client talking to the node's endpoint as it does in any job:
 
-* **rate**: one rank calls ``mlflow.log_metric`` ``--points`` times in a tight loop.
+* **rate**: one rank calls ``mlflow.log_metric`` ``--points`` times in a tight loop
+  (then, again, ``mlflow.log_metrics`` with 10 metrics a call, as a script logging
+  several values a step does).
   *Accepted* is calls per second of the loop (what the script's thread pays);
   *delivered* counts until ``mlflow.flush_async_logging()`` returns (every point in
   the job's ``metrics.jsonl``). The file is then counted: every point must be there.
@@ -12,8 +14,9 @@ the MLflow client talking to the node's endpoint as it does in any job:
   gloo), rank 0 reading the loss every step (``loss.item()``) and, alternately,
   logging nothing more, logging it with ``phalanx.train.log_metric``, or logging it
   with ``mlflow.log_metric``; ``--rounds`` rounds in a rotating order. Reported:
-  median steady-state steps/s of each and the ratios to the first. Goal: MLflow's
-  step time within 1 %.
+  median steady-state steps/s of each, the ratio of the medians and the median of
+  each round's ratio (a round's runs share the machine's load). Goal: MLflow's step
+  time within 1 %.
 * **delay**: rank 0 logs a point every 20 ms for ``--seconds`` (its value the
   wall-clock time it was logged) while this process reads the job's
   ``metrics.jsonl`` (what ``phalanx job metrics`` reads) every 5 ms; the delay of a
@@ -45,12 +48,17 @@ BIN = Path(sys.executable).parent
 RATE = textwrap.dedent(
     """
     import sys, time, mlflow
-    n = int(sys.argv[1])
+    n, per_call = int(sys.argv[1]), int(sys.argv[2])
+    names = [f"rate{k}" for k in range(per_call)]
     mlflow.log_metric("warm", 0, step=0)
     mlflow.flush_async_logging()
     start = time.perf_counter()
-    for i in range(n):
-        mlflow.log_metric("rate", float(i), step=i)
+    if per_call == 1:
+        for i in range(n):
+            mlflow.log_metric("rate0", float(i), step=i)
+    else:
+        for i in range(n // per_call):
+            mlflow.log_metrics({m: float(i) for m in names}, step=i)
     accepted = time.perf_counter() - start
     mlflow.flush_async_logging()
     delivered = time.perf_counter() - start
@@ -148,13 +156,18 @@ def _points(job_dir: Path, name: str) -> int:
     return sum(1 for line in text.splitlines() if json.loads(line)["name"] == name)
 
 
-def rate(work: Path, points: int) -> dict[str, float]:
-    spec = _job(work / "rate", RATE, f"python bench.py {points}")
+def _ratios(seen: dict[str, list[float]], how: str) -> float:
+    """The median of each round's ratio to no logging (a round's runs share the load)."""
+    return statistics.median(a / b for a, b in zip(seen[how], seen["none"], strict=True))
+
+
+def rate(work: Path, points: int, per_call: int) -> dict[str, float]:
+    spec = _job(work / f"rate{per_call}", RATE, f"python bench.py {points} {per_call}")
     log, job_dir = _run(spec, work / "home-rate")
     found = re.search(r"ACCEPTED ([0-9.]+) DELIVERED ([0-9.]+)", log)
     if found is None:
         raise RuntimeError(log[-3000:])
-    kept = _points(job_dir, "rate")
+    kept = sum(_points(job_dir, f"rate{k}") for k in range(per_call))
     return {"accepted": float(found[1]), "delivered": float(found[2]), "kept": kept,
             "points": points}  # fmt: skip
 
@@ -220,17 +233,21 @@ def main() -> int:
     machine = f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}"
     with tempfile.TemporaryDirectory(prefix="phalanx-bench-mlflow-") as tmp:
         work = Path(tmp)
-        got = rate(work, args.points)
-        print(f"\nrate ({machine}): {got['accepted']:,.0f} points/s accepted, "
-              f"{got['delivered']:,.0f} delivered; {got['kept']:,} of {got['points']:,} "
-              "in the job's metrics")  # fmt: skip
+        print(f"rate ({machine}):")
+        for per_call in (1, 10):
+            got = rate(work, args.points, per_call)
+            call = "mlflow.log_metric" if per_call == 1 else "mlflow.log_metrics, 10 a call"
+            print(f"  {call}: {got['accepted']:,.0f} points/s accepted, "
+                  f"{got['delivered']:,.0f} delivered; {got['kept']:,} of {got['points']:,} "
+                  "in the job's metrics", flush=True)  # fmt: skip
         print("\nstep overhead (1 node x 2 ranks):")
         seen = steps(work, args.rounds, args.steps)
         base = statistics.median(seen["none"])
-        print("| logging | median steps/s | ratio to none |\n|---|---|---|")
+        print("| logging | median steps/s | ratio of medians | median of round ratios |")
+        print("|---|---|---|---|")
         for how, values in seen.items():
             median = statistics.median(values)
-            print(f"| {how} | {median:.1f} | {median / base:.3f} |")
+            print(f"| {how} | {median:.1f} | {median / base:.3f} | {_ratios(seen, how):.3f} |")
         delays = sorted(delay(work, args.seconds))
         if not delays:
             raise RuntimeError("no point was read")

@@ -4,7 +4,9 @@ of its own. Real jobs, a real server, the real ``mlflow`` client in subprocesses
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -17,7 +19,8 @@ import psutil
 import pytest
 
 import servers
-from conftest import Cli
+from conftest import PHALANX, Cli
+from phalanx.launch.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -62,6 +65,20 @@ TAG = """
 import sys
 from mlflow import MlflowClient
 MlflowClient().set_tag(sys.argv[1], "reviewed", sys.argv[2])
+"""
+
+DELETE = """
+import json, sys, mlflow
+from mlflow import MlflowClient
+from mlflow.entities import ViewType
+name, client = sys.argv[1], MlflowClient()
+def found(view):
+    runs = client.search_runs(["0", client.get_run(name).info.experiment_id], run_view_type=view)
+    return [r.info.run_id for r in runs]
+client.delete_run(name)
+seen = {"active": found(ViewType.ACTIVE_ONLY), "all": found(ViewType.ALL)}
+client.restore_run(name)
+print(json.dumps({**seen, "restored": found(ViewType.ACTIVE_ONLY)}))
 """
 
 NOTEBOOK = """
@@ -109,10 +126,37 @@ def team(cli: Cli) -> Iterator[tuple[servers.PhalanxServer, dict[str, str]]]:
     servers.kill_phalanx_server(server)
 
 
+@pytest.mark.parametrize("where", ["local", "server"])
 def test_a_two_node_job_logs_with_mlflow_and_the_client_reads_it_back(
-    cli: Cli, team: tuple[servers.PhalanxServer, dict[str, str]], tmp_path: Path
+    cli: Cli, where: str, tmp_path: Path
 ) -> None:
-    server, tokens = team
+    with contextlib.ExitStack() as stack:
+        tokens: dict[str, str] = {}
+        if where == "server":  # alice submits through a server asking for tokens
+            tokens = _tokens(cli, alice="member", bob="member", carol="viewer")
+            server = servers.start_phalanx_server(cli.home, cli.env, "--auth")
+            stack.callback(servers.kill_phalanx_server, server)
+            cli.env.update(PHALANX_SERVER=server.url, PHALANX_TOKEN=tokens["alice"],
+                           PHALANX_HOME=str(cli.home.parent / "laptop"))  # fmt: skip
+            reader = {"MLFLOW_TRACKING_URI": server.url, "MLFLOW_TRACKING_TOKEN": tokens["alice"]}
+        else:  # this machine's workspace, read through `phalanx studio`
+            reader = {"MLFLOW_TRACKING_URI": _studio(cli, stack)}
+        _two_node_job_read_back(cli, reader, tmp_path, "alice" if tokens else "local")
+        if tokens:
+            _refusals(cli, server, tokens)
+
+
+def _studio(cli: Cli, stack: contextlib.ExitStack) -> str:
+    port = free_port()
+    proc = subprocess.Popen([PHALANX, "studio", "--port", str(port)], env=cli.env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+    stack.callback(lambda: (os.killpg(proc.pid, signal.SIGKILL), proc.wait(10)))
+    servers._wait_port(port, proc, "phalanx studio")  # type: ignore[arg-type]
+    return f"http://127.0.0.1:{port}"
+
+
+def _two_node_job_read_back(cli: Cli, reader: dict[str, str], tmp_path: Path, user: str) -> None:
     cli.write("src/train.py", TRAIN)
     spec = cli.write(
         "job.yml",
@@ -129,13 +173,12 @@ def test_a_two_node_job_logs_with_mlflow_and_the_client_reads_it_back(
     job = cli.wait(name, ("Completed", "Failed"), timeout=180)
     assert job["status"] == "Completed", job
 
-    # The plain client, pointed at the server with alice's token.
-    as_alice = {"MLFLOW_TRACKING_URI": server.url, "MLFLOW_TRACKING_TOKEN": tokens["alice"]}
-    proc = _mlflow(READ, as_alice, name, str(tmp_path / "download"))
+    # The plain client, pointed at the workspace (with alice's token through a server).
+    proc = _mlflow(READ, reader, name, str(tmp_path / "download"))
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
     assert got["found"] == [name] and got["status"] == ["FINISHED"]
-    assert got["experiment"] == "mlflow-e2e" and got["user"] == "alice"
+    assert got["experiment"] == "mlflow-e2e" and got["user"] == user
     # Rank 0's calls are the run's: rank 1's lr=99 and only_rank=1 were not kept.
     assert got["params"] == {"lr": "0.1", "batch": "32"}
     assert got["metrics"]["only_rank"] == 0.0
@@ -144,13 +187,16 @@ def test_a_two_node_job_logs_with_mlflow_and_the_client_reads_it_back(
     assert got["listed"] == ["model/weights_0.txt"] and got["downloaded"] == ["weights_0.txt"]
 
     # One store: phalanx's own commands see MLflow's points beside log_metric's.
-    metrics = cli.run("job", "metrics", name, "--json", check=True).stdout
-    history = json.loads(metrics)
+    history = json.loads(cli.run("job", "metrics", name, "--json", check=True).stdout)
     assert len(history["loss"]) == STEPS and len(history["phx_loss"]) == STEPS
     shown = cli.run("job", "show", name, check=True).stdout
     assert "lr=0.1" in shown and "team=vision" in shown
     assert cli.show(name)["params"] == {"lr": "0.1", "batch": "32"}
 
+
+def _refusals(cli: Cli, server: servers.PhalanxServer, tokens: dict[str, str]) -> None:
+    name = json.loads(cli.run("job", "list", "--json", check=True).stdout)[0]["name"]
+    as_alice = {"MLFLOW_TRACKING_URI": server.url, "MLFLOW_TRACKING_TOKEN": tokens["alice"]}
     # A wrong token reads nothing, through the client or the raw API.
     proc = _mlflow(READ, {**as_alice, "MLFLOW_TRACKING_TOKEN": "phx_wrong"}, name, "/tmp/x")
     assert proc.returncode != 0 and "UNAUTHENTICATED: a valid API token" in proc.stderr
@@ -161,13 +207,18 @@ def test_a_two_node_job_logs_with_mlflow_and_the_client_reads_it_back(
         assert answer.status_code == 401 and name not in answer.text
 
     # Tags after the end: the owner may; a viewer and another member may not.
-    for who, words in (("carol", "PERMISSION_DENIED"), ("bob", "PERMISSION_DENIED")):
-        env = {**as_alice, "MLFLOW_TRACKING_TOKEN": tokens[who]}
-        proc = _mlflow(TAG, env, name, who)
-        assert proc.returncode != 0 and words in proc.stderr, proc.stderr
+    for who in ("carol", "bob"):
+        proc = _mlflow(TAG, {**as_alice, "MLFLOW_TRACKING_TOKEN": tokens[who]}, name, who)
+        assert proc.returncode != 0 and "PERMISSION_DENIED" in proc.stderr, proc.stderr
     proc = _mlflow(TAG, as_alice, name, "alice")
     assert proc.returncode == 0, proc.stderr
     assert cli.show(name)["run_tags"]["reviewed"] == "alice"
+
+    # MLflow's soft delete: gone from searches, kept, restorable; the job stays a job.
+    proc = _mlflow(DELETE, as_alice, name)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"active": [], "all": [name], "restored": [name]}
+    assert cli.show(name)["status"] == "Completed"
 
 
 def test_a_notebook_makes_a_run_of_its_own_and_only_its_maker_logs_to_it(

@@ -86,6 +86,7 @@ def run_view(job: JobRecord) -> RunView:
         params=data.params,
         tags={**job.tags, **data.tags},
         inputs=data.inputs,
+        lifecycle_stage="deleted" if data.deleted else "active",
     )
 
 
@@ -157,10 +158,14 @@ class WorkspaceRuns:
         return run_view(job)
 
     def set_lifecycle(self, run_id: str, stage: str) -> None:
-        self._job(run_id)
-        raise TrackingError(
-            "INVALID_STATE", f"run {run_id} is a phalanx job, kept with its records"
-        )
+        """MLflow's soft delete and restore: the run leaves (or comes back to) MLflow's
+        searches; the job and its records stay, as ``phalanx job`` shows them."""
+        job = self._job(run_id)
+        if job.target == OUTSIDE_TARGET:
+            self._owner(job, f"mlflow {'delete' if stage == 'deleted' else 'restore'}-run")
+        else:
+            self._may_change(job, "mlflow delete-run")
+        append_events(Path(job.job_dir), [{"kind": "lifecycle", "stage": stage}])
 
     def log(
         self, run_id: str, metrics: list[Metric], params: dict[str, str], tags: dict[str, str]
@@ -173,7 +178,7 @@ class WorkspaceRuns:
                     f"metrics and params of run {run_id} are logged from inside its job; "
                     "from outside, only tags may be set once it has ended",
                 )
-            self._may_tag(job)
+            self._may_change(job, "mlflow set-tag")
             append_events(Path(job.job_dir), [{"kind": "tag", "key": k, "value": v}
                                               for k, v in tags.items()])  # fmt: skip
             return
@@ -198,7 +203,7 @@ class WorkspaceRuns:
         if job.target == OUTSIDE_TARGET:
             self._owner(job, "mlflow delete-tag")
         else:
-            self._may_tag(job)
+            self._may_change(job, "mlflow delete-tag")
         if key not in read_run_data(Path(job.job_dir)).tags:
             raise not_found(f"No tag with name: {key} in run with id {run_id}")
         append_events(Path(job.job_dir), [{"kind": "untag", "key": key}])
@@ -250,12 +255,13 @@ class WorkspaceRuns:
         except Forbidden as exc:
             raise TrackingError("PERMISSION_DENIED", str(exc), 403) from None
 
-    def _may_tag(self, job: JobRecord) -> None:
-        self._owner(job, "mlflow set-tag")
+    def _may_change(self, job: JobRecord, action: str) -> None:
+        """A job's run changed from outside: by its owner, once the job has ended."""
+        self._owner(job, action)
         if not job.status.is_terminal:
             raise TrackingError(
                 "INVALID_STATE",
-                f"run {job.name} is still {job.status.value}: its tags are its job's to set "
+                f"run {job.name} is still {job.status.value}: it is its job's to change "
                 "until it ends",
             )
 

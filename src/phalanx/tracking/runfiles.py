@@ -5,7 +5,8 @@
   reader of the job's metrics (``job metrics``, the studio, the registry,
   TensorBoard export) sees them with no second store.
 - Params, tags and dataset inputs go to ``mlflow_run.jsonl``: one event a line
-  (``{"kind": "param" | "tag" | "untag" | "input", ...}``), read back by folding
+  (``{"kind": "param" | "tag" | "untag" | "input" | "lifecycle", ...}``), read back by
+  folding
   them in order (a later tag replaces an earlier one).
 
 Both files only grow and are written a whole line at a time with one append, so
@@ -45,6 +46,8 @@ class RunData:
     params: dict[str, str] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
     inputs: list[dict[str, Any]] = field(default_factory=list)
+    deleted: bool = False
+    """MLflow's soft delete (``delete_run``): hidden from searches, kept, restorable."""
 
 
 def append_metrics(job_dir: Path, metrics: Sequence[Metric], *, attempt: int, rank: int) -> None:
@@ -90,6 +93,8 @@ def read_run_data(job_dir: Path) -> RunData:
             data.tags.pop(key, None)
         elif kind == "input" and isinstance(event.get("dataset"), dict):
             data.inputs.append(event)
+        elif kind == "lifecycle" and event.get("stage") in ("active", "deleted"):
+            data.deleted = event["stage"] == "deleted"
     return data
 
 
