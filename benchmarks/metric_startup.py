@@ -9,7 +9,7 @@ side by side, round by round, in a rotating order:
   package, and with it TensorFlow when that is installed), then ``close()``;
 * **(c) the new way**: ``import torch``, then ``phalanx.train.log_metric`` once
   with ``PHALANX_OUTPUTS_DIR`` set to a fresh folder (a ``metrics.jsonl`` line
-  and an event file written by ``phalanx.train.tbevents``).
+  and an event file written by ``phalanx.tbevents``).
 
 Measured per child: wall time from just before it is started until
 ``os.wait4`` reaps it, and its peak resident set size (``ru_maxrss`` of that

@@ -87,7 +87,7 @@ def test_a_rank_that_logs_metrics_never_imports_tensorflow(cli: Cli) -> None:
 
 
 def test_crc32c_of_the_standard_check_vector() -> None:
-    from phalanx.train.tbevents import crc32c
+    from phalanx.tbevents import crc32c
 
     assert crc32c(b"123456789") == 0xE3069283
     assert crc32c(b"") == 0
@@ -100,7 +100,7 @@ def test_records_match_tensorboards_own_framing() -> None:
     from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.summary.writer.record_writer import RecordWriter
 
-    from phalanx.train.tbevents import encode_event, tfrecord
+    from phalanx.tbevents import encode_event, tfrecord
 
     data = encode_event(1234.5, step=-3, scalars={"a": 1.5, "ü": -2.0})
     theirs = io.BytesIO()
@@ -117,7 +117,7 @@ def test_records_match_tensorboards_own_framing() -> None:
 def test_nan_inf_negative_steps_and_unicode_tags_read_back(tmp_path: Path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from phalanx.train.tbevents import EventFileWriter
+    from phalanx.tbevents import EventFileWriter
 
     writer = EventFileWriter(tmp_path)
     writer.add_scalars({"loss": float("nan"), "val/点数 ✓": 0.25}, step=-5, wall_time=100.0)
@@ -141,7 +141,7 @@ def test_nan_inf_negative_steps_and_unicode_tags_read_back(tmp_path: Path) -> No
 
 
 def test_buffered_events_are_written_after_flush_secs(tmp_path: Path) -> None:
-    from phalanx.train.tbevents import EventFileWriter
+    from phalanx.tbevents import EventFileWriter
 
     writer = EventFileWriter(tmp_path, flush_secs=0.2)
     header = writer.path.stat().st_size  # the file-version record, written at once

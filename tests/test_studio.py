@@ -45,6 +45,7 @@ os.makedirs(sys.argv[1], exist_ok=True)
 open(os.path.join(sys.argv[1], "model.pt"), "wb").write(b"weights" * 100)
 open(os.path.join(os.environ["PHALANX_OUTPUTS_DIR"], "stats", "s.txt"), "w").write("1")
 import mlflow  # the other door to the same store: drawn like log_metric's
+mlflow.log_param("lr", 0.1)
 for step in range(1, 51):
     print(f"done line {step}", flush=True)
     log_metric("loss", 1.0 / step, step)
@@ -319,9 +320,11 @@ def test_metric_charts_show_their_points_downsampled_on_the_server(
     assert chart is not None
     assert page.get_attribute('.chart[data-metric="loss"]', "data-points") == "50"
     assert int(page.get_attribute('.chart[data-metric="big"]', "data-points") or 0) <= 2002
-    # Logged with mlflow.log_metric in the job: a chart like any other.
+    # Logged with mlflow.log_metric in the job: a chart like any other; its params shown.
     page.wait_for_selector('.chart[data-metric="val/accuracy"] canvas')
     assert page.get_attribute('.chart[data-metric="val/accuracy"]', "data-points") == "50"
+    page.goto(f"{studio.url}/jobs/{studio.done}")
+    page.wait_for_selector("text=lr=0.1")
     page.check("#logscale")
     page.wait_for_selector('.chart[data-metric="loss"] canvas')
     # System metrics of the running job, per node.

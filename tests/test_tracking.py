@@ -170,6 +170,9 @@ def test_the_real_client_logs_through_the_endpoint_and_a_wrong_token_is_refused(
         assert "stolen" not in read_metrics(tmp_path)
     finally:
         endpoint.stop()
+    # Stopped, it wrote the TensorBoard events of what it kept (phalanx tensorboard's).
+    events = list((tmp_path / "outputs" / "tensorboard" / "mlflow").glob("events.out.tfevents.*"))
+    assert len(events) == 1 and events[0].read_bytes().count(b"loss") == 300
 
 
 def test_an_endpoint_that_dies_is_started_again_on_its_port(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.errors import Forbidden, JobNotFoundError, PhalanxError
+from phalanx.limits import MAX_NAME, text_problem
 from phalanx.service.access import Caller
 from phalanx.tracking.protocol import (
     DEFAULT_EXPERIMENT,
@@ -52,7 +53,6 @@ from phalanx.workspace.records import QueueEntry
 
 MOST_RUNS = 5000
 """The newest runs of an experiment a search looks at."""
-MAX_NAME = 256
 OUTSIDE_COMMAND = "an MLflow run logged from outside a job (nothing to run)"
 
 _ENDED = {"FINISHED": JobStatus.COMPLETED, "FAILED": JobStatus.FAILED, "KILLED": JobStatus.CANCELED}
@@ -106,8 +106,9 @@ class WorkspaceRuns:
 
     def create_experiment(self, name: str) -> ExperimentView:
         self._member("mlflow create-experiment")
-        if not name.strip() or len(name) > MAX_NAME:
-            raise invalid(f"experiment name: 1 to {MAX_NAME} characters, not only spaces")
+        problem = text_problem(name, MAX_NAME) if name.strip() else "is empty"
+        if problem is not None:
+            raise invalid(f"experiment name: {problem}")
         self.ws.create_experiment(name, self.caller.user)
         return next(e for e in self.experiments() if e.name == name)
 

@@ -153,10 +153,11 @@ def show_job(console: Console, job: JobRecord) -> None:
     # MLflow's own tags (mlflow.user, mlflow.source.*) say what the rows here say already.
     run_tags = {k: v for k, v in (job.run_tags or {}).items() if not k.startswith("mlflow.")}
     tags = {**job.tags, **run_tags}
+    # What a run logged is the job's text, not phalanx's: shown without its escapes.
     if tags:
-        head.add_row("tags", Text(", ".join(f"{k}={v}" for k, v in tags.items())))
+        head.add_row("tags", rank_text(", ".join(f"{k}={v}" for k, v in tags.items())))
     if job.params:
-        head.add_row("params", Text(", ".join(f"{k}={v}" for k, v in job.params.items())))
+        head.add_row("params", rank_text(", ".join(f"{k}={v}" for k, v in job.params.items())))
     head.add_row("created", local_time(job.created_at))
     head.add_row("duration", duration(job.duration))
     if job.target == OUTSIDE_TARGET:

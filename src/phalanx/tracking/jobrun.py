@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from phalanx.tbevents import EventFileWriter
 from phalanx.tracking.protocol import (
     ExperimentView,
     RunView,
@@ -28,6 +29,7 @@ from phalanx.tracking.protocol import (
     not_found,
 )
 from phalanx.tracking.runfiles import (
+    TENSORBOARD,
     Metric,
     append_events,
     append_metrics,
@@ -60,6 +62,7 @@ class JobRunStore:
         self.job_dir, self.job, self.attempt, self.rank = job_dir, run, attempt, rank
         self._lock = threading.Lock()
         self._params: dict[str, str] | None = None
+        self._events: EventFileWriter | None = None
 
     @property
     def keeps(self) -> bool:
@@ -116,6 +119,23 @@ class JobRunStore:
             append_events(self.job_dir, events)
             known.update(params)
             append_metrics(self.job_dir, metrics, attempt=self.attempt, rank=0)
+            self._to_tensorboard(metrics)
+
+    def _to_tensorboard(self, metrics: list[Metric]) -> None:
+        """The points as TensorBoard events too, where ``log_metric`` writes its own
+        (``outputs/tensorboard/``, an ``mlflow`` folder): ``phalanx tensorboard`` shows both."""
+        if not metrics:
+            return
+        if self._events is None:
+            self._events = EventFileWriter(self.job_dir / "outputs" / TENSORBOARD / "mlflow")
+        for m in metrics:
+            self._events.add_scalars({m.key: m.value}, m.step, wall_time=m.timestamp / 1000)
+
+    def close(self) -> None:
+        """Write the buffered TensorBoard events (the endpoint is stopping)."""
+        with self._lock:
+            if self._events is not None:
+                self._events.close()
 
     def delete_tag(self, run_id: str, key: str) -> None:
         self._check(run_id)

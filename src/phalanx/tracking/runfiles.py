@@ -28,6 +28,7 @@ from typing import Any
 from phalanx.workspace.metrics import METRICS_FILE, Point, bounded_lines, points
 
 RUN_FILE = "mlflow_run.jsonl"
+TENSORBOARD = "tensorboard"  # phalanx.train.metrics.TENSORBOARD_DIR, below the outputs
 
 
 @dataclass(frozen=True)

@@ -194,6 +194,10 @@ class _Server(ThreadingHTTPServer):
         self._stores: dict[int, JobRunStore] = {}
         self._lock = threading.Lock()
 
+    def close(self) -> None:
+        for store in self._stores.values():
+            store.close()
+
     def store(self, rank: int) -> JobRunStore:
         with self._lock:
             if rank not in self._stores:
@@ -324,6 +328,7 @@ def main() -> int:
     with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever(poll_interval=0.5)
     server.server_close()
+    server.close()
     return 0
 
 

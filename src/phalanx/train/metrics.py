@@ -15,7 +15,7 @@ metrics NAME`` reads it) and the event files to ``<job>/outputs/tensorboard``
 between the last checkpoint and the failure are logged again by the next attempt
 (readers keep the last). Every rank that logs writes an event file of its own,
 in ``rank_<r>/``, buffered and written every 10 s, by :func:`flush_metrics` and at
-exit. The event files are written by :mod:`phalanx.train.tbevents`, not by
+exit. The event files are written by :mod:`phalanx.tbevents`, not by
 ``torch.utils.tensorboard``, so logging a metric never imports TensorFlow; NaN
 and infinities reach TensorBoard as they are.
 """
@@ -31,7 +31,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from phalanx.train.tbevents import EventFileWriter
+from phalanx.tbevents import EventFileWriter
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"

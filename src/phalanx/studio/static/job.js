@@ -75,9 +75,15 @@ function renderOverview(box, job) {
   const io = (items) => Object.entries(items || {}).map(([k, v]) =>
     `${k}: ${typeof v === "object" && v ? (v.path || v.uri || JSON.stringify(v)) + (v.mode ? ` (${v.mode})` : "") : v}`).join("\n") || "-";
   const env = spec.environment;
+  // The spec's tags and what its MLflow run set (MLflow's own mlflow.* tags left out).
+  const pairs = (items) => Object.entries(items || {}).filter(([k]) => !k.startsWith("mlflow."))
+    .map(([k, v]) => `${k}=${v}`).join(", ") || "-";
+  const outside = job.target === "mlflow";
   box.replaceChildren(section("Overview", grid([
     ["experiment", job.experiment_name], ["display name", job.display_name || "-"],
-    ["created by", job.created_by || "-"], ["compute", (spec.compute || job.target || "local")],
+    ["created by", job.created_by || "-"],
+    ["compute", outside ? "none: an MLflow run logged from outside a job" : (spec.compute || job.target || "local")],
+    ["tags", pairs({...(job.tags || {}), ...(job.run_tags || {})})], ["params", pairs(job.params)],
     ["nodes × processes", `${nodes} × ${procs}`], ["devices per node", devices],
     ["created", when(job.created_at)], ["started", when(job.started_at)],
     ["ended", when(job.ended_at)], ["duration", duration(job)],
