@@ -46,6 +46,12 @@ Environment of every worker process
 ``PYTHONUNBUFFERED=1``       so log lines reach the log files as they are printed
 ``PHALANX_HEARTBEAT_FILE``   where ``phalanx.train.heartbeat()`` records progress (hang watchdog)
 ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1``  a failed NCCL collective raises rather than hangs
+``MLFLOW_TRACKING_URI``      the node's MLflow endpoint, under the rank
+                             (``http://127.0.0.1:<port>/ranks/<r>``; also
+                             ``MLFLOW_REGISTRY_URI``): ``mlflow`` logs to the job's run
+``MLFLOW_RUN_ID``,           the job's name, and its ``experiment_name``'s id; with
+``MLFLOW_EXPERIMENT_ID``     ``MLFLOW_TRACKING_TOKEN`` and the client's settings
+                             (:mod:`phalanx.tracking.sidecar`); a spec's own win
 ``PHALANX_RAY_NODE_ID``      on Ray compute: the Ray node the rank runs on
 ``GLOO_SOCKET_IFNAME``       on Ray compute with several nodes: the interface holding the
                              node's Ray address, unless already set (Gloo would otherwise

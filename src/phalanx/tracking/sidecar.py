@@ -15,7 +15,10 @@ agent) starts one of these first, through :class:`Endpoint`, on a free port of
 - ``MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS=1``: what a second logged goes in one
   request (batches of up to 1,000 points), not a request a point;
 - ``MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT=true``: no "View run" link to a page that
-  is not there.
+  is not there;
+- ``MLFLOW_DISABLE_TELEMETRY=true``: no usage data sent from a training job;
+
+and the rank's wrapper sets ``MLFLOW_REGISTRY_URI`` to the rank's tracking URI.
 
 A job spec's own ``environment_variables`` win (an ``MLFLOW_TRACKING_URI`` of the
 user's own MLflow server is left alone).
@@ -140,6 +143,9 @@ class Endpoint:
             "MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS": BUFFER_S,
             # The client's "View run at" links would lead to no page.
             "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+            # A training job on a self-hosted platform sends no usage data to MLflow's
+            # makers (a spec's environment_variables may turn it back on).
+            "MLFLOW_DISABLE_TELEMETRY": "true",
         }
 
     @property
