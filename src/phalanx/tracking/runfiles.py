@@ -100,10 +100,12 @@ def read_run_data(job_dir: Path) -> RunData:
 
 
 def _mlflow_metric(p: Point) -> Metric:
+    ms = (p.time or 0.0) * 1000
     return Metric(
         p.name,
         p.value if p.value is not None else math.nan,
-        round((p.time or 0.0) * 1000),
+        # A time the job wrote past int64's milliseconds (1e306 s) is none, not a 500.
+        round(ms) if abs(ms) < 2**63 else 0,
         p.step if p.step is not None else 0,
     )
 

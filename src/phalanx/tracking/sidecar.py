@@ -173,11 +173,19 @@ class Endpoint:
             proc.wait()
 
 
+_RUN_VARIABLES = ("MLFLOW_TRACKING_TOKEN", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID")
+"""What names the endpoint's run: meaningless (the run id) or a secret to give away (the
+token) on the MLflow server a spec names itself."""
+
+
 def add_to(env: dict[str, str], endpoint: Endpoint, user_env: dict[str, str] | Any) -> None:
     """Give a launcher's environment the endpoint's variables, but those the job's spec
-    sets itself."""
+    sets itself; a spec naming its own ``MLFLOW_TRACKING_URI`` gets no run id, experiment
+    id or token of the endpoint's (the client would resume a run its server never had,
+    and send it this node's secret)."""
+    elsewhere = "MLFLOW_TRACKING_URI" in user_env
     for key, value in endpoint.env().items():
-        if key not in user_env:
+        if key not in user_env and not (elsewhere and key in _RUN_VARIABLES):
             env[key] = value
 
 
@@ -295,7 +303,7 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b"{}"
         try:
             body = json.loads(raw or b"{}")
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deeply
             raise TrackingError("MALFORMED_REQUEST", "the body is not JSON", 400) from None
         if not isinstance(body, dict):
             raise TrackingError("MALFORMED_REQUEST", "the body is not a JSON object", 400)
