@@ -479,3 +479,21 @@ def test_a_spec_naming_its_own_mlflow_server_gets_no_run_id_or_secret_of_phalanx
     seen = json.loads(log.split("ENV ", 1)[1].splitlines()[0])
     assert seen["MLFLOW_TRACKING_URI"] == "http://mlflow.example:5000"
     assert not {"MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID", "MLFLOW_TRACKING_TOKEN"} & set(seen)
+
+
+def test_a_run_name_that_looks_like_markup_breaks_no_listing(
+    cli: Cli, team: tuple[servers.PhalanxServer, dict[str, str]]
+) -> None:
+    # Every user lists every job: one member's run named "[/x]" made rich raise
+    # MarkupError in `job list` and `job show` for the whole team.
+    server, tokens = team
+    name = "[/x] [red]not red"
+    made = httpx.post(f"{server.url}/api/2.0/mlflow/runs/create",
+                      json={"experiment_id": "0", "run_name": name},
+                      headers={"Authorization": f"Bearer {tokens['bob']}"})  # fmt: skip
+    assert made.status_code == 200, made.text
+    run = made.json()["run"]["info"]["run_id"]
+    listed = cli.run("job", "list")
+    assert listed.returncode == 0 and "[/x] [red]not red" in listed.stdout, listed.stderr
+    shown = cli.run("job", "show", run)
+    assert shown.returncode == 0 and name in shown.stdout, shown.stderr
