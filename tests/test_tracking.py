@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -207,3 +208,32 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text()
+
+
+def test_a_garbled_length_gets_an_answer_and_leaves_no_traceback_in_the_jobs_log(
+    tmp_path: Path,
+) -> None:
+    # Any process of the machine reaches 127.0.0.1: without the secret it must not be able
+    # to write tracebacks into the node's log (the job's), nor crash a request thread.
+    log = tmp_path / "node.log"
+    endpoint = Endpoint(tmp_path, RUN, 1, log_path=log).start()
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                httpx.get(f"{endpoint.url}/health", timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the endpoint did not start"
+                time.sleep(0.05)
+        route = b"POST /ranks/0/api/2.0/mlflow/runs/log-batch HTTP/1.1\r\nHost: x\r\n"
+        secret = f"Authorization: Bearer {endpoint.secret}\r\n".encode()
+        for auth, status in ((b"", b"401"), (secret, b"400")):
+            with socket.create_connection(("127.0.0.1", endpoint.port), timeout=5) as sock:
+                sock.sendall(route + auth + b"Content-Length: abc\r\n\r\n")
+                answer = sock.recv(200)
+            assert answer.startswith(b"HTTP/1.1 " + status), answer
+    finally:
+        endpoint.stop()
+    assert "Traceback" not in log.read_text() and "ValueError" not in log.read_text()
+    assert not (tmp_path / "metrics.jsonl").exists()

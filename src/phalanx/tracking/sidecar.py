@@ -275,7 +275,7 @@ class _Handler(BaseHTTPRequestHandler):
                                               query.get("path", "")))  # fmt: skip
             return
         if method == "PUT":
-            length = int(self.headers.get("Content-Length") or 0)
+            length = self._length()
             if not store.keeps:
                 self._drain()
             else:
@@ -296,7 +296,7 @@ class _Handler(BaseHTTPRequestHandler):
         raise TrackingError("ENDPOINT_NOT_FOUND", f"{method} artifacts/{rest}", 404)
 
     def _json(self) -> dict[str, Any]:
-        length = int(self.headers.get("Content-Length") or 0)
+        length = self._length()
         if length > MAX_JSON:
             self._drain()
             raise TrackingError("INVALID_PARAMETER_VALUE", f"body over {MAX_JSON} bytes", 413)
@@ -309,8 +309,24 @@ class _Handler(BaseHTTPRequestHandler):
             raise TrackingError("MALFORMED_REQUEST", "the body is not a JSON object", 400)
         return body
 
+    def _length(self) -> int:
+        """The body's declared length.
+
+        Raises:
+            TrackingError: one that is no whole number (the connection is closed: where
+                the body ends is unknown).
+        """
+        declared = (self.headers.get("Content-Length") or "0").strip()
+        if not (declared.isascii() and declared.isdigit()):
+            self.close_connection = True
+            raise TrackingError("MALFORMED_REQUEST", "Content-Length is not a whole number")
+        return int(declared)
+
     def _drain(self) -> None:
-        left = int(self.headers.get("Content-Length") or 0)
+        try:
+            left = self._length()
+        except TrackingError:
+            return  # nothing to drain: the connection closes
         while left > 0 and (chunk := self.rfile.read(min(left, 1 << 20))):
             left -= len(chunk)
 
