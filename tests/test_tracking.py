@@ -237,3 +237,25 @@ def test_a_garbled_length_gets_an_answer_and_leaves_no_traceback_in_the_jobs_log
         endpoint.stop()
     assert "Traceback" not in log.read_text() and "ValueError" not in log.read_text()
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_what_a_job_writes_past_mlflows_limits_into_its_run_file_is_not_shown(
+    tmp_path: Path,
+) -> None:
+    # The run file is the job's own to write: a search or `job show` of its run must not
+    # carry megabytes of it to every reader.
+    lines = [
+        {"kind": "param", "key": "k" * 251, "value": "long key"},
+        {"kind": "param", "key": "huge", "value": "v" * 6001},
+        {"kind": "tag", "key": "huge", "value": "v" * 8001},
+        {"kind": "param", "key": "lr", "value": "0.1"},
+        *({"kind": "tag", "key": f"t{i}", "value": "x"} for i in range(1500)),
+        {"kind": "tag", "key": "t0", "value": "changed"},  # a known key still changes
+    ]
+    (tmp_path / "mlflow_run.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    run = dispatch("GET", "runs/get", {"run_id": RUN.name}, {}, _store(tmp_path))["run"]
+    params = {p["key"]: p["value"] for p in run["data"]["params"]}
+    tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
+    assert params == {"lr": "0.1"}
+    assert "huge" not in tags and tags["t0"] == "changed" and "t999" in tags
+    assert "t1000" not in tags and len(tags) == 1000 + 2  # mlflow.runName, mlflow.user

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from phalanx.tracking.runfiles import Metric
+from phalanx.tracking.runfiles import MAX_KEY, MAX_PARAM_VALUE, MAX_TAG_VALUE, Metric
 
 DEFAULT_EXPERIMENT = "Default"
 OUTSIDE_TARGET = "mlflow"
@@ -37,9 +37,6 @@ MAX_BATCH_METRICS = 1000
 MAX_BATCH_PARAMS = 100
 MAX_BATCH_TAGS = 100
 MAX_BATCH_TOTAL = 1000
-MAX_PARAM_VALUE = 6000
-MAX_TAG_VALUE = 8000
-MAX_KEY = 250
 MAX_RESULTS = 50_000
 _KEY = re.compile(r"^[\w\-. /:]+$")
 _RUN_ID = re.compile(r"^[a-zA-Z0-9][\w\-]{0,255}$")
