@@ -259,3 +259,23 @@ def test_what_a_job_writes_past_mlflows_limits_into_its_run_file_is_not_shown(
     assert params == {"lr": "0.1"}
     assert "huge" not in tags and tags["t0"] == "changed" and "t999" in tags
     assert "t1000" not in tags and len(tags) == 1000 + 2  # mlflow.runName, mlflow.user
+
+
+def test_a_dataset_input_of_another_shape_is_refused_or_skipped(tmp_path: Path) -> None:
+    # MLflow's client parses every run of a search strictly: one run holding an input of
+    # another shape made the whole search fail for every reader of the experiment.
+    store = _store(tmp_path)
+    good = {"dataset": {"name": "tiny", "digest": "92a7ac9c"},
+            "tags": [{"key": "mlflow.data.context", "value": "training"}]}  # fmt: skip
+    for bad in ({**good, "tags": 5}, {**good, "dataset": {"name": "tiny", "digest": 5}},
+                {"dataset": {"digest": "x"}}):  # fmt: skip
+        with pytest.raises(TrackingError, match="datasets: each is") as caught:
+            dispatch("POST", "runs/log-inputs", {}, {"run_id": RUN.name, "datasets": [bad]},
+                     store)  # fmt: skip
+        assert caught.value.status == 400
+    assert not (tmp_path / "mlflow_run.jsonl").exists()
+    dispatch("POST", "runs/log-inputs", {}, {"run_id": RUN.name, "datasets": [good]}, store)
+    with open(tmp_path / "mlflow_run.jsonl", "a") as f:  # as the job itself may write
+        f.write(json.dumps({"kind": "input", "dataset": {"name": "x"}, "tags": 5}) + "\n")
+    run = dispatch("GET", "runs/get", {"run_id": RUN.name}, {}, store)["run"]
+    assert run["inputs"]["dataset_inputs"] == [good]

@@ -24,7 +24,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from phalanx.tracking.runfiles import MAX_KEY, MAX_PARAM_VALUE, MAX_TAG_VALUE, Metric
+from phalanx.tracking.runfiles import (
+    MAX_KEY,
+    MAX_PARAM_VALUE,
+    MAX_TAG_VALUE,
+    Metric,
+    valid_input,
+)
 
 DEFAULT_EXPERIMENT = "Default"
 OUTSIDE_TARGET = "mlflow"
@@ -352,10 +358,12 @@ def _log_batch(args: dict[str, Any], store: Store) -> dict[str, Any]:
 def _log_inputs(args: dict[str, Any], store: Store) -> dict[str, Any]:
     inputs = []
     for item in _list(args.get("datasets")):
-        dataset = item.get("dataset") if isinstance(item, dict) else None
-        if not isinstance(dataset, dict) or not isinstance(dataset.get("name"), str):
-            raise invalid("datasets: each needs a dataset with a name")
-        inputs.append({"dataset": dataset, "tags": item.get("tags") or []})
+        if not valid_input(item):
+            raise invalid(
+                "datasets: each is {dataset: {name, digest, source_type, source, ...: text}, "
+                "tags: [{key, value}]}"
+            )
+        inputs.append({"dataset": item["dataset"], "tags": item.get("tags") or []})
     store.log_inputs(_run_id(args), inputs)
     return {}
 

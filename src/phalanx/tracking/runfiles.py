@@ -102,15 +102,32 @@ def read_run_data(job_dir: Path) -> RunData:
             data.tags[key] = value
         elif kind == "untag" and isinstance(key, str):
             data.tags.pop(key, None)
-        elif (
-            kind == "input"
-            and isinstance(event.get("dataset"), dict)
-            and (len(data.inputs) < MOST_KEYS)
-        ):
+        elif kind == "input" and valid_input(event) and len(data.inputs) < MOST_KEYS:
             data.inputs.append(event)
         elif kind == "lifecycle" and event.get("stage") in ("active", "deleted"):
             data.deleted = event["stage"] == "deleted"
     return data
+
+
+def valid_input(item: Any) -> bool:
+    """Whether ``item`` is MLflow's dataset input: ``{"dataset": {field: text}, "tags":
+    [{"key": text, "value": text}]}`` with a named dataset (the client parses each run of
+    a search strictly: one input of another shape would fail the whole search)."""
+    if not isinstance(item, dict):
+        return False
+    dataset, tags = item.get("dataset"), item.get("tags") or []
+    return (
+        isinstance(dataset, dict)
+        and isinstance(dataset.get("name"), str)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in dataset.items())
+        and isinstance(tags, list)
+        and all(
+            isinstance(t, dict)
+            and set(t) <= {"key", "value"}
+            and all(isinstance(v, str) for v in t.values())
+            for t in tags
+        )
+    )
 
 
 def _fits(known: dict[str, str], key: object, value: object, most: int) -> bool:
