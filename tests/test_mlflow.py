@@ -345,3 +345,155 @@ def test_the_sdk_gives_the_tracking_uri_the_way_azure_ml_does(
     # This machine's workspace: where `phalanx studio` serves it.
     local = {k: v for k, v in cli.env.items() if k not in ("PHALANX_SERVER", "PHALANX_TOKEN")}
     assert uri_and_token(local) == ["http://127.0.0.1:8766", "None"]
+
+
+def test_bad_calls_are_refused_with_a_clear_4xx_and_nothing_kept(
+    cli: Cli, team: tuple[servers.PhalanxServer, dict[str, str]]
+) -> None:
+    # Each once answered a bare 500, which the MLflow client retries for minutes.
+    server, tokens = team
+    bob = {"Authorization": f"Bearer {tokens['bob']}", "content-type": "application/json"}
+    api = f"{server.url}/api/2.0/mlflow"
+    made = httpx.post(f"{api}/runs/create", json={"experiment_id": "0"}, headers=bob)
+    assert made.status_code == 200, made.text
+    run = made.json()["run"]["info"]["run_id"]
+    search = {"experiment_ids": ["0"]}
+    refused = [
+        ("runs/search", {**search, "filter": "metrics.loss <"}),
+        ("runs/search", {**search, "filter": "nonsense"}),
+        ("runs/search", {**search, "order_by": ["nonsense.x DESC"]}),
+        ("runs/search", {**search, "filter": 7}),
+        ("runs/search", {**search, "page_token": "²"}),
+        ("experiments/search", {"filter": "name <<< 'x'"}),
+        ("runs/log-metric", {"run_id": run, "key": "k", "value": 10**400, "timestamp": 1}),
+        ("runs/log-metric", {"run_id": run, "key": "k", "value": 1, "timestamp": 10**400}),
+        ("runs/log-metric", {"run_id": run, "key": "k", "value": 1, "step": 2**70}),
+    ]
+    for route, body in refused:
+        answer = httpx.post(f"{api}/{route}", content=json.dumps(body), headers=bob)
+        assert answer.status_code == 400, (route, body, answer.text)
+        assert answer.json()["error_code"] == "INVALID_PARAMETER_VALUE", answer.text
+    unreadable = [
+        ("runs/search", '{"experiment_ids": ["0"], "max_results": Infinity}'),
+        ("runs/search", "[" * 100_000),
+    ]
+    for route, text in unreadable:
+        answer = httpx.post(f"{api}/{route}", content=text, headers=bob)
+        assert answer.status_code == 400, (route, text[:40], answer.text)
+        assert answer.json()["error_code"] in ("INVALID_PARAMETER_VALUE", "MALFORMED_REQUEST")
+    got = httpx.get(f"{api}/runs/get", params={"run_id": run}, headers=bob).json()
+    assert got["run"]["data"]["metrics"] == [], got
+
+    # An artifact over a file's path, or onto a folder: refused, what is there kept.
+    files = f"{server.url}/api/2.0/mlflow-artifacts/artifacts/jobs/{run}"
+    put = {"Authorization": bob["Authorization"]}
+    for path in ("a.txt", "dir/b.txt"):
+        assert httpx.put(f"{files}/{path}", content=b"kept", headers=put).status_code == 200
+    for path in ("a.txt/c.txt", "dir"):
+        answer = httpx.put(f"{files}/{path}", content=b"new", headers=put)
+        assert answer.status_code == 400, (path, answer.text)
+        assert answer.json()["error_code"] == "INVALID_PARAMETER_VALUE"
+    for path in ("a.txt", "dir/b.txt"):
+        assert httpx.get(f"{files}/{path}", headers=put).content == b"kept"
+
+
+WILD_LINES = """
+import os
+big = "1" + "0" * 400  # a whole number no float holds
+wild = [
+    '{"name": "nan_time", "value": 1, "step": 0, "time": NaN}',
+    '{"name": "inf_time", "value": 1, "step": 0, "time": 1e999}',
+    '{"name": "far_time", "value": 1, "step": 0, "time": 1e306}',
+    '{"name": "long_time", "value": 1, "step": 0, "time": ' + big + '}',
+    '{"name": "long_value", "value": ' + big + ', "step": 0, "time": 1}',
+    '{"name": "long_step", "value": 1, "step": ' + big + ', "time": 1}',
+    '{"name": "fine", "value": 0.5, "step": 3, "time": 1}',
+]
+with open(os.path.join(os.environ["PHALANX_JOB_DIR"], "metrics.jsonl"), "a") as f:
+    f.write("".join(line + "\\n" for line in wild))
+"""
+
+
+def test_a_jobs_wild_metrics_lines_break_no_reader_of_its_run(
+    cli: Cli, team: tuple[servers.PhalanxServer, dict[str, str]]
+) -> None:
+    # The file is the job's own to write: what it holds must not turn every search of
+    # its experiment into a 500 for everyone.
+    server, tokens = team
+    cli.write("src/wild.py", WILD_LINES)
+    spec = cli.write("job.yml", "command: python wild.py\ncode: src\nexperiment_name: wild\n")
+    name = cli.create(spec)
+    job = cli.wait(name, ("Completed", "Failed"), timeout=120)
+    assert job["status"] == "Completed", job
+
+    carol = {"Authorization": f"Bearer {tokens['carol']}"}  # a viewer reads every run
+    api = f"{server.url}/api/2.0/mlflow"
+    experiment = httpx.get(f"{api}/experiments/get-by-name", params={"experiment_name": "wild"},
+                           headers=carol).json()["experiment"]["experiment_id"]  # fmt: skip
+    for body in ({}, {"filter": "metrics.fine > 0.1", "order_by": ["metrics.fine DESC"]}):
+        found = httpx.post(f"{api}/runs/search", json={"experiment_ids": [experiment], **body},
+                           headers=carol)  # fmt: skip
+        assert found.status_code == 200, found.text
+        assert [r["info"]["run_id"] for r in found.json()["runs"]] == [name]
+    got = httpx.get(f"{api}/runs/get", params={"run_id": name}, headers=carol)
+    assert got.status_code == 200, got.text
+    metrics = {m["key"]: m for m in got.json()["run"]["data"]["metrics"]}
+    assert metrics["fine"]["value"] == 0.5 and metrics["fine"]["step"] == 3
+    assert "long_step" not in metrics  # no int64 step: no reader could take it
+    for key in ("nan_time", "inf_time", "far_time", "long_time", "long_value"):
+        history = httpx.get(f"{api}/metrics/get-history", params={"run_id": name,
+                            "metric_key": key}, headers=carol)  # fmt: skip
+        assert history.status_code == 200, (key, history.text)
+        assert all(abs(m["timestamp"]) < 2**63 for m in history.json()["metrics"])
+    assert cli.run("job", "metrics", name, "--json").returncode == 0
+    assert cli.run("job", "show", name).returncode == 0
+
+
+def test_no_compute_target_takes_the_name_that_marks_notebook_runs(cli: Cli) -> None:
+    # Jobs on a target named "mlflow" would be taken for runs made outside any job, which
+    # their owners write from outside (artifacts into the running job's outputs).
+    proc = cli.run("compute", "create", "--name", "mlflow", "--type", "local", "--gpus", "none")
+    assert proc.returncode == 2 and "reserved" in proc.stderr, proc.stdout + proc.stderr
+    assert "mlflow" not in cli.run("compute", "list", check=True).stdout
+
+
+def test_a_spec_naming_its_own_mlflow_server_gets_no_run_id_or_secret_of_phalanx(
+    cli: Cli,
+) -> None:
+    # The client would resume run <job name> on that server (which never had it) and
+    # send it the node's endpoint secret as its bearer token.
+    cli.write("src/env.py", "import json, os\nprint('ENV', json.dumps({k: v for k, v in "
+              "os.environ.items() if k.startswith('MLFLOW_')}))\n")  # fmt: skip
+    spec = cli.write(
+        "job.yml",
+        """
+        command: python env.py
+        code: src
+        environment_variables: {MLFLOW_TRACKING_URI: "http://mlflow.example:5000"}
+        """,
+    )
+    name = cli.create(spec)
+    job = cli.wait(name, ("Completed", "Failed"), timeout=120)
+    assert job["status"] == "Completed", job
+    log = (Path(job["job_dir"]) / "user_logs" / "std_log_process_0.txt").read_text()
+    seen = json.loads(log.split("ENV ", 1)[1].splitlines()[0])
+    assert seen["MLFLOW_TRACKING_URI"] == "http://mlflow.example:5000"
+    assert not {"MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID", "MLFLOW_TRACKING_TOKEN"} & set(seen)
+
+
+def test_a_run_name_that_looks_like_markup_breaks_no_listing(
+    cli: Cli, team: tuple[servers.PhalanxServer, dict[str, str]]
+) -> None:
+    # Every user lists every job: one member's run named "[/x]" made rich raise
+    # MarkupError in `job list` and `job show` for the whole team.
+    server, tokens = team
+    name = "[/x] [red]not red"
+    made = httpx.post(f"{server.url}/api/2.0/mlflow/runs/create",
+                      json={"experiment_id": "0", "run_name": name},
+                      headers={"Authorization": f"Bearer {tokens['bob']}"})  # fmt: skip
+    assert made.status_code == 200, made.text
+    run = made.json()["run"]["info"]["run_id"]
+    listed = cli.run("job", "list")
+    assert listed.returncode == 0 and "[/x] [red]not red" in listed.stdout, listed.stderr
+    shown = cli.run("job", "show", run)
+    assert shown.returncode == 0 and name in shown.stdout, shown.stderr

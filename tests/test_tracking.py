@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -207,3 +208,74 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text()
+
+
+def test_a_garbled_length_gets_an_answer_and_leaves_no_traceback_in_the_jobs_log(
+    tmp_path: Path,
+) -> None:
+    # Any process of the machine reaches 127.0.0.1: without the secret it must not be able
+    # to write tracebacks into the node's log (the job's), nor crash a request thread.
+    log = tmp_path / "node.log"
+    endpoint = Endpoint(tmp_path, RUN, 1, log_path=log).start()
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                httpx.get(f"{endpoint.url}/health", timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the endpoint did not start"
+                time.sleep(0.05)
+        route = b"POST /ranks/0/api/2.0/mlflow/runs/log-batch HTTP/1.1\r\nHost: x\r\n"
+        secret = f"Authorization: Bearer {endpoint.secret}\r\n".encode()
+        for auth, status in ((b"", b"401"), (secret, b"400")):
+            with socket.create_connection(("127.0.0.1", endpoint.port), timeout=5) as sock:
+                sock.sendall(route + auth + b"Content-Length: abc\r\n\r\n")
+                answer = sock.recv(200)
+            assert answer.startswith(b"HTTP/1.1 " + status), answer
+    finally:
+        endpoint.stop()
+    assert "Traceback" not in log.read_text() and "ValueError" not in log.read_text()
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_what_a_job_writes_past_mlflows_limits_into_its_run_file_is_not_shown(
+    tmp_path: Path,
+) -> None:
+    # The run file is the job's own to write: a search or `job show` of its run must not
+    # carry megabytes of it to every reader.
+    lines = [
+        {"kind": "param", "key": "k" * 251, "value": "long key"},
+        {"kind": "param", "key": "huge", "value": "v" * 6001},
+        {"kind": "tag", "key": "huge", "value": "v" * 8001},
+        {"kind": "param", "key": "lr", "value": "0.1"},
+        *({"kind": "tag", "key": f"t{i}", "value": "x"} for i in range(1500)),
+        {"kind": "tag", "key": "t0", "value": "changed"},  # a known key still changes
+    ]
+    (tmp_path / "mlflow_run.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    run = dispatch("GET", "runs/get", {"run_id": RUN.name}, {}, _store(tmp_path))["run"]
+    params = {p["key"]: p["value"] for p in run["data"]["params"]}
+    tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
+    assert params == {"lr": "0.1"}
+    assert "huge" not in tags and tags["t0"] == "changed" and "t999" in tags
+    assert "t1000" not in tags and len(tags) == 1000 + 2  # mlflow.runName, mlflow.user
+
+
+def test_a_dataset_input_of_another_shape_is_refused_or_skipped(tmp_path: Path) -> None:
+    # MLflow's client parses every run of a search strictly: one run holding an input of
+    # another shape made the whole search fail for every reader of the experiment.
+    store = _store(tmp_path)
+    good = {"dataset": {"name": "tiny", "digest": "92a7ac9c"},
+            "tags": [{"key": "mlflow.data.context", "value": "training"}]}  # fmt: skip
+    for bad in ({**good, "tags": 5}, {**good, "dataset": {"name": "tiny", "digest": 5}},
+                {"dataset": {"digest": "x"}}):  # fmt: skip
+        with pytest.raises(TrackingError, match="datasets: each is") as caught:
+            dispatch("POST", "runs/log-inputs", {}, {"run_id": RUN.name, "datasets": [bad]},
+                     store)  # fmt: skip
+        assert caught.value.status == 400
+    assert not (tmp_path / "mlflow_run.jsonl").exists()
+    dispatch("POST", "runs/log-inputs", {}, {"run_id": RUN.name, "datasets": [good]}, store)
+    with open(tmp_path / "mlflow_run.jsonl", "a") as f:  # as the job itself may write
+        f.write(json.dumps({"kind": "input", "dataset": {"name": "x"}, "tags": 5}) + "\n")
+    run = dispatch("GET", "runs/get", {"run_id": RUN.name}, {}, store)["run"]
+    assert run["inputs"]["dataset_inputs"] == [good]

@@ -275,12 +275,19 @@ def create_target(ws: Workspace, target: Target, *, owner: str | None = None) ->
         PhalanxError: the name is invalid or taken, or ``local`` is not a local target,
             or a local target's GPUs are another local target's too.
     """
-    if not TARGET_NAME_RE.fullmatch(target.name) or (
-        target.name == LOCAL and not isinstance(target, LocalTarget)
+    from phalanx.tracking.protocol import OUTSIDE_TARGET
+
+    # OUTSIDE_TARGET marks the runs a notebook makes, which their makers write from
+    # outside: a target of that name would let its jobs' owners write into running jobs.
+    if (
+        not TARGET_NAME_RE.fullmatch(target.name)
+        or (target.name == LOCAL and not isinstance(target, LocalTarget))
+        or target.name.lower() == OUTSIDE_TARGET
     ):
         raise PhalanxError(
             f"compute name {target.name!r} is invalid or reserved: use letters, digits, '_' "
-            "and '-' ('local' only with --type local, for this machine's own settings)"
+            "and '-' ('local' only with --type local, for this machine's own settings; "
+            f"'{OUTSIDE_TARGET}' is MLflow runs made outside any job)"
         )
     if isinstance(target, RayTarget):
         check_address(target.address)

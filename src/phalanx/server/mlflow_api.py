@@ -43,7 +43,7 @@ async def tracking(route: str, request: Request, who: User) -> Response:
         raw = await request.body()
         try:
             body = json.loads(raw or b"{}")
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deeply to read
             return _error(TrackingError("MALFORMED_REQUEST", "the body is not JSON"))
         if not isinstance(body, dict):
             return _error(TrackingError("MALFORMED_REQUEST", "the body is not a JSON object"))

@@ -143,13 +143,14 @@ def show_job(console: Console, job: JobRecord) -> None:
     head.add_column(style="bold")
     head.add_column()
     head.add_row("job", Text.assemble((job.name, "bold"), "  ", status_text(job.status)))
+    # Names a user chose (an MLflow run_name too) are text: "[/x]" is no rich markup.
     if job.display_name:
-        head.add_row("display name", job.display_name)
-    head.add_row("experiment", job.experiment_name)
+        head.add_row("display name", Text(job.display_name))
+    head.add_row("experiment", Text(job.experiment_name))
     if job.created_by:
-        head.add_row("created by", job.created_by)
+        head.add_row("created by", Text(job.created_by))
     if job.description:
-        head.add_row("description", job.description)
+        head.add_row("description", Text(job.description))
     # MLflow's own tags (mlflow.user, mlflow.source.*) say what the rows here say already.
     run_tags = {k: v for k, v in (job.run_tags or {}).items() if not k.startswith("mlflow.")}
     tags = {**job.tags, **run_tags}
@@ -174,7 +175,7 @@ def show_job(console: Console, job: JobRecord) -> None:
     if job.attempts and job.attempts[-1].nodes:
         head.add_row("nodes", node_devices(job.attempts[-1].nodes))
     head.add_row("command", Text(str(job.spec.get("command", "")).strip()))
-    head.add_row("job folder", job.job_dir)
+    head.add_row("job folder", Text(job.job_dir))
     logs = (job.logs or paths.log_files())["user_logs"]
     head.add_row("user logs", f"{paths.user_logs} ({len(logs)} file(s))")
     head.add_row("outputs", str(paths.outputs))
@@ -232,8 +233,8 @@ def list_jobs(console: Console, jobs: list[JobRecord]) -> None:
             job.name,
             status_text(job.status),
             queue_place(job),
-            job.display_name or "",
-            job.experiment_name,
+            Text(job.display_name or ""),  # a user's text, not rich markup
+            Text(job.experiment_name),
             local_time(job.created_at),
             duration(job.duration),
         )

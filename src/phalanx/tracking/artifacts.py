@@ -61,7 +61,12 @@ def target(job_dir: Path, run_id: str, artifact_path: str) -> Path:
     if not rel:
         raise invalid("an artifact needs a file name")
     path = _inside(job_dir, rel)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # a part of the path is a file
+        raise invalid(f"artifact path {artifact_path!r}: a part of it is a file") from None
+    if path.is_dir():
+        raise invalid(f"artifact path {artifact_path!r} is a folder of the run's artifacts")
     return path
 
 

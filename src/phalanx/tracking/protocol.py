@@ -24,7 +24,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from phalanx.tracking.runfiles import Metric
+from phalanx.tracking.runfiles import (
+    MAX_KEY,
+    MAX_PARAM_VALUE,
+    MAX_TAG_VALUE,
+    Metric,
+    valid_input,
+)
 
 DEFAULT_EXPERIMENT = "Default"
 OUTSIDE_TARGET = "mlflow"
@@ -37,12 +43,10 @@ MAX_BATCH_METRICS = 1000
 MAX_BATCH_PARAMS = 100
 MAX_BATCH_TAGS = 100
 MAX_BATCH_TOTAL = 1000
-MAX_PARAM_VALUE = 6000
-MAX_TAG_VALUE = 8000
-MAX_KEY = 250
 MAX_RESULTS = 50_000
 _KEY = re.compile(r"^[\w\-. /:]+$")
 _RUN_ID = re.compile(r"^[a-zA-Z0-9][\w\-]{0,255}$")
+_INT64 = (-(2**63), 2**63 - 1)
 
 
 class TrackingError(Exception):
@@ -215,9 +219,9 @@ def _search_experiments(args: dict[str, Any], store: Store) -> dict[str, Any]:
     experiments = sorted(store.experiments(), key=lambda e: (-e.created_ms, e.name))
     if args.get("filter") or args.get("order_by"):
         mlflow = _mlflow("an experiment search with a filter or order_by")
-        entities = [mlflow.experiment(e) for e in experiments]
-        entities = mlflow.SearchExperimentsUtils.filter(entities, args.get("filter") or "")
-        entities = mlflow.SearchExperimentsUtils.sort(entities, _list(args.get("order_by")))
+        entities = mlflow.search_experiments(
+            [mlflow.experiment(e) for e in experiments], *_filter_and_order(args)
+        )
         names = [e.name for e in entities]
         by_name = {e.name: e for e in experiments}
         experiments = [by_name[n] for n in names]
@@ -295,9 +299,7 @@ def _search_runs(args: dict[str, Any], store: Store) -> dict[str, Any]:
     if args.get("filter") or args.get("order_by"):
         mlflow = _mlflow("a run search with a filter or order_by")
         by_id = {r.run_id: r for r in runs}
-        entities = [mlflow.run(r) for r in runs]
-        entities = mlflow.SearchUtils.filter(entities, args.get("filter") or "")
-        entities = mlflow.SearchUtils.sort(entities, _list(args.get("order_by")))
+        entities = mlflow.search_runs([mlflow.run(r) for r in runs], *_filter_and_order(args))
         runs = [by_id[e.info.run_id] for e in entities]
     page, token = _page(runs, args)
     answer: dict[str, Any] = {"runs": [r.wire() for r in page]}
@@ -356,10 +358,12 @@ def _log_batch(args: dict[str, Any], store: Store) -> dict[str, Any]:
 def _log_inputs(args: dict[str, Any], store: Store) -> dict[str, Any]:
     inputs = []
     for item in _list(args.get("datasets")):
-        dataset = item.get("dataset") if isinstance(item, dict) else None
-        if not isinstance(dataset, dict) or not isinstance(dataset.get("name"), str):
-            raise invalid("datasets: each needs a dataset with a name")
-        inputs.append({"dataset": dataset, "tags": item.get("tags") or []})
+        if not valid_input(item):
+            raise invalid(
+                "datasets: each is {dataset: {name, digest, source_type, source, ...: text}, "
+                "tags: [{key, value}]}"
+            )
+        inputs.append({"dataset": item["dataset"], "tags": item.get("tags") or []})
     store.log_inputs(_run_id(args), inputs)
     return {}
 
@@ -451,23 +455,28 @@ def _number(value: Any) -> float:
     """A metric's value: a number, or the text protobuf's JSON gives NaN and infinities."""
     if isinstance(value, bool):
         raise invalid(f"Got invalid value {value!r} for metric")
-    if isinstance(value, (int, float)):
-        return float(value)
+    if isinstance(value, float):
+        return value
     if isinstance(value, str) and value in ("NaN", "Infinity", "-Infinity", "nan", "inf", "-inf"):
         return float(value.replace("Infinity", "inf"))
     try:
         return float(value)
-    except (TypeError, ValueError):
-        raise invalid(f"Got invalid value {value!r} for metric") from None
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int of 400 digits
+        raise invalid(f"Got invalid value {str(value)[:40]!r} for metric") from None
 
 
 def _whole(value: Any, what: str, default: int) -> int:
+    """A whole number within protobuf's int64, as MLflow's fields are (a step or time
+    past it would reach the files and break every reader of the run)."""
     if value is None or value == "":
         return default
     try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise invalid(f"Got invalid {what} {value!r}: a whole number") from None
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):  # OverflowError: int(Infinity)
+        raise invalid(f"Got invalid {what} {str(value)[:40]!r}: a whole number") from None
+    if not _INT64[0] <= number <= _INT64[1]:
+        raise invalid(f"Got invalid {what} {str(value)[:40]!r}: beyond a 64-bit integer")
+    return number
 
 
 def _metric(item: Any) -> Metric:
@@ -499,11 +508,23 @@ def _page(items: list[Any], args: Mapping[str, Any], most: int = 1000) -> tuple[
     if not 1 <= size <= MAX_RESULTS:
         raise invalid(f"max_results: {size} is not within 1 … {MAX_RESULTS}")
     token = args.get("page_token") or "0"
-    if not str(token).isdigit():
+    if not (str(token).isascii() and str(token).isdigit()):  # "²" is a digit to isdigit
         raise invalid(f"page_token: {str(token)[:40]!r} is not one this server gave")
     start = int(token)
     end = start + size
     return items[start:end], (str(end) if end < len(items) else "")
+
+
+def _filter_and_order(args: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """A search's ``filter`` (text) and ``order_by`` (texts), checked before MLflow's
+    parser sees them."""
+    text = args.get("filter") or ""
+    order = _list(args.get("order_by"))
+    if not isinstance(text, str):
+        raise invalid(f"filter: {str(text)[:40]!r} is not a text")
+    if not all(isinstance(o, str) for o in order):
+        raise invalid("order_by: each item is a text such as 'metrics.loss DESC'")
+    return text, order
 
 
 def _mlflow(what: str) -> Any:

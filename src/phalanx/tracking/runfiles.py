@@ -28,6 +28,14 @@ from typing import Any
 from phalanx.workspace.metrics import METRICS_FILE, Point, bounded_lines, points
 
 RUN_FILE = "mlflow_run.jsonl"
+# MLflow's own limits (mlflow.utils.validation): the endpoints refuse more; a line the job
+# wrote itself past them is skipped when read, so what one job's file holds stays small
+# in every answer that shows its run (a search, job show).
+MAX_PARAM_VALUE = 6000
+MAX_TAG_VALUE = 8000
+MAX_KEY = 250
+MOST_KEYS = 1000
+"""Params, and tags, a run shows at most (MLflow logs at most 100 in a batch)."""
 TENSORBOARD = "tensorboard"  # phalanx.train.metrics.TENSORBOARD_DIR, below the outputs
 
 
@@ -86,24 +94,58 @@ def read_run_data(job_dir: Path) -> RunData:
         except (ValueError, KeyError, TypeError):
             continue
         key, value = event.get("key"), event.get("value")
-        if kind == "param" and isinstance(key, str) and isinstance(value, str):
+        if isinstance(key, str) and len(key) > MAX_KEY:
+            continue
+        if kind == "param" and _fits(data.params, key, value, MAX_PARAM_VALUE):
             data.params[key] = value
-        elif kind == "tag" and isinstance(key, str) and isinstance(value, str):
+        elif kind == "tag" and _fits(data.tags, key, value, MAX_TAG_VALUE):
             data.tags[key] = value
         elif kind == "untag" and isinstance(key, str):
             data.tags.pop(key, None)
-        elif kind == "input" and isinstance(event.get("dataset"), dict):
+        elif kind == "input" and valid_input(event) and len(data.inputs) < MOST_KEYS:
             data.inputs.append(event)
         elif kind == "lifecycle" and event.get("stage") in ("active", "deleted"):
             data.deleted = event["stage"] == "deleted"
     return data
 
 
+def valid_input(item: Any) -> bool:
+    """Whether ``item`` is MLflow's dataset input: ``{"dataset": {field: text}, "tags":
+    [{"key": text, "value": text}]}`` with a named dataset (the client parses each run of
+    a search strictly: one input of another shape would fail the whole search)."""
+    if not isinstance(item, dict):
+        return False
+    dataset, tags = item.get("dataset"), item.get("tags") or []
+    return (
+        isinstance(dataset, dict)
+        and isinstance(dataset.get("name"), str)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in dataset.items())
+        and isinstance(tags, list)
+        and all(
+            isinstance(t, dict)
+            and set(t) <= {"key", "value"}
+            and all(isinstance(v, str) for v in t.values())
+            for t in tags
+        )
+    )
+
+
+def _fits(known: dict[str, str], key: object, value: object, most: int) -> bool:
+    return (
+        isinstance(key, str)
+        and isinstance(value, str)
+        and len(value) <= most
+        and (key in known or len(known) < MOST_KEYS)
+    )
+
+
 def _mlflow_metric(p: Point) -> Metric:
+    ms = (p.time or 0.0) * 1000
     return Metric(
         p.name,
         p.value if p.value is not None else math.nan,
-        round((p.time or 0.0) * 1000),
+        # A time the job wrote past int64's milliseconds (1e306 s) is none, not a 500.
+        round(ms) if abs(ms) < 2**63 else 0,
         p.step if p.step is not None else 0,
     )
 

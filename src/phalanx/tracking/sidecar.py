@@ -173,11 +173,19 @@ class Endpoint:
             proc.wait()
 
 
+_RUN_VARIABLES = ("MLFLOW_TRACKING_TOKEN", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID")
+"""What names the endpoint's run: meaningless (the run id) or a secret to give away (the
+token) on the MLflow server a spec names itself."""
+
+
 def add_to(env: dict[str, str], endpoint: Endpoint, user_env: dict[str, str] | Any) -> None:
     """Give a launcher's environment the endpoint's variables, but those the job's spec
-    sets itself."""
+    sets itself; a spec naming its own ``MLFLOW_TRACKING_URI`` gets no run id, experiment
+    id or token of the endpoint's (the client would resume a run its server never had,
+    and send it this node's secret)."""
+    elsewhere = "MLFLOW_TRACKING_URI" in user_env
     for key, value in endpoint.env().items():
-        if key not in user_env:
+        if key not in user_env and not (elsewhere and key in _RUN_VARIABLES):
             env[key] = value
 
 
@@ -267,7 +275,7 @@ class _Handler(BaseHTTPRequestHandler):
                                               query.get("path", "")))  # fmt: skip
             return
         if method == "PUT":
-            length = int(self.headers.get("Content-Length") or 0)
+            length = self._length()
             if not store.keeps:
                 self._drain()
             else:
@@ -288,21 +296,37 @@ class _Handler(BaseHTTPRequestHandler):
         raise TrackingError("ENDPOINT_NOT_FOUND", f"{method} artifacts/{rest}", 404)
 
     def _json(self) -> dict[str, Any]:
-        length = int(self.headers.get("Content-Length") or 0)
+        length = self._length()
         if length > MAX_JSON:
             self._drain()
             raise TrackingError("INVALID_PARAMETER_VALUE", f"body over {MAX_JSON} bytes", 413)
         raw = self.rfile.read(length) if length else b"{}"
         try:
             body = json.loads(raw or b"{}")
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deeply
             raise TrackingError("MALFORMED_REQUEST", "the body is not JSON", 400) from None
         if not isinstance(body, dict):
             raise TrackingError("MALFORMED_REQUEST", "the body is not a JSON object", 400)
         return body
 
+    def _length(self) -> int:
+        """The body's declared length.
+
+        Raises:
+            TrackingError: one that is no whole number (the connection is closed: where
+                the body ends is unknown).
+        """
+        declared = (self.headers.get("Content-Length") or "0").strip()
+        if not (declared.isascii() and declared.isdigit()):
+            self.close_connection = True
+            raise TrackingError("MALFORMED_REQUEST", "Content-Length is not a whole number")
+        return int(declared)
+
     def _drain(self) -> None:
-        left = int(self.headers.get("Content-Length") or 0)
+        try:
+            left = self._length()
+        except TrackingError:
+            return  # nothing to drain: the connection closes
         while left > 0 and (chunk := self.rfile.read(min(left, 1 << 20))):
             left -= len(chunk)
 

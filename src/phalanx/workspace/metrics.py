@@ -107,14 +107,24 @@ def points(
         step, value, when = record.get("step"), record.get("value"), record.get("time")
         if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
             continue
+        if step is not None and not -(2**63) <= step < 2**63:
+            continue  # no reader (MLflow's int64, the studio's numbers) takes it
         if value is None and isinstance(record.get("text"), str):
             value = _special(record["text"])
-        yield Point(
-            name,
-            step,
-            float(value) if isinstance(value, (int, float)) else None,
-            float(when) if isinstance(when, (int, float)) else None,
-        )
+        # The file is the job's to write: a time of NaN or 400 digits is no time.
+        yield Point(name, step, _float(value), _float(when, finite=True))
+
+
+def _float(value: object, *, finite: bool = False) -> float | None:
+    """``value`` as a float; ``None`` for anything else (an int too big for a float,
+    with ``finite`` also NaN and the infinities)."""
+    if not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if not finite or math.isfinite(number) else None
 
 
 def _special(text: str) -> float | None:
