@@ -279,3 +279,19 @@ def test_a_dataset_input_of_another_shape_is_refused_or_skipped(tmp_path: Path) 
         f.write(json.dumps({"kind": "input", "dataset": {"name": "x"}, "tags": 5}) + "\n")
     run = dispatch("GET", "runs/get", {"run_id": RUN.name}, {}, store)["run"]
     assert run["inputs"]["dataset_inputs"] == [good]
+
+
+def test_latest_metrics_follow_a_file_that_grows_and_one_replaced(tmp_path: Path) -> None:
+    from phalanx.tracking.runfiles import latest_metrics
+
+    store = _store(tmp_path)
+    _batch(store, metrics=[{"key": "loss", "value": 0.5, "timestamp": 1, "step": 1}])
+    assert latest_metrics(tmp_path)["loss"].value == 0.5
+    assert latest_metrics(tmp_path)["loss"].value == 0.5  # kept, and the same
+    _batch(store, metrics=[{"key": "loss", "value": 0.25, "timestamp": 2, "step": 2}])
+    assert latest_metrics(tmp_path)["loss"].value == 0.25  # the file grew: read again
+    metrics = tmp_path / "metrics.jsonl"
+    replaced = tmp_path / "new.jsonl"
+    replaced.write_text(json.dumps({"name": "acc", "value": 1, "step": 0, "rank": 0}) + "\n")
+    os.replace(replaced, metrics)  # another inode
+    assert set(latest_metrics(tmp_path)) == {"acc"}

@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,14 +160,41 @@ def _run_points(job_dir: Path) -> list[Point]:
 
 def latest_metrics(job_dir: Path) -> dict[str, Metric]:
     """Each metric's latest point, as MLflow picks it: the highest step, then the latest
-    time."""
+    time.
+
+    Every run of a search needs this, and a job's file may hold 32 MiB: the answer is
+    kept per file while the file is unchanged (its inode, size and modification time),
+    for the :data:`LATEST_KEPT` files read last. An ended job's file never changes.
+    """
+    path = job_dir / METRICS_FILE
+    try:
+        st = os.stat(path, follow_symlinks=False)
+        mark = (st.st_ino, st.st_size, st.st_mtime_ns)
+    except OSError:
+        mark = None
+    with _latest_lock:
+        kept = _latest.get(path)
+        if mark is not None and kept is not None and kept[0] == mark:
+            _latest.move_to_end(path)
+            return dict(kept[1])
     latest: dict[str, Metric] = {}
     for p in _run_points(job_dir):
         m = _mlflow_metric(p)
         seen = latest.get(m.key)
         if seen is None or (m.step, m.timestamp) >= (seen.step, seen.timestamp):
             latest[m.key] = m
+    if mark is not None:
+        with _latest_lock:
+            _latest[path] = (mark, dict(latest))
+            while len(_latest) > LATEST_KEPT:
+                _latest.popitem(last=False)
     return latest
+
+
+LATEST_KEPT = 20_000
+"""Files whose latest metrics are kept (a few hundred bytes each for a few metrics)."""
+_latest: OrderedDict[Path, tuple[tuple[int, int, int], dict[str, Metric]]] = OrderedDict()
+_latest_lock = threading.Lock()
 
 
 def metric_history(job_dir: Path, key: str) -> list[Metric]:
