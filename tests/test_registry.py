@@ -43,7 +43,11 @@ def test_round_trip_versions_and_immutability(cli: Cli, tmp_path: Path) -> None:
     src = _model_dir(tmp_path)
     cli.run("model", "create", "--name", "resnet50", "--path", str(src), "--tag", "arch=r50",
             check=True)  # fmt: skip
-    cli.run("model", "create", "--name", "resnet50", "--path", str(src), check=True)
+    cli.run("model", "create", "--name", "resnet50", "--path", str(src), "--description",
+            "[/x] trained [red]fast", check=True)  # fmt: skip
+    # A user's words are text in `model show`: markup neither breaks nor styles it.
+    shown = cli.run("model", "show", "resnet50", "--version", "2", check=True).stdout
+    assert "about    [/x] trained [red]fast" in shown
     cli.run("model", "create", "--name", "resnet50", "--path", str(src), "--version", "v1.5",
             check=True)  # fmt: skip
     versions = [m["version"] for m in json.loads(cli.run("model", "list", "--json").stdout)]

@@ -13,11 +13,13 @@ from pathlib import Path
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from phalanx.client.backends import models
 from phalanx.errors import PhalanxError
 from phalanx.sizes import human_size
 from phalanx.storage.uri import is_uri
+from phalanx.terminal.termsafe import rank_text
 
 console = Console()
 
@@ -109,13 +111,14 @@ def show_cmd(name: str, version: str, as_json: bool) -> int:
     console.print(f"  source   {model['source']}")
     if model["job"]:
         console.print(f"  job      {model['job']}")
+    # A user's words and a job's metric names are text: no markup, no escapes.
     if model["description"]:
-        console.print(f"  about    {model['description']}")
+        console.print(Text("  about    ").append_text(rank_text(model["description"])))
     for key, value in sorted(model["tags"].items()):
-        console.print(f"  tag      {key}={value}")
+        console.print(Text("  tag      ").append_text(rank_text(f"{key}={value}")))
     for metric, number in sorted(model["metrics"].items()):
         shown = "nan/inf" if number is None else f"{number:.6g}"
-        console.print(f"  metric   {metric} = {shown}")
+        console.print(Text("  metric   ").append_text(rank_text(f"{metric} = {shown}")))
     table = Table(box=None, header_style="bold")
     table.add_column("FILE", overflow="fold")
     table.add_column("SIZE", no_wrap=True)
