@@ -473,6 +473,11 @@ def test_a_spot_job_saves_on_the_eviction_notice_and_resumes_on_a_new_node(
         notices.evicting.set()
         until("the rank saved on the notice", lambda: _attempt_lines(log(), 1, "saved"),
               timeout=60, seen=log)  # fmt: skip
+        # Its exit (the wrapper's record) shipped too, before the cloud takes the VM: the
+        # attempt's end then says how many ranks saved. (A VM taken sooner ends it all the
+        # same, without that count.)
+        exited = job_dir / "system_logs" / "attempt_1" / "rank_0.json"
+        until("the rank's exit reached the workspace", exited.exists, timeout=60, seen=log)
         taken_first = take_worker(spot, LOW_PRIORITY_RESOURCE)  # the cloud takes the VM
         notices.evicting.clear()
         until("attempt 2 ran 3 steps", lambda: len(_attempt_lines(log(), 2, "step")) >= 3,

@@ -323,10 +323,10 @@ def test_metric_charts_show_their_points_downsampled_on_the_server(
     # Logged with mlflow.log_metric in the job: a chart like any other; its params shown.
     page.wait_for_selector('.chart[data-metric="val/accuracy"] canvas')
     assert page.get_attribute('.chart[data-metric="val/accuracy"]', "data-points") == "50"
-    page.goto(f"{studio.url}/jobs/{studio.done}")
-    page.wait_for_selector("text=lr=0.1")
     page.check("#logscale")
     page.wait_for_selector('.chart[data-metric="loss"] canvas')
+    page.goto(f"{studio.url}/jobs/{studio.done}")
+    page.wait_for_selector("text=lr=0.1")
     # System metrics of the running job, per node.
     page.goto(f"{studio.url}/jobs/{studio.live}#metrics")
     page.wait_for_selector('#system-charts .chart[data-metric="system/cpu_percent"] canvas')

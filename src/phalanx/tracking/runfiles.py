@@ -199,8 +199,13 @@ _latest_lock = threading.Lock()
 
 def metric_history(job_dir: Path, key: str) -> list[Metric]:
     """Every point of metric ``key`` in step order, points of one step in the order
-    logged (a step logged again by a resumed attempt appears twice, as MLflow keeps it)."""
-    found = [_mlflow_metric(p) for p in _run_points(job_dir) if p.name == key]
+    logged (a step logged again by a resumed attempt appears twice, as MLflow keeps it).
+
+    A point written twice (the same step, time and value: a batch the client sent again
+    when the endpoint died before it answered) is one, as in MLflow's own stores, whose
+    key is that tuple.
+    """
+    found = dict.fromkeys(_mlflow_metric(p) for p in _run_points(job_dir) if p.name == key)
     return sorted(found, key=lambda m: m.step)
 
 
