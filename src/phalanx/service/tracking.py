@@ -39,6 +39,7 @@ from phalanx.tracking.protocol import (
     TrackingError,
     invalid,
     not_found,
+    run_changes,
 )
 from phalanx.tracking.runfiles import (
     Metric,
@@ -186,17 +187,7 @@ class WorkspaceRuns:
         self._owner(job, "mlflow log")
         job_dir = Path(job.job_dir)
         known = read_run_data(job_dir).params
-        for key, value in params.items():
-            if key in known and known[key] != value:
-                raise invalid(
-                    f"Changing param values is not allowed. Param with key='{key}' was "
-                    f"already logged with value='{known[key]}' for run ID='{run_id}'. "
-                    f"Attempted logging new param value '{value}'."
-                )
-        events = [{"kind": "param", "key": k, "value": v} for k, v in params.items()
-                  if known.get(k) != v]  # fmt: skip
-        events += [{"kind": "tag", "key": k, "value": v} for k, v in tags.items()]
-        append_events(job_dir, events)
+        append_events(job_dir, run_changes(run_id, known, params, tags))
         append_metrics(job_dir, metrics, attempt=1, rank=0)
 
     def delete_tag(self, run_id: str, key: str) -> None:

@@ -25,8 +25,8 @@ from phalanx.tracking.protocol import (
     ExperimentView,
     RunView,
     TrackingError,
-    invalid,
     not_found,
+    run_changes,
 )
 from phalanx.tracking.runfiles import (
     TENSORBOARD,
@@ -106,17 +106,7 @@ class JobRunStore:
             return
         with self._lock:
             known = self._known_params()
-            for key, value in params.items():
-                if key in known and known[key] != value:
-                    raise invalid(
-                        f"Changing param values is not allowed. Param with key='{key}' was "
-                        f"already logged with value='{known[key]}' for run ID='{run_id}'. "
-                        f"Attempted logging new param value '{value}'."
-                    )
-            events = [{"kind": "param", "key": k, "value": v} for k, v in params.items()
-                      if known.get(k) != v]  # fmt: skip
-            events += [{"kind": "tag", "key": k, "value": v} for k, v in tags.items()]
-            append_events(self.job_dir, events)
+            append_events(self.job_dir, run_changes(run_id, known, params, tags))
             known.update(params)
             append_metrics(self.job_dir, metrics, attempt=self.attempt, rank=0)
             self._to_tensorboard(metrics)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -225,11 +225,7 @@ def _search_experiments(args: dict[str, Any], store: Store) -> dict[str, Any]:
         names = [e.name for e in entities]
         by_name = {e.name: e for e in experiments}
         experiments = [by_name[n] for n in names]
-    page, token = _page(experiments, args)
-    answer: dict[str, Any] = {"experiments": [e.wire() for e in page]}
-    if token:
-        answer["next_page_token"] = token
-    return answer
+    return _paged("experiments", experiments, args, ExperimentView.wire)
 
 
 def _create_experiment(args: dict[str, Any], store: Store) -> dict[str, Any]:
@@ -301,11 +297,7 @@ def _search_runs(args: dict[str, Any], store: Store) -> dict[str, Any]:
         by_id = {r.run_id: r for r in runs}
         entities = mlflow.search_runs([mlflow.run(r) for r in runs], *_filter_and_order(args))
         runs = [by_id[e.info.run_id] for e in entities]
-    page, token = _page(runs, args)
-    answer: dict[str, Any] = {"runs": [r.wire() for r in page]}
-    if token:
-        answer["next_page_token"] = token
-    return answer
+    return _paged("runs", runs, args, RunView.wire)
 
 
 # -- logging ---------------------------------------------------------------------------
@@ -371,11 +363,28 @@ def _log_inputs(args: dict[str, Any], store: Store) -> dict[str, Any]:
 def _history(args: dict[str, Any], store: Store) -> dict[str, Any]:
     key = _key(args.get("metric_key"), "metric_key")
     points = store.history(_run_id(args), key)
-    page, token = _page(points, args, most=25_000)
-    answer: dict[str, Any] = {"metrics": [_metric_wire(m) for m in page]}
-    if token:
-        answer["next_page_token"] = token
-    return answer
+    return _paged("metrics", points, args, _metric_wire, most=25_000)
+
+
+def run_changes(
+    run_id: str, known: Mapping[str, str], params: Mapping[str, str], tags: Mapping[str, str]
+) -> list[dict[str, str]]:
+    """The run-file events that log ``params`` and ``tags`` on a run whose params are
+    ``known``: a param logged again with its value adds nothing.
+
+    Raises:
+        TrackingError: a param given a new value (MLflow's params never change).
+    """
+    for key, value in params.items():
+        if key in known and known[key] != value:
+            raise invalid(
+                f"Changing param values is not allowed. Param with key='{key}' was "
+                f"already logged with value='{known[key]}' for run ID='{run_id}'. "
+                f"Attempted logging new param value '{value}'."
+            )
+    events = [{"kind": "param", "key": k, "value": v} for k, v in params.items()
+              if known.get(k) != v]  # fmt: skip
+    return events + [{"kind": "tag", "key": k, "value": v} for k, v in tags.items()]
 
 
 def _no_logged_models(args: dict[str, Any], store: Store) -> dict[str, Any]:
@@ -499,6 +508,22 @@ def _metric_wire(m: Metric) -> dict[str, Any]:
 
 def _input_wire(item: dict[str, Any]) -> dict[str, Any]:
     return {"dataset": item.get("dataset", {}), "tags": item.get("tags", [])}
+
+
+def _paged(
+    field: str,
+    items: list[Any],
+    args: Mapping[str, Any],
+    wire: Callable[[Any], dict[str, Any]],
+    most: int = 1000,
+) -> dict[str, Any]:
+    """The answer holding one page of ``items`` under ``field``, each as ``wire`` gives
+    it, and ``next_page_token`` while more follow."""
+    page, token = _page(items, args, most)
+    answer: dict[str, Any] = {field: [wire(item) for item in page]}
+    if token:
+        answer["next_page_token"] = token
+    return answer
 
 
 def _page(items: list[Any], args: Mapping[str, Any], most: int = 1000) -> tuple[list[Any], str]:
