@@ -479,12 +479,12 @@ BAD_SPECS = [
         id="bad-compute",
     ),
     pytest.param(
-        "type: sweep\ncommand: x\n",
+        "type: pipeline\ncommand: x\n",
         [],
         "type",
         1,
-        "job type 'sweep' is not supported",
-        id="sweep-job",
+        "job type 'pipeline' is not supported",
+        id="pipeline-job",
     ),
     pytest.param(
         "command: x\nenvironment_variables:\n  1ABC: x\n",

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from phalanx.errors import PhalanxError
-from phalanx.spec import JobSpec
+from phalanx.spec import JobSpec, SweepSpec
 from phalanx.spec.environment import EnvironmentSpec
 from phalanx.spec.parts import InputSpec
 from phalanx.workspace.snapshot import snapshot_code
@@ -63,14 +63,18 @@ def _local_items(spec: JobSpec) -> list[tuple[str, Path]]:
     return items
 
 
-def bundle_spec(spec: JobSpec, workdir: Path) -> Bundle:
-    """Pack the spec's local files into ``workdir/bundle.tar.gz``.
+def bundle_spec(spec: JobSpec | SweepSpec, workdir: Path) -> Bundle:
+    """Pack the spec's local files into ``workdir/bundle.tar.gz`` (a sweep's: its trial's,
+    placed at the sweep's fields, ``trial.code``).
 
     Raises:
         PhalanxError: a local output path, a missing input, or code over the
             snapshot limit.
     """
-    items = _local_items(spec)
+    if isinstance(spec, SweepSpec):
+        items = [(spec.template_field(key), path) for key, path in _local_items(spec.template())]
+    else:
+        items = _local_items(spec)
     if not items:
         return Bundle()
     archive = workdir / "bundle.tar.gz"
@@ -79,7 +83,7 @@ def bundle_spec(spec: JobSpec, workdir: Path) -> Bundle:
         for k, (key, path) in enumerate(items):
             member = f"{k}/{path.name or 'root'}"
             places[key] = member
-            if key == "code":
+            if key in ("code", "trial.code"):
                 with tempfile.TemporaryDirectory(dir=workdir) as tmp:
                     copy = Path(tmp) / "code"
                     snapshot_code(path, copy)

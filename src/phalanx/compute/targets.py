@@ -276,18 +276,21 @@ def create_target(ws: Workspace, target: Target, *, owner: str | None = None) ->
             or a local target's GPUs are another local target's too.
     """
     from phalanx.tracking.protocol import OUTSIDE_TARGET
+    from phalanx.workspace.trials import SWEEP_TARGET
 
     # OUTSIDE_TARGET marks the runs a notebook makes, which their makers write from
     # outside: a target of that name would let its jobs' owners write into running jobs.
+    # SWEEP_TARGET marks sweep jobs, which the scheduler never places.
     if (
         not TARGET_NAME_RE.fullmatch(target.name)
         or (target.name == LOCAL and not isinstance(target, LocalTarget))
-        or target.name.lower() == OUTSIDE_TARGET
+        or target.name.lower() in (OUTSIDE_TARGET, SWEEP_TARGET)
     ):
         raise PhalanxError(
             f"compute name {target.name!r} is invalid or reserved: use letters, digits, '_' "
             "and '-' ('local' only with --type local, for this machine's own settings; "
-            f"'{OUTSIDE_TARGET}' is MLflow runs made outside any job)"
+            f"'{OUTSIDE_TARGET}' is MLflow runs made outside any job, '{SWEEP_TARGET}' "
+            "sweep jobs)"
         )
     if isinstance(target, RayTarget):
         check_address(target.address)

@@ -33,16 +33,27 @@ from phalanx.workspace.snapshot import LIMIT_ENV
 if TYPE_CHECKING:
     from phalanx.compute.targets import Target
     from phalanx.scheduler.model import Capacity
-    from phalanx.spec import JobSpec
+    from phalanx.spec import JobSpec, SweepSpec
 
 
 def submit(
-    ws: Workspace, spec: JobSpec, spec_text: str, *, created_by: str | None = None
+    ws: Workspace,
+    spec: JobSpec,
+    spec_text: str,
+    *,
+    created_by: str | None = None,
+    parent: str | None = None,
+    code: Path | None = None,
 ) -> JobRecord:
     """Record the job in its target's queue and start its supervisor; returns the Queued job.
 
     The supervisor waits (asleep) until the scheduler gives the job its devices.
     It carries this command's environment, as a job started here always has.
+
+    Args:
+        parent: The sweep the job is a trial of.
+        code: The folder to snapshot, when not the spec's ``code`` (a trial's: its
+            sweep's snapshot).
 
     Raises:
         PhalanxError: the target is unknown, or the job can never fit it.
@@ -52,13 +63,54 @@ def submit(
         spec.to_record(),
         spec_text=spec_text,
         name=spec.name,
-        code=spec.code_path,
+        code=code or spec.code_path,
         queue=entry,
         created_by=created_by,
+        parent=parent,
     )
     spawn_supervisor(ws, job.name)
     ensure_running(ws.home, ws.child_env())
     return ws.get_job(job.name)
+
+
+def submit_sweep(
+    ws: Workspace, spec: SweepSpec, spec_text: str, *, created_by: str | None = None
+) -> JobRecord:
+    """Record a sweep job (Running: it holds no devices; its trials queue) and start its
+    controller, the sweep's supervisor (:mod:`phalanx.jobs.sweeps`); returns the job.
+
+    Raises:
+        PhalanxError: the sweep's trials could never run on its target.
+    """
+    from phalanx.workspace.trials import SWEEP_TARGET
+
+    queue_entry(ws, spec.template())  # its trials' target exists and can run them
+    job = ws.create_job(
+        spec.to_record(),
+        spec_text=spec_text,
+        name=spec.name,
+        code=spec.code_path,
+        queue=QueueEntry(target=SWEEP_TARGET),
+        created_by=created_by,
+        running=True,
+    )
+    spawn_supervisor(ws, job.name)
+    ensure_running(ws.home, ws.child_env())
+    return ws.get_job(job.name)
+
+
+def request_stop(ws: Workspace, name: str) -> None:
+    """Ask a job to stop (as ``cancel`` does) without waiting for it: its supervisor
+    ends it Canceled, or the scheduler does when that supervisor is gone."""
+    job = ws.get_job(name)
+    if job.status.is_terminal:
+        return
+    ws.request_cancel(name)
+    ring(job_bell(ws.home, name))
+    pid = local_supervisor(job)
+    if pid is not None and supervisor_alive(job):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
 
 
 def queue_entry(ws: Workspace, spec: JobSpec) -> QueueEntry:
@@ -227,12 +279,18 @@ def recover_lost(ws: Workspace, job: JobRecord, *, expired: bool = False) -> Non
     from phalanx.compute.local import LocalCompute
     from phalanx.jobs.policy import decide
     from phalanx.spec import JobSpec
+    from phalanx.workspace.trials import SWEEP_TARGET
 
     judged = job
     job = ws.get_job(job.name)  # again: it may have ended or been claimed meanwhile
     if job.status.is_terminal or (not expired and supervisor_alive(job)):
         return
     if not take_over(ws, job.name, judged.lease_generation, judged.lease_renewed_at):
+        return
+    if job.target == SWEEP_TARGET:
+        # A sweep's controller keeps its state in the database: another goes on from it.
+        ws.clear_supervisor(job.name)
+        spawn_supervisor(ws, job.name)
         return
     LocalCompute().sweep(Path(job.job_dir), None, grace_s=2.0)
     _unmount_leftovers(Path(job.job_dir))

@@ -35,11 +35,13 @@ from typing import TYPE_CHECKING
 
 from phalanx.errors import DatabaseUnavailable, PhalanxError
 from phalanx.prctl import become_subreaper
+from phalanx.scheduler.bell import job_bell, ring
 from phalanx.scheduler.process import is_supervisor
 from phalanx.scheduler.waiting import wait_for_grant
 from phalanx.storage.redact import RedactingFormatter, redact
 from phalanx.workspace import FailureCause, JobStatus, RootCause, Workspace
 from phalanx.workspace.leases import GIVE_UP_S, LeaseKeeper, LeaseLost
+from phalanx.workspace.trials import SWEEP_TARGET
 
 if TYPE_CHECKING:
     from phalanx.compute.base import Compute
@@ -108,14 +110,45 @@ class _Supervision:
         self.compute: Compute | None = None
 
     def run(self) -> int:
-        ws, name, keeper = self.ws, self.name, self.keeper
-        if ws.get_job(name).status.is_terminal:
+        ws, name, _keeper = self.ws, self.name, self.keeper
+        job = ws.get_job(name)
+        if job.status.is_terminal:
             return 0  # canceled before this process could claim it
         become_subreaper()
         stopping: list[bool] = []
         signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
         signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        if job.target == SWEEP_TARGET:
+            return self._sweep(lambda: bool(stopping))
+        try:
+            return self._job(stopping)
+        finally:
+            if job.parent is not None:  # its sweep's controller looks at once
+                ring(job_bell(ws.home, job.parent))
+
+    def _sweep(self, stopping: Callable[[], bool]) -> int:
+        from phalanx.jobs.sweeps import SweepRunner
+
+        try:
+            status = SweepRunner(self.ws, self.name, self.keeper, stopping).run()
+        except (LeaseLost, DatabaseUnavailable):
+            raise
+        except Exception as exc:
+            tb = redact(traceback.format_exc())
+            log.error("sweep controller failed:\n%s", tb)
+            message = (
+                f"phalanx sweep controller failed ({FailureCause.SYSTEM_ERROR}): {exc}; see "
+                "system_logs/supervisor.txt"
+            )
+            if isinstance(exc, PhalanxError):
+                message = str(exc)
+            self.ws.set_status(self.name, JobStatus.FAILED, error=RootCause(message=message))
+            return 1
+        return 0 if status is JobStatus.COMPLETED else 1
+
+    def _job(self, stopping: list[bool]) -> int:
+        ws, name, keeper = self.ws, self.name, self.keeper
         stop = lambda: bool(stopping) or keeper.lost or ws.requests(name)[0]  # noqa: E731
         if wait_for_grant(ws, name, stop) is None:
             if keeper.lost:

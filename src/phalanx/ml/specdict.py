@@ -256,9 +256,12 @@ def validate(job: Command) -> JobSpec:
         MLError: every problem, each field named as the caller wrote it.
     """
     try:
-        return spec_text(job).load()
+        spec = spec_text(job).load()
     except SpecError as exc:
         raise from_spec_error(exc, job._renames) from None
+    if not isinstance(spec, JobSpec):  # command() dumps a command job
+        raise TypeError(f"command() made a {spec.type} job")
+    return spec
 
 
 def check_local_inputs(job: Command, spec: JobSpec) -> None:

@@ -33,7 +33,7 @@ from phalanx.workspace.layout import JobPaths
 from phalanx.workspace.metrics import History
 
 if TYPE_CHECKING:
-    from phalanx.spec import JobSpec
+    from phalanx.spec import JobSpec, SweepSpec
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class SpecText:
     placed: tuple[str, ...] = ()
     """``field=path`` items that point the spec at files uploaded with it (a server
     sets them): applied like ``--set`` items, but not recorded as the user's."""
-    _loaded: dict[tuple[str, ...], JobSpec] = field(
+    _loaded: dict[tuple[str, ...], JobSpec | SweepSpec] = field(
         default_factory=dict, init=False, compare=False, repr=False
     )
     """What :meth:`load` gave, by overrides: a front end that validates and then
@@ -72,17 +72,17 @@ class SpecText:
         text = read_spec_file(path)
         return cls(text, str(path), Path(path).absolute().parent)
 
-    def load(self, overrides: Sequence[str] = ()) -> JobSpec:
+    def load(self, overrides: Sequence[str] = ()) -> JobSpec | SweepSpec:
         """Validate it (``--set`` items applied) and refuse what phalanx cannot run.
 
         Raises:
             SpecError: The spec is invalid.
         """
-        from phalanx.spec import load_spec_text
+        from phalanx.spec import load_any_text
 
         key = tuple(overrides)
         if key not in self._loaded:
-            spec = load_spec_text(
+            spec = load_any_text(
                 self.text,
                 source=self.source,
                 base_dir=self.base_dir,
@@ -132,8 +132,22 @@ class Jobs(Protocol):
     def download(self, name: str, rel: str, dest: Path) -> Path | None: ...
 
 
-def validation_of(spec: JobSpec) -> dict[str, Any]:
-    """What ``job validate`` reports of a valid spec."""
+def validation_of(spec: JobSpec | SweepSpec) -> dict[str, Any]:
+    """What ``job validate`` reports of a valid spec (of a sweep: of each trial, and
+    how many)."""
+    from phalanx.spec import SweepSpec
+
+    if isinstance(spec, SweepSpec):
+        trial = spec.template()
+        return {
+            "valid": True,
+            "type": "sweep",
+            "nodes": trial.instance_count,
+            "processes_per_node": trial.process_count_per_instance,
+            "compute": spec.compute,
+            "max_total_trials": spec.max_total_trials,
+            "max_concurrent_trials": spec.max_concurrent_trials,
+        }
     return {
         "valid": True,
         "nodes": spec.instance_count,
@@ -144,8 +158,11 @@ def validation_of(spec: JobSpec) -> dict[str, Any]:
 
 def load_for_run(
     spec_text: SpecText, overrides: Sequence[str], ws: Workspace, caller: Caller = LOCAL
-) -> tuple[JobSpec, str, list[str]]:
+) -> tuple[JobSpec | SweepSpec, str, list[str]]:
     """Load, validate and check that this workspace can run the spec for ``caller``.
+
+    A sweep is checked as its trials will be: its trial with every value at a
+    representative point (:meth:`~phalanx.spec.SweepSpec.template`).
 
     Returns:
         The spec, the YAML text to keep in the job folder (``--set`` items
@@ -157,18 +174,43 @@ def load_for_run(
             (:mod:`phalanx.service.reach`), or registers under another's name.
     """
     from phalanx.environments.pythonenv import environment_notes
+    from phalanx.errors import Forbidden, SpecError
     from phalanx.jobs.prepare import check, with_registered_environment
     from phalanx.service.reach import check_spec
+    from phalanx.spec import SweepSpec
 
     spec = spec_text.load(overrides)
-    check_spec(caller, spec, spec_text.placed_fields)  # before anything on the server is read
-    _check_registered_names(caller, spec, ws)
-    check(spec, ws)
-    environment = with_registered_environment(spec, ws).environment
+    job = spec.template() if isinstance(spec, SweepSpec) else spec
+    placed = spec_text.placed_fields
+    if isinstance(spec, SweepSpec):  # uploaded files are placed at the sweep's fields
+        placed = frozenset(f.removeprefix("trial.") for f in placed)
+    try:
+        check_spec(caller, job, placed)  # before anything on the server is read
+        _check_registered_names(caller, job, ws)
+        check(job, ws)
+    except SpecError as exc:
+        if not isinstance(spec, SweepSpec) or exc.field is None:
+            raise
+        raise spec.error(spec.template_field(exc.field), exc.message) from None
+    except Forbidden as exc:
+        if not isinstance(spec, SweepSpec):
+            raise
+        raise Forbidden(_sweep_fields(str(exc))) from None
+    environment = with_registered_environment(job, ws).environment
     text = spec.text or ""
     if overrides:
         text += "".join(f"\n# --set {item}" for item in overrides) + "\n"
     return spec, text, environment_notes(environment)
+
+
+def _sweep_fields(message: str) -> str:
+    """A message about a sweep's trial naming the sweep's field (``trial.code``)."""
+    head, sep, rest = message.partition(":")
+    if sep and " " not in head:
+        from phalanx.spec import SweepSpec
+
+        return SweepSpec.template_field(head) + sep + rest
+    return message
 
 
 def _check_registered_names(caller: Caller, spec: JobSpec, ws: Workspace) -> None:
@@ -207,13 +249,17 @@ class LocalJobs:
             SpecError: the spec is invalid.
             Forbidden: a viewer, or a spec reaching where the caller may not.
         """
-        from phalanx.jobs.control import submit
+        from phalanx.jobs.control import submit, submit_sweep
+        from phalanx.spec import SweepSpec
 
         self.caller.require_member("job create")
         loaded, text, notes = load_for_run(spec, overrides, self.ws, self.caller)
         if validate_only:
             return Submission(validation=validation_of(loaded), notes=notes)
-        job = submit(self.ws, loaded, text, created_by=self.caller.user)
+        if isinstance(loaded, SweepSpec):
+            job = submit_sweep(self.ws, loaded, text, created_by=self.caller.user)
+        else:
+            job = submit(self.ws, loaded, text, created_by=self.caller.user)
         return Submission(job=job, notes=notes)
 
     def get(self, name: str) -> JobRecord:

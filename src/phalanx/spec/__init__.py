@@ -14,7 +14,7 @@ numbers), ``overrides`` (``--set``), ``messages`` (pydantic errors → SpecError
 
 from phalanx.spec.interpolate import REFERENCE_RE, interpolate
 from phalanx.spec.job import JobSpec, LiteralValue
-from phalanx.spec.loader import load_spec, load_spec_text
+from phalanx.spec.loader import load_any_text, load_spec, load_spec_text
 from phalanx.spec.parts import (
     InputSpec,
     Limits,
@@ -26,6 +26,7 @@ from phalanx.spec.parts import (
     Retry,
     TensorFlowDistribution,
 )
+from phalanx.spec.sweep import SweepSpec
 from phalanx.spec.values import render_literal
 
 __all__ = [
@@ -40,8 +41,10 @@ __all__ = [
     "QueueSettings",
     "Resources",
     "Retry",
+    "SweepSpec",
     "TensorFlowDistribution",
     "interpolate",
+    "load_any_text",
     "load_spec",
     "load_spec_text",
     "render_literal",

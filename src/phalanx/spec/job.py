@@ -63,9 +63,7 @@ COMPUTE_TARGETS = {"local": "local", "azureml:local": "local"}
 _COMPUTE_RE = re.compile(r"^(ray://[^/\s]+:\d+|[^:/\s]+:\d+|(azureml:)?[A-Za-z0-9][A-Za-z0-9_-]*)$")
 
 # Azure ML job types that are not command jobs.
-_OTHER_JOB_TYPES = frozenset(
-    {"sweep", "pipeline", "parallel", "spark", "automl", "import", "data_transfer"}
-)
+_OTHER_JOB_TYPES = frozenset({"pipeline", "parallel", "spark", "automl", "import", "data_transfer"})
 
 #: Tags of the two kinds of input; they appear in pydantic error locations.
 INPUT_TAGS = ("input", "literal")
@@ -186,7 +184,8 @@ class JobSpec(SpecModel):
     def _command_only(cls, value: Any) -> Any:
         if isinstance(value, str) and value in _OTHER_JOB_TYPES:
             raise user_error(
-                f"job type '{value}' is not supported; phalanx runs command jobs (type: command)"
+                f"job type '{value}' is not supported; phalanx runs command jobs (type: "
+                "command) and sweep jobs (type: sweep)"
             )
         return value
 

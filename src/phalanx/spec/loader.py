@@ -17,6 +17,7 @@ from phalanx.errors import PhalanxError
 from phalanx.spec.job import JobSpec
 from phalanx.spec.messages import to_spec_error
 from phalanx.spec.overrides import apply_overrides
+from phalanx.spec.sweep import SweepSpec, is_sweep
 from phalanx.spec.yamldoc import read_text, read_yaml
 
 
@@ -77,11 +78,35 @@ def load_spec_text(
     Raises:
         SpecError: The spec is invalid.
     """
+    spec = load_any_text(text, source=source, base_dir=base_dir, overrides=overrides)
+    if isinstance(spec, SweepSpec):
+        raise spec.error(
+            "type", "a sweep job is not a command job here; submit it with phalanx job create"
+        )
+    return spec
+
+
+def load_any_text(
+    text: str,
+    *,
+    source: str = "<string>",
+    base_dir: Path | None = None,
+    overrides: Sequence[str] = (),
+) -> JobSpec | SweepSpec:
+    """Validate a command job or a sweep job (``type: sweep``) given as YAML text.
+
+    Raises:
+        SpecError: The spec is invalid.
+    """
     data, lines = read_yaml(text, source)
     applied = apply_overrides(data, overrides, source)
     base = Path(base_dir if base_dir is not None else Path.cwd()).absolute()
+    model: type[JobSpec] | type[SweepSpec] = JobSpec
+    if is_sweep(data):
+        data["type"] = "sweep"
+        model = SweepSpec
     try:
-        spec = JobSpec.model_validate(data, context={"base_dir": base})
+        spec = model.model_validate(data, context={"base_dir": base})
     except ValidationError as exc:
         raise to_spec_error(exc, data, source=source, lines=lines, overrides=applied) from None
     spec._source = source

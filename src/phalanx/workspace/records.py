@@ -150,6 +150,8 @@ class JobRecord:
     """``HOST:PID`` of the supervisor holding the lease; ``None`` when free."""
     lease_renewed_at: float | None = None
     """When the holder last renewed it (its clock)."""
+    parent: str | None = None
+    """The sweep job this job is a trial of (:mod:`phalanx.sweep`)."""
 
     @property
     def duration(self) -> float | None:

@@ -61,10 +61,12 @@ jobs = Table(
     Column("lease_generation", Integer, nullable=False, server_default=text("0")),
     Column("lease_holder", Text),
     Column("lease_renewed_at", Double),
+    Column("parent_name", Text),  # schema 13: the sweep a trial is of
     PrimaryKeyConstraint("name", name="pk_jobs"),
 )
 Index("jobs_created", jobs.c.created_at)
 Index("jobs_status", jobs.c.status)
+Index("jobs_parent", jobs.c.parent_name)
 
 attempts = Table(
     "attempts",
@@ -188,6 +190,35 @@ experiments = Table(  # schema 12: made by MLflow's create_experiment before any
     Column("created_at", Double, nullable=False),
     Column("created_by", Text),
     PrimaryKeyConstraint("name", name="pk_experiments"),
+)
+
+sweeps = Table(  # schema 13: a sweep job's own state (phalanx.sweep)
+    "sweeps",
+    metadata,
+    Column("name", Text, nullable=False),
+    Column("restarts", Integer, nullable=False, server_default=text("0")),
+    Column("best_trial", Integer),
+    Column("best_value", Double),
+    Column("ended_reason", Text),
+    PrimaryKeyConstraint("name", name="pk_sweeps"),
+)
+
+sweep_trials = Table(  # schema 13: one row per trial, written before its job is made
+    "sweep_trials",
+    metadata,
+    Column("sweep_name", Text, nullable=False),
+    Column("number", Integer, nullable=False),
+    Column("job_name", Text, nullable=False),
+    Column("params_json", Text, nullable=False),
+    Column("internal_json", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("value", Double),
+    Column("reason", Text),
+    Column("attrs_json", Text, nullable=False, server_default="{}"),
+    Column("curve_json", Text),
+    Column("created_at", Double, nullable=False),
+    Column("ended_at", Double),
+    PrimaryKeyConstraint("sweep_name", "number", name="pk_sweep_trials"),
 )
 
 tokens = Table(

@@ -193,6 +193,7 @@ class Workspace:
         queue: QueueEntry | None = None,
         created_by: str | None = None,
         running: bool = False,
+        parent: str | None = None,
     ) -> JobRecord:
         """Record a new Queued job, with its folder and code snapshot.
 
@@ -208,6 +209,7 @@ class Workspace:
             created_by: Who submitted it (the server's user); ``None`` for this machine's user.
             running: Record it Running (started now) instead: a run no supervisor runs,
                 which MLflow logs to from outside (``phalanx.tracking``).
+            parent: The sweep it is a trial of.
 
         Raises:
             PhalanxError: the name is taken or invalid, or the code folder is too large.
@@ -232,7 +234,13 @@ class Workspace:
             # The row commits only once the folder is in place: never one without the other.
             with self.transaction() as tx:
                 final_name = self._insert_job(
-                    tx, spec, name, queue or QueueEntry(), created_by, running=running
+                    tx,
+                    spec,
+                    name,
+                    queue or QueueEntry(),
+                    created_by,
+                    running=running,
+                    parent=parent,
                 )
                 try:
                     staging.rename(self.jobs_dir / final_name)
@@ -258,6 +266,7 @@ class Workspace:
         created_by: str | None,
         *,
         running: bool = False,
+        parent: str | None = None,
     ) -> str:
         # Under the write lock nobody else inserts: a name not there now is free. (A failed
         # INSERT would end the whole transaction on PostgreSQL, so it is never tried.)
@@ -273,9 +282,10 @@ class Workspace:
             tx.execute(
                 "INSERT INTO jobs (name, display_name, experiment_name, description, tags_json,"
                 " status, created_at, started_at, spec_json, target, request_json, priority,"
-                " tier, timeout, created_by) VALUES (:name, :display_name, :experiment_name,"
-                " :description, :tags_json, :status, :created_at, :started_at, :spec_json,"
-                " :target, :request_json, :priority, :tier, :timeout, :created_by)",
+                " tier, timeout, created_by, parent_name) VALUES (:name, :display_name,"
+                " :experiment_name, :description, :tags_json, :status, :created_at, :started_at,"
+                " :spec_json, :target, :request_json, :priority, :tier, :timeout, :created_by,"
+                " :parent)",
                 {
                     "name": candidate,
                     "display_name": spec.get("display_name"),
@@ -292,6 +302,7 @@ class Workspace:
                     "tier": queue.tier,
                     "timeout": queue.timeout,
                     "created_by": created_by,
+                    "parent": parent,
                 },
             )
             return candidate
@@ -304,12 +315,20 @@ class Workspace:
         return self._job_from_row(rows[0], self.list_attempts(name))
 
     def list_jobs(
-        self, *, limit: int = 50, status: JobStatus | None = None, experiment: str | None = None
+        self,
+        *,
+        limit: int = 50,
+        status: JobStatus | None = None,
+        experiment: str | None = None,
+        parent: str | None = None,
     ) -> list[JobRecord]:
-        """The newest jobs first."""
+        """The newest jobs first; with ``parent``, only the trials of that sweep."""
         sql = "SELECT * FROM jobs"
         where: list[str] = []
         args: dict[str, Any] = {"limit": limit}
+        if parent is not None:
+            where.append("parent_name = :parent")
+            args["parent"] = parent
         if status is not None:
             where.append("status = :status")
             args["status"] = status.value
@@ -378,6 +397,7 @@ class Workspace:
             lease_generation=row["lease_generation"],
             lease_holder=row["lease_holder"],
             lease_renewed_at=row["lease_renewed_at"],
+            parent=row["parent_name"],
         )
 
     @_retried
@@ -479,6 +499,16 @@ class Workspace:
                     },
                 )
         return True
+
+    @_retried
+    def set_end_reason(self, name: str, error: RootCause) -> None:
+        """Give a job that ended without a root cause one (why its sweep stopped it)."""
+        with self.transaction() as tx:
+            tx.execute(
+                "UPDATE jobs SET error_json = :error WHERE name = :name AND error_json IS NULL"
+                " AND ended_at IS NOT NULL",
+                {"error": _dumps(error.to_dict()), "name": name},
+            )
 
     @_retried
     def request_cancel(self, name: str) -> None:

@@ -63,6 +63,7 @@ def job_to_wire(job: JobRecord, logs: dict[str, list[str]] | None = None) -> dic
         "logs": logs if logs is not None else job.logs,
         "params": job.params,
         "run_tags": job.run_tags,
+        "parent": job.parent,
     }
 
 
@@ -107,6 +108,7 @@ def job_from_wire(data: dict[str, Any]) -> JobRecord:
         target=data.get("target") or "local",
         queue=data.get("queue"),
         created_by=data.get("created_by"),
+        parent=data.get("parent"),
         logs=data.get("logs"),
         params=data.get("params"),
         run_tags=data.get("run_tags"),

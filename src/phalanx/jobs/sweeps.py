@@ -1,0 +1,382 @@
+"""A sweep job's controller: the sweep's supervisor process runs it.
+
+Each round (twice a second, or when a trial's job ends) it reads the sweep's
+trial records and their jobs, gives the study each running trial's new points
+of the primary metric, stops the trials the early-termination policy gives up
+on, records the trials that ended, and makes new trials while fewer than
+``max_concurrent_trials`` run and fewer than ``max_total_trials`` were made.
+Trials are ordinary jobs (``<sweep>_<n>``, the sweep their parent) in the
+sweep's target's queue, at the sweep's priority and tier; the scheduler runs
+them like any other job.
+
+What it knows is in the database (:mod:`phalanx.workspace.trials`), written
+before it acts: a trial's row with its values before its job, a stopped
+trial's reason before its job is asked to stop. A controller that is killed
+(or whose server or scheduler is) is replaced by the scheduler, like any lost
+supervisor; the new one rebuilds the study from the rows and goes on, making
+the job of a row that has none and never drawing values again for a trial it
+has. A sweep whose controller was lost more than ``MAX_RESTARTS`` times fails.
+
+The sweep ends when no trial runs and no more will be made: ``Completed``
+naming its best trial, or ``Failed`` when no trial completed with a value of
+the primary metric. A sweep stops making trials early when its first
+``max(3, max_concurrent_trials)`` trials all failed (a broken script should not
+run a thousand times), and at ``limits.timeout``, when its running trials are
+canceled. Canceling the sweep cancels its trials.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import yaml
+
+from phalanx.errors import PhalanxError
+from phalanx.jobs.control import request_stop, submit
+from phalanx.scheduler.bell import Bell, job_bell
+from phalanx.workspace import JobRecord, JobStatus, RootCause, Workspace
+from phalanx.workspace.leases import LeaseLost
+from phalanx.workspace.metrics import read_metrics
+from phalanx.workspace.trials import (
+    TrialRecord,
+    TrialState,
+    add_trial,
+    begin,
+    set_outcome,
+    trials_of,
+    update_trial,
+)
+
+if TYPE_CHECKING:
+    from phalanx.search.study import Search
+    from phalanx.spec.sweep import SweepSpec
+    from phalanx.workspace.leases import LeaseKeeper
+
+log = logging.getLogger(__name__)
+
+ROUND_S = 0.5
+MAX_RESTARTS = 20
+STOP_WAIT_S = 20.0
+"""How long a canceled sweep waits for its trials' jobs to end before it ends itself
+(they end anyway: each was asked to stop)."""
+
+
+class SweepRunner:
+    """Runs one sweep to its end (or until its lease is taken)."""
+
+    def __init__(
+        self, ws: Workspace, name: str, lease: LeaseKeeper, stopping: Callable[[], bool]
+    ) -> None:
+        self.ws = ws
+        self.name = name
+        self.lease = lease
+        self.stopping = stopping
+        self._curves: dict[str, tuple[tuple[int, int, int], list[tuple[int, float]]]] = {}
+        self._stop_reason: str | None = None
+        self._failure: str | None = None
+
+    def run(self) -> JobStatus:
+        from phalanx.search.study import Search
+        from phalanx.spec.sweep import SweepSpec
+
+        job = self.ws.get_job(self.name)
+        spec = SweepSpec.model_validate(job.spec)
+        state = begin(self.ws, self.name)
+        if state.restarts > MAX_RESTARTS:
+            return self._end(
+                JobStatus.FAILED,
+                f"the sweep's controller was lost {state.restarts} times; see "
+                "system_logs/supervisor.txt",
+            )
+        records = trials_of(self.ws, self.name)
+        if state.restarts:
+            log.info("sweep %s: taken over (restart %d) with %d trials recorded",
+                     self.name, state.restarts, len(records))  # fmt: skip
+        search = Search(self.name, spec, records)
+        bell = Bell(job_bell(self.ws.home, self.name))
+        try:
+            while True:
+                if self.lease.lost:
+                    raise LeaseLost(self.name, self.lease.generation)
+                if self.stopping() or self.ws.requests(self.name)[0]:
+                    return self._cancel(records)
+                records = trials_of(self.ws, self.name)
+                children = {j.name: j for j in self.ws.list_jobs(parent=self.name, limit=10_000)}
+                self._watch(spec, search, records, children)
+                records = trials_of(self.ws, self.name)
+                self._limit_time(spec, job, records)
+                made = self._make(spec, search, records, children)
+                records = trials_of(self.ws, self.name)
+                self._record_best(spec, records)
+                live = [r for r in records if not r.state.is_over]
+                if not live and not made and self._done(spec, search, records):
+                    return self._finish(spec, records)
+                bell.wait(ROUND_S)
+        finally:
+            bell.close()
+
+    # -- a round ---------------------------------------------------------------
+
+    def _watch(
+        self,
+        spec: SweepSpec,
+        search: Search,
+        records: list[TrialRecord],
+        children: dict[str, JobRecord],
+    ) -> None:
+        """Feed the study what running trials reported; record those that ended; stop
+        those the policy gives up on."""
+        for record in records:
+            child = children.get(record.job_name)
+            if record.state is TrialState.PENDING:
+                if child is None:
+                    self._start(spec, record)
+                else:  # made before the last controller could record it
+                    update_trial(self.ws, self.name, record.number, state=TrialState.STARTED)
+                continue
+            if child is None:
+                continue
+            if record.state.is_over:
+                if child.status.is_terminal and child.error is None and record.reason:
+                    self.ws.set_end_reason(child.name, RootCause(message=record.reason))
+                continue
+            curve = self._curve(spec, child)
+            new = search.report(record.number, curve)
+            if child.status.is_terminal:
+                self._ended(spec, search, record, child, curve)
+                continue
+            reason = search.judge(record.number) if new else None
+            if reason is not None:
+                log.info("sweep %s: stopping trial %d: %s", self.name, record.number, reason)
+                update_trial(self.ws, self.name, record.number, state=TrialState.PRUNED,
+                             reason=reason, value=_last(curve), attrs=search.attrs(record.number),
+                             curve=curve)  # fmt: skip
+                search.tell(record.number, TrialState.PRUNED, None)
+                request_stop(self.ws, child.name)
+            elif new and search.attrs(record.number) != record.attrs:
+                update_trial(self.ws, self.name, record.number, attrs=search.attrs(record.number))
+
+    def _ended(
+        self,
+        spec: SweepSpec,
+        search: Search,
+        record: TrialRecord,
+        child: JobRecord,
+        curve: list[tuple[int, float]],
+    ) -> None:
+        value = _last(curve)
+        metric = spec.objective.primary_metric
+        reason: str | None = None
+        if child.status is JobStatus.COMPLETED and value is not None:
+            state = TrialState.COMPLETED
+        elif child.status is JobStatus.COMPLETED:
+            state = TrialState.FAILED
+            reason = (
+                f"completed without logging {metric!r} (objective.primary_metric); log it "
+                "with phalanx.train.log_metric or mlflow.log_metric"
+            )
+        elif child.status is JobStatus.CANCELED:
+            state = TrialState.CANCELED
+            reason = self._stop_reason or "canceled"
+        else:
+            state = TrialState.FAILED
+            reason = child.error.message.splitlines()[0] if child.error else "failed"
+        update_trial(self.ws, self.name, record.number, state=state, value=value,
+                     reason=reason, attrs=search.attrs(record.number), curve=curve)  # fmt: skip
+        search.tell(record.number, state, value)
+        log.info("sweep %s: trial %d %s%s", self.name, record.number, state,
+                 f" ({metric} = {value:.6g})" if value is not None else "")  # fmt: skip
+
+    def _make(
+        self,
+        spec: SweepSpec,
+        search: Search,
+        records: list[TrialRecord],
+        children: dict[str, JobRecord],
+    ) -> int:
+        """New trials while there is room; how many were made."""
+        if self._stop_reason is not None or self._failure is not None:
+            return 0
+        live = sum(1 for r in records if not r.state.is_over)
+        total = len(records)
+        failed = [r for r in records if r.state is TrialState.FAILED]
+        if not any(r.state is TrialState.COMPLETED for r in records) and len(failed) >= max(
+            3, spec.max_concurrent_trials
+        ):
+            self._failure = (
+                f"its first {len(failed)} trials failed and none completed, so it made no "
+                f"more; trial {failed[0].number} ({failed[0].job_name}): {failed[0].reason}"
+            )
+            return 0
+        made = 0
+        while (
+            live < spec.max_concurrent_trials
+            and total < spec.max_total_trials
+            and not search.exhausted
+        ):
+            proposal = search.propose()
+            if proposal.number != total:  # the study and the database disagree: a bug
+                raise RuntimeError(f"study numbered trial {proposal.number}, expected {total}")
+            record = add_trial(self.ws, self.name, proposal.number, proposal.params,
+                               proposal.internal)  # fmt: skip
+            if proposal.attrs:
+                update_trial(self.ws, self.name, record.number, attrs=proposal.attrs)
+            self._start(spec, record)
+            live, total, made = live + 1, total + 1, made + 1
+        return made
+
+    def _start(self, spec: SweepSpec, record: TrialRecord) -> None:
+        """Make the job of a recorded trial."""
+        from phalanx.tracking.runfiles import append_events
+
+        job = self.ws.get_job(self.name)
+        trial = spec.trial_spec(record.params, name=record.job_name)
+        text = f"# trial {record.number} of sweep {self.name}\n" + yaml.safe_dump(
+            trial.to_record(), sort_keys=False
+        )
+        code = self.ws.paths(self.name).code if spec.trial.code is not None else None
+        try:
+            child = submit(self.ws, trial, text, created_by=job.created_by, parent=self.name,
+                           code=code)  # fmt: skip
+        except PhalanxError as exc:
+            if "already exists" not in str(exc):
+                raise
+        else:
+            # The values as the trial's MLflow run's params (mlflow.search_runs shows them).
+            append_events(Path(child.job_dir), [
+                {"kind": "param", "key": k, "value": _text(v)} for k, v in record.params.items()
+            ])  # fmt: skip
+        update_trial(self.ws, self.name, record.number, state=TrialState.STARTED)
+        log.info("sweep %s: trial %d is job %s with %s", self.name, record.number,
+                 record.job_name, record.params)  # fmt: skip
+
+    def _limit_time(self, spec: SweepSpec, job: JobRecord, records: list[TrialRecord]) -> None:
+        timeout = spec.limits.timeout
+        if timeout is None or self._stop_reason is not None:
+            return
+        started = job.started_at or job.created_at
+        if time.time() - started < timeout:
+            return
+        self._stop_reason = f"the sweep reached limits.timeout ({timeout} s)"
+        log.info("sweep %s: %s; stopping its running trials", self.name, self._stop_reason)
+        for record in records:
+            if not record.state.is_over:
+                request_stop(self.ws, record.job_name)
+
+    def _done(self, spec: SweepSpec, search: Search, records: list[TrialRecord]) -> bool:
+        return (
+            self._stop_reason is not None
+            or self._failure is not None
+            or len(records) >= spec.max_total_trials
+            or search.exhausted
+        )
+
+    # -- the end -----------------------------------------------------------------
+
+    def _record_best(self, spec: SweepSpec, records: list[TrialRecord]) -> TrialRecord | None:
+        best = best_trial(spec, records)
+        if best is not None:
+            set_outcome(self.ws, self.name, best_trial=best.number, best_value=best.value)
+        return best
+
+    def _finish(self, spec: SweepSpec, records: list[TrialRecord]) -> JobStatus:
+        best = self._record_best(spec, records)
+        if self._failure is not None:
+            reason = self._failure
+        elif self._stop_reason is not None:
+            reason = self._stop_reason
+        elif len(records) >= spec.max_total_trials:
+            reason = f"made limits.max_total_trials ({spec.max_total_trials}) trials"
+        else:
+            reason = f"covered the grid ({spec.grid_size()} points)"
+        set_outcome(self.ws, self.name, best_trial=best.number if best else None,
+                    best_value=best.value if best else None, ended_reason=reason)  # fmt: skip
+        if best is None:
+            metric = spec.objective.primary_metric
+            first = next((r for r in records if r.reason), None)
+            why = f"; trial {first.number}: {first.reason}" if first else ""
+            return self._end(
+                JobStatus.FAILED, f"no trial completed with a value of {metric!r}: {reason}{why}"
+            )
+        log.info("sweep %s: %s; best trial %d (%s) with %s = %.6g", self.name, reason,
+                 best.number, best.job_name, spec.objective.primary_metric,
+                 best.value)  # fmt: skip
+        return self._end(JobStatus.COMPLETED, None)
+
+    def _cancel(self, records: list[TrialRecord]) -> JobStatus:
+        """Stop every running trial, wait a while for them, and end Canceled."""
+        self._stop_reason = "the sweep was canceled"
+        live = [r for r in trials_of(self.ws, self.name) if not r.state.is_over]
+        for record in live:
+            update_trial(self.ws, self.name, record.number, state=TrialState.CANCELED,
+                         reason=self._stop_reason)  # fmt: skip
+            try:
+                request_stop(self.ws, record.job_name)
+            except PhalanxError:  # its job was never made
+                continue
+        deadline = time.monotonic() + STOP_WAIT_S
+        while time.monotonic() < deadline:
+            jobs = self.ws.list_jobs(parent=self.name, limit=10_000)
+            if all(j.status.is_terminal for j in jobs):
+                break
+            time.sleep(0.2)
+        for record in live:
+            try:
+                self.ws.set_end_reason(record.job_name, RootCause(message=self._stop_reason))
+            except PhalanxError:
+                continue
+        return self._end(JobStatus.CANCELED, None)
+
+    def _end(self, status: JobStatus, message: str | None) -> JobStatus:
+        error = RootCause(message=message) if message else None
+        self.ws.set_status(self.name, status, error=error)
+        return status
+
+    # -- reading a trial's metric ---------------------------------------------------
+
+    def _curve(self, spec: SweepSpec, child: JobRecord) -> list[tuple[int, float]]:
+        """The trial's ``(step, value)`` points of the primary metric, read again only
+        when its metrics file changed. Points without a step are numbered in order."""
+        path = Path(child.job_dir) / "metrics.jsonl"
+        try:
+            st = os.stat(path)
+        except OSError:
+            return []
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        cached = self._curves.get(child.name)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        points = read_metrics(Path(child.job_dir)).get(spec.objective.primary_metric, [])
+        curve: list[tuple[int, float]] = []
+        for index, (step, value) in enumerate(points):
+            if value is None or not math.isfinite(value):
+                continue
+            curve.append((step if step is not None else index, float(value)))
+        self._curves[child.name] = (key, curve)
+        return curve
+
+
+def best_trial(spec: SweepSpec, records: list[TrialRecord]) -> TrialRecord | None:
+    """The completed trial with the best result."""
+    done = [r for r in records if r.state is TrialState.COMPLETED and r.value is not None]
+    if not done:
+        return None
+    pick = max if spec.objective.goal == "maximize" else min
+    return pick(done, key=lambda r: r.value)  # type: ignore[arg-type, return-value]
+
+
+def _last(curve: list[tuple[int, float]]) -> float | None:
+    """The result of a trial: the value at its highest step."""
+    return max(curve)[1] if curve else None
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -1,0 +1,181 @@
+"""A sweep's Optuna study: built from its spec, rebuilt from its trial records.
+
+The database holds the truth (:mod:`phalanx.workspace.trials`); the study is
+an in-memory view of it that the sampler and the pruner read. A controller
+that starts (or starts again after the last was killed) rebuilds it by adding
+every recorded trial in number order, with its values, result, reported
+points and the attributes the sampler and pruner keep (the grid point taken,
+ASHA's rungs), so Optuna numbers the next trial as the database does and never
+proposes again what a recorded trial already has.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.samplers import BaseSampler
+from optuna.trial import FrozenTrial, TrialState, create_trial
+
+from phalanx.search.policies import explain, make_pruner
+from phalanx.search.space import Value, dimensions, distributions, values_of
+from phalanx.spec.sweep import SweepSpec
+from phalanx.workspace.trials import TrialRecord
+from phalanx.workspace.trials import TrialState as RecordState
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+# TPE's constant liar and multivariate modes are marked experimental; they are what a
+# parallel search wants, and the warning would land in every sweep's log.
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+_RESULT = {
+    RecordState.COMPLETED: TrialState.COMPLETE,
+    RecordState.FAILED: TrialState.FAIL,
+    RecordState.PRUNED: TrialState.PRUNED,
+    RecordState.CANCELED: TrialState.FAIL,
+}
+
+
+def make_sampler(spec: SweepSpec) -> BaseSampler:
+    """The sampler of the sweep's ``sampling_algorithm``."""
+    algorithm = spec.sampling_algorithm
+    seed = algorithm.seed
+    if algorithm.type == "grid":
+        grid = {d.name: d.grid() for d in dimensions(spec)}
+        return optuna.samplers.GridSampler(grid, seed=seed)
+    if algorithm.type == "bayesian":
+        startup = algorithm.n_startup_trials or max(2, min(10, spec.max_total_trials // 5))
+        return optuna.samplers.TPESampler(
+            seed=seed, n_startup_trials=startup, multivariate=True, constant_liar=True
+        )
+    if algorithm.rule == "sobol":
+        return optuna.samplers.QMCSampler(
+            qmc_type="sobol",
+            scramble=True,
+            seed=seed,
+            independent_sampler=optuna.samplers.RandomSampler(seed=seed),
+            warn_independent_sampling=False,
+            warn_asynchronous_seeding=False,
+        )
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+@dataclass
+class Proposal:
+    """What the sampler proposed for the next trial."""
+
+    number: int
+    internal: dict[str, Any]
+    params: dict[str, Value]
+    attrs: dict[str, Any]
+
+
+class Search:
+    """One sweep's study, as its controller asks, reports and tells it."""
+
+    def __init__(self, name: str, spec: SweepSpec, records: list[TrialRecord]) -> None:
+        self.spec = spec
+        self.maximize = spec.objective.goal == "maximize"
+        self.distributions = distributions(spec)
+        self.study = optuna.create_study(
+            study_name=name,
+            direction="maximize" if self.maximize else "minimize",
+            sampler=make_sampler(spec),
+            pruner=make_pruner(spec),
+        )
+        self._ids: dict[int, int] = {}
+        for record in records:
+            self._restore(record)
+
+    def _restore(self, record: TrialRecord) -> None:
+        if record.number != len(self._ids):
+            raise ValueError(f"trial records skip from {len(self._ids)} to {record.number}")
+        state = _RESULT.get(record.state, TrialState.RUNNING)
+        value = record.value if state is TrialState.COMPLETE else None
+        if state is TrialState.COMPLETE and value is None:
+            state = TrialState.FAIL
+        self.study.add_trial(
+            create_trial(
+                state=state,
+                value=value,
+                params=record.internal,
+                distributions=self.distributions,
+                system_attrs=record.attrs,
+                intermediate_values={int(s): v for s, v in record.curve or ()},
+            )
+        )
+        self._ids[record.number] = self.study.get_trials(deepcopy=False)[-1]._trial_id
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether the sampler has nothing new to propose (a grid that is covered)."""
+        sampler = self.study.sampler
+        if isinstance(sampler, optuna.samplers.GridSampler):
+            return len(self._ids) >= self.spec.grid_size()
+        return False
+
+    def propose(self) -> Proposal:
+        """The next trial's values (Optuna numbers it as the database will)."""
+        trial = self.study.ask(self.distributions)
+        self._ids[trial.number] = trial._trial_id
+        frozen = self._frozen(trial.number)
+        return Proposal(
+            number=trial.number,
+            internal=dict(trial.params),
+            params=values_of(self.spec, trial.params),
+            attrs=_plain(frozen.system_attrs),
+        )
+
+    def _frozen(self, number: int) -> FrozenTrial:
+        return self.study._storage.get_trial(self._ids[number])
+
+    def attrs(self, number: int) -> dict[str, Any]:
+        """What the sampler and pruner keep of trial ``number`` (to be recorded)."""
+        return _plain(self._frozen(number).system_attrs)
+
+    def report(self, number: int, points: list[tuple[int, float]]) -> bool:
+        """Add the trial's new ``(step, value)`` points; whether any was new."""
+        frozen = self._frozen(number)
+        if frozen.state is not TrialState.RUNNING:
+            return False
+        new = False
+        for step, value in points:
+            if step not in frozen.intermediate_values:
+                self.study._storage.set_trial_intermediate_value(self._ids[number], step, value)
+                new = True
+        return new
+
+    def judge(self, number: int) -> str | None:
+        """Why the early-termination policy stops the trial now; ``None`` to let it run."""
+        frozen = self._frozen(number)
+        if frozen.state is not TrialState.RUNNING or frozen.last_step is None:
+            return None
+        return explain(self.study.pruner, self.study, frozen)
+
+    def tell(self, number: int, state: RecordState, value: float | None) -> None:
+        """The trial ended (``value``: its result when it completed)."""
+        frozen = self._frozen(number)
+        if frozen.state is not TrialState.RUNNING:
+            return
+        result = _RESULT[state]
+        if result is TrialState.COMPLETE and value is None:
+            result = TrialState.FAIL
+        self.study.tell(
+            self._ids[number], value if result is TrialState.COMPLETE else None, state=result
+        )
+
+
+def _plain(attrs: dict[str, Any]) -> dict[str, Any]:
+    """The attributes that survive JSON (Optuna keeps only such in its own databases)."""
+    import json
+
+    out = {}
+    for key, value in attrs.items():
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            continue
+        out[key] = value
+    return out

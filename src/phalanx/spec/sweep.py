@@ -1,0 +1,740 @@
+"""SweepSpec: an Azure ML sweep job (``type: sweep``), as phalanx runs it.
+
+A sweep runs its ``trial`` (a command job) many times, each with values drawn
+from ``search_space`` by ``sampling_algorithm``; ``early_termination`` stops
+trials that fall behind on ``objective.primary_metric``, and ``limits`` bounds
+how many run in all and at once. The trial's command names a value as
+``${{search_space.<name>}}``; each trial gets its values as literal inputs of
+the same names (as Azure ML's SDK does when ``command(lr=Uniform(...))``
+replaces an input by a distribution), so they reach the command exactly as a
+literal input would.
+
+:meth:`SweepSpec.trial_spec` is the command job of one trial;
+:meth:`SweepSpec.template` the same with each value at a representative point,
+which is how a sweep is checked (reach, inputs, environment) before it runs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    Field,
+    PrivateAttr,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from phalanx.errors import SpecError
+from phalanx.limits import MAX_DESCRIPTION, MAX_NAME
+from phalanx.spec.job import (
+    BUILTIN_OUTPUTS,
+    COMPUTE_TARGETS,
+    Distribution,
+    EnvironmentValue,
+    InputValue,
+    JobSpec,
+)
+from phalanx.spec.parts import (
+    InputSpec,
+    OutputSpec,
+    QueueSettings,
+    Resources,
+    Retry,
+    SpecModel,
+)
+from phalanx.spec.values import (
+    ENV_VAR_RE,
+    IDENTIFIER_RE,
+    MAX_URL,
+    base_dir_of,
+    coerce_str_mapping,
+    is_remote,
+    limited,
+    limited_tags,
+    parse_duration,
+    recorded,
+    resolve_local,
+    show,
+    user_error,
+)
+from phalanx.workspace.names import NAME_RE
+
+#: The most trials one sweep may run (Azure ML's cap too).
+MAX_TRIALS = 1000
+#: The most values a ``choice`` may list, and the most points a grid may have.
+MAX_CHOICES = 10_000
+
+_SEARCH_RE = re.compile(r"\$\{\{\s*search_space\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+_EXPRESSION_RE = re.compile(r"\$\{\{(.*?)\}\}", re.DOTALL)
+
+Scalar = StrictBool | StrictInt | StrictFloat | StrictStr
+
+
+# -- the search space ---------------------------------------------------------
+
+
+class _Bounded(SpecModel):
+    min_value: StrictInt | StrictFloat
+    max_value: StrictInt | StrictFloat
+
+    @field_validator("min_value", "max_value")
+    @classmethod
+    def _finite(cls, value: float, info: ValidationInfo) -> float:
+        if not math.isfinite(value):
+            raise user_error("must be a finite number")
+        low = info.data.get("min_value")
+        if info.field_name == "max_value" and low is not None and not low < value:
+            raise user_error(
+                f"max_value ({value}) must be greater than min_value ({low}); swap them or "
+                "widen the range"
+            )
+        return value
+
+
+class _Quantised(SpecModel):
+    q: Annotated[StrictInt | StrictFloat, Field(gt=0)]
+    """Values are rounded to a multiple of ``q``."""
+
+
+class Choice(SpecModel):
+    """One of ``values``."""
+
+    type: Literal["choice"] = "choice"
+    values: Annotated[list[Scalar], Field(min_length=1, max_length=MAX_CHOICES)]
+
+    @field_validator("values", mode="before")
+    @classmethod
+    def _flat(cls, value: Any) -> Any:
+        if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+            raise user_error(
+                "nested search spaces in a choice are not supported; list plain values "
+                "(numbers, strings, true/false), or run one sweep per branch"
+            )
+        return value
+
+
+class RandInt(SpecModel):
+    """An integer from 0 to ``upper`` - 1 (Azure ML's ``randint``)."""
+
+    type: Literal["randint"] = "randint"
+    upper: Annotated[StrictInt, Field(ge=1, le=2**31)]
+
+
+class Uniform(_Bounded):
+    """A float between ``min_value`` and ``max_value``."""
+
+    type: Literal["uniform"] = "uniform"
+
+
+class LogUniform(_Bounded):
+    """``exp(uniform(min_value, max_value))``: the bounds are natural logarithms, as in
+    Azure ML (``loguniform(-6, -1)`` spans 0.0025 to 0.37)."""
+
+    type: Literal["loguniform"] = "loguniform"
+
+
+class QUniform(_Bounded, _Quantised):
+    """``round(uniform(min_value, max_value) / q) * q``."""
+
+    type: Literal["quniform"] = "quniform"
+
+
+class QLogUniform(_Bounded, _Quantised):
+    """``round(exp(uniform(min_value, max_value)) / q) * q``."""
+
+    type: Literal["qloguniform"] = "qloguniform"
+
+
+class Normal(SpecModel):
+    """A float from the normal distribution with mean ``mu`` and deviation ``sigma``."""
+
+    type: Literal["normal"] = "normal"
+    mu: StrictInt | StrictFloat
+    sigma: Annotated[StrictInt | StrictFloat, Field(gt=0)]
+
+
+class LogNormal(Normal):
+    """``exp(normal(mu, sigma))``."""
+
+    type: Literal["lognormal"] = "lognormal"  # type: ignore[assignment]
+
+
+class QNormal(Normal, _Quantised):
+    """``round(normal(mu, sigma) / q) * q``."""
+
+    type: Literal["qnormal"] = "qnormal"  # type: ignore[assignment]
+
+
+class QLogNormal(Normal, _Quantised):
+    """``round(exp(normal(mu, sigma)) / q) * q``."""
+
+    type: Literal["qlognormal"] = "qlognormal"  # type: ignore[assignment]
+
+
+SearchDistribution = Annotated[
+    Choice
+    | RandInt
+    | Uniform
+    | LogUniform
+    | QUniform
+    | QLogUniform
+    | Normal
+    | LogNormal
+    | QNormal
+    | QLogNormal,
+    Field(discriminator="type"),
+]
+DISTRIBUTIONS = (
+    "choice", "randint", "uniform", "loguniform", "quniform", "qloguniform", "normal",
+    "lognormal", "qnormal", "qlognormal",
+)  # fmt: skip
+
+
+# -- how values are drawn, judged and stopped ----------------------------------
+
+
+class SamplingAlgorithm(SpecModel):
+    """How each trial's values are picked (Azure ML's ``sampling_algorithm``)."""
+
+    type: Literal["random", "grid", "bayesian"] = "random"
+    """``random`` (Optuna's random sampler, or Sobol points with ``rule: sobol``),
+    ``grid`` (every combination of ``choice`` and ``randint`` values once) or
+    ``bayesian`` (Optuna's TPE, proposing from the trials' results)."""
+    seed: Annotated[StrictInt, Field(ge=0, lt=2**32)] | None = None
+    """Makes the values of a sweep run one trial at a time the same again."""
+    rule: Literal["random", "sobol"] = "random"
+    """``random`` only: ``sobol`` spreads the trials evenly (a scrambled Sobol sequence)."""
+    n_startup_trials: Annotated[StrictInt, Field(ge=1, le=MAX_TRIALS)] | None = None
+    """``bayesian`` only (phalanx): trials drawn at random before it proposes from results
+    (default: 10, or a fifth of ``max_total_trials`` when that is fewer, at least 2)."""
+
+    @model_validator(mode="after")
+    def _fits_type(self) -> SamplingAlgorithm:
+        if self.rule == "sobol" and self.type != "random":
+            raise user_error(
+                "rule: sobol goes with type: random only", loc=("sampling_algorithm", "rule")
+            )
+        if self.n_startup_trials is not None and self.type != "bayesian":
+            raise user_error(
+                "goes with type: bayesian only", loc=("sampling_algorithm", "n_startup_trials")
+            )
+        return self
+
+
+class Objective(SpecModel):
+    """What a trial is judged by."""
+
+    primary_metric: Annotated[str, Field(min_length=1, max_length=250)]
+    """A metric each trial logs (``phalanx.train.log_metric`` or ``mlflow.log_metric``);
+    its last value is the trial's result."""
+    goal: Literal["minimize", "maximize"]
+
+    @field_validator("goal", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+
+class _Policy(SpecModel):
+    evaluation_interval: Annotated[StrictInt, Field(ge=0, le=10**9)] = 1
+    """Judge at steps that are a multiple of this (0 or 1: every step reported)."""
+    delay_evaluation: Annotated[StrictInt, Field(ge=0, le=10**9)] = 0
+    """Judge no step before this one."""
+
+
+class BanditPolicy(_Policy):
+    """Stop a trial whose metric is not within ``slack_factor`` (a ratio) or
+    ``slack_amount`` (an absolute difference) of the best trial's at the same step."""
+
+    type: Literal["bandit"] = "bandit"
+    slack_factor: Annotated[StrictInt | StrictFloat, Field(gt=0)] | None = None
+    slack_amount: Annotated[StrictInt | StrictFloat, Field(gt=0)] | None = None
+
+    @model_validator(mode="after")
+    def _one_slack(self) -> BanditPolicy:
+        if (self.slack_factor is None) == (self.slack_amount is None):
+            raise user_error(
+                "give exactly one of slack_factor (e.g. 0.1: within 10 % of the best) and "
+                "slack_amount (an absolute difference)",
+                loc=("early_termination", "slack_factor"),
+            )
+        return self
+
+
+class MedianStoppingPolicy(_Policy):
+    """Stop a trial whose best value so far is worse than the median of the trials'
+    running averages at the same step."""
+
+    type: Literal["median_stopping"] = "median_stopping"
+
+
+class TruncationSelectionPolicy(_Policy):
+    """At each evaluation, stop the trials in the worst ``truncation_percentage`` %."""
+
+    type: Literal["truncation_selection"] = "truncation_selection"
+    truncation_percentage: Annotated[StrictInt, Field(ge=1, le=99)]
+    exclude_finished_jobs: StrictBool = False
+    """Leave trials that have ended out of the comparison."""
+
+
+class AshaPolicy(SpecModel):
+    """phalanx's addition: asynchronous successive halving (Optuna's
+    ``SuccessiveHalvingPruner``). A trial goes on past rung ``k`` (step
+    ``min_resource * reduction_factor**k``) only if it is in the best
+    ``1/reduction_factor`` of the trials that reached that rung."""
+
+    type: Literal["asha"] = "asha"
+    min_resource: Annotated[StrictInt, Field(ge=1, le=10**9)] = 1
+    """The step of the first rung."""
+    reduction_factor: Annotated[StrictInt, Field(ge=2, le=100)] = 3
+    min_early_stopping_rate: Annotated[StrictInt, Field(ge=0, le=30)] = 0
+
+
+class HyperbandPolicy(SpecModel):
+    """phalanx's addition: Hyperband (Optuna's ``HyperbandPruner``): several ASHA
+    brackets, each trial in one."""
+
+    type: Literal["hyperband"] = "hyperband"
+    min_resource: Annotated[StrictInt, Field(ge=1, le=10**9)] = 1
+    max_resource: Annotated[StrictInt, Field(ge=1, le=10**9)]
+    """The step a trial that is never stopped reaches last."""
+    reduction_factor: Annotated[StrictInt, Field(ge=2, le=100)] = 3
+
+    @model_validator(mode="after")
+    def _ordered(self) -> HyperbandPolicy:
+        if self.max_resource <= self.min_resource:
+            raise user_error(
+                f"max_resource ({self.max_resource}) must be greater than min_resource "
+                f"({self.min_resource})",
+                loc=("early_termination", "max_resource"),
+            )
+        return self
+
+
+EarlyTermination = Annotated[
+    BanditPolicy | MedianStoppingPolicy | TruncationSelectionPolicy | AshaPolicy | HyperbandPolicy,
+    Field(discriminator="type"),
+]
+POLICIES = ("bandit", "median_stopping", "truncation_selection", "asha", "hyperband")
+
+
+class SweepLimits(SpecModel):
+    """How much a sweep runs."""
+
+    max_total_trials: Annotated[StrictInt, Field(ge=1, le=MAX_TRIALS)] | None = None
+    """Trials in all (default: the grid's size for ``grid``, else 20)."""
+    max_concurrent_trials: Annotated[StrictInt, Field(ge=1, le=MAX_TRIALS)] | None = None
+    """Trials at once (default: ``max_total_trials``; the queue bounds them too)."""
+    timeout: int | None = None
+    """Seconds the sweep may run; then its running trials are canceled. Same forms as a
+    command job's ``limits.timeout`` (``7200``, ``2h``)."""
+    trial_timeout: int | None = None
+    """Seconds each trial may run (its ``limits.timeout``)."""
+
+    @field_validator("timeout", "trial_timeout", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return None if value is None else parse_duration(value)
+
+
+class TrialSpec(SpecModel):
+    """The command job each trial runs (Azure ML's ``trial``)."""
+
+    command: str
+    """The program, with ``${{search_space.x}}``, ``${{inputs.x}}`` and ``${{outputs.x}}``."""
+    code: str | None = None
+    """Local folder snapshotted once for every trial (relative to the spec file)."""
+    environment: EnvironmentValue | None = None
+    environment_variables: dict[str, str] = Field(default_factory=dict)
+    distribution: Distribution | None = None
+    resources: Resources | None = None
+
+    @field_validator("command")
+    @classmethod
+    def _non_empty(cls, value: str) -> str:
+        if not value.strip():
+            raise user_error("must not be empty; give the program to run, e.g. python train.py")
+        return value
+
+    @field_validator("code")
+    @classmethod
+    def _code_folder(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # As a command job's code: the trials run a snapshot taken when the sweep is made.
+        if value is None:
+            return None
+        if not value.strip() or is_remote(value):
+            raise user_error(f"must be a local folder; got {show(value)}")
+        base = base_dir_of(info)
+        if base is None:
+            return value
+        folder = resolve_local(value, base)
+        if not os.path.isdir(folder):
+            what = "is not a folder" if os.path.exists(folder) else "does not exist"
+            raise user_error(
+                f"code folder '{folder}' {what}; code: is relative to the spec file's folder"
+            )
+        return folder
+
+    @field_validator("environment_variables", mode="before")
+    @classmethod
+    def _env_as_str(cls, value: Any) -> Any:
+        return coerce_str_mapping(value, "environment_variables")
+
+    @field_validator("environment_variables")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not ENV_VAR_RE.fullmatch(key):
+                raise user_error(
+                    f"'{key}' is not a valid environment variable name; use letters, digits "
+                    "and '_', not starting with a digit"
+                )
+        return value
+
+    @field_validator("distribution", mode="before")
+    @classmethod
+    def _lower_type(cls, value: Any) -> Any:
+        if isinstance(value, dict) and isinstance(value.get("type"), str):
+            return {**value, "type": value["type"].lower()}
+        return value
+
+
+#: The trial's fields that a command job has at its top level.
+TRIAL_FIELDS = ("command", "code", "environment", "environment_variables", "distribution",
+                "resources")  # fmt: skip
+
+
+class SweepSpec(SpecModel):
+    """An Azure ML v2 sweep job. Build one with :func:`phalanx.spec.load_spec_text`."""
+
+    schema_: str | None = Field(default=None, alias="$schema")
+    type: Literal["sweep"]
+    name: str | None = None
+    display_name: str | None = None
+    experiment_name: str = "Default"
+    description: str | None = None
+    tags: dict[str, str] = Field(default_factory=dict)
+    trial: TrialSpec
+    inputs: dict[str, InputValue] = Field(default_factory=dict)
+    """Every trial's inputs; a search-space value of the same name replaces a literal one."""
+    outputs: dict[str, OutputSpec] = Field(default_factory=dict)
+    """Every trial's outputs (each trial writes its own)."""
+    compute: str = "local"
+    search_space: Annotated[dict[str, SearchDistribution], Field(min_length=1)]
+    sampling_algorithm: SamplingAlgorithm = Field(default_factory=SamplingAlgorithm)
+    """``random``, ``grid``, ``bayesian``, or a mapping with ``type``, ``seed`` …"""
+    objective: Objective
+    early_termination: EarlyTermination | None = None
+    limits: SweepLimits = Field(default_factory=SweepLimits)
+    retry: Retry = Field(default_factory=Retry)
+    """phalanx's retry policy of each trial."""
+    queue_settings: QueueSettings | None = None
+    """The trials' tier and priority (a ``spot`` sweep's trials may be preempted)."""
+    identity: dict[str, Any] | None = None
+    services: dict[str, Any] | None = None
+
+    _source: str | None = PrivateAttr(default=None)
+    _lines: dict[tuple[str, ...], int] = PrivateAttr(default_factory=dict)
+    _text: str | None = PrivateAttr(default=None)
+
+    # -- field rules -------------------------------------------------------
+
+    @field_validator("name")
+    @classmethod
+    def _azure_name(cls, value: str | None) -> str | None:
+        if value is not None and not NAME_RE.fullmatch(value):
+            raise user_error(
+                f"'{value}' is not a valid job name; start with a letter or digit, then use "
+                "only letters, digits, '_' and '-' (at most 255 characters)"
+            )
+        if value is not None and len(value) > 240:
+            raise user_error("a sweep's name must leave room for its trials' (at most 240)")
+        return value
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _tags_as_str(cls, value: Any) -> Any:
+        return limited_tags(coerce_str_mapping(value, "tags"), "tags")
+
+    @field_validator("display_name", "experiment_name")
+    @classmethod
+    def _short_text(cls, value: str | None) -> str | None:
+        return limited(value, MAX_NAME)
+
+    @field_validator("description")
+    @classmethod
+    def _description(cls, value: str | None) -> str | None:
+        return limited(value, MAX_DESCRIPTION)
+
+    @field_validator("schema_")
+    @classmethod
+    def _schema_url(cls, value: str | None) -> str | None:
+        return limited(value, MAX_URL)
+
+    @field_validator("identity", "services")
+    @classmethod
+    def _recorded(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return recorded(value)
+
+    @field_validator("compute", mode="before")
+    @classmethod
+    def _local_compute(cls, value: Any) -> Any:
+        return COMPUTE_TARGETS.get(value, value) if isinstance(value, str) else value
+
+    @field_validator("search_space", mode="before")
+    @classmethod
+    def _space(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str) or not IDENTIFIER_RE.fullmatch(key):
+                raise user_error(
+                    f"{show(key)} is not a valid name; use letters, digits and '_', not "
+                    "starting with a digit, so ${{search_space.<name>}} can refer to it",
+                    loc=("search_space", str(key)),
+                )
+            if isinstance(item, dict) and isinstance(item.get("type"), str):
+                kind = item["type"].lower()
+                if kind not in DISTRIBUTIONS:
+                    raise user_error(
+                        f"unknown distribution {show(item['type'])}; use one of "
+                        f"{', '.join(DISTRIBUTIONS)}",
+                        loc=("search_space", key, "type"),
+                    )
+                item = {**item, "type": kind}
+            elif isinstance(item, dict):
+                raise user_error(
+                    f"give the distribution's type, one of {', '.join(DISTRIBUTIONS)}",
+                    loc=("search_space", key),
+                )
+            out[key] = item
+        return out
+
+    @field_validator("sampling_algorithm", mode="before")
+    @classmethod
+    def _algorithm(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = {"type": value}
+        if isinstance(value, dict) and isinstance(value.get("type"), str):
+            value = {**value, "type": value["type"].lower()}
+            if isinstance(value.get("rule"), str):
+                value["rule"] = value["rule"].lower()
+        return value
+
+    @field_validator("early_termination", mode="before")
+    @classmethod
+    def _policy(cls, value: Any) -> Any:
+        if isinstance(value, dict) and isinstance(value.get("type"), str):
+            kind = value["type"].lower().replace("medianstopping", "median_stopping")
+            kind = kind.replace("truncationselection", "truncation_selection")
+            if kind not in POLICIES:
+                raise user_error(
+                    f"unknown early_termination type {show(value['type'])}; use one of "
+                    f"{', '.join(POLICIES)}",
+                    loc=("early_termination", "type"),
+                )
+            return {**value, "type": kind}
+        return value
+
+    @field_validator("inputs", "outputs", mode="before")
+    @classmethod
+    def _names(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            for key in value:
+                if not isinstance(key, str) or not IDENTIFIER_RE.fullmatch(key):
+                    raise user_error(
+                        f"{show(key)} is not a valid name; use letters, digits and '_', not "
+                        "starting with a digit"
+                    )
+            return {k: ({} if v is None else v) for k, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _whole(self) -> SweepSpec:
+        for key, item in self.inputs.items():
+            if key in self.search_space and isinstance(item, InputSpec):
+                raise user_error(
+                    f"search_space.{key} has the name of a data input; rename one of them",
+                    loc=("search_space", key),
+                )
+        if self.sampling_algorithm.type == "grid":
+            for key, dist in self.search_space.items():
+                if not isinstance(dist, (Choice, RandInt)):
+                    raise user_error(
+                        f"grid sampling takes choice and randint only; {key} is "
+                        f"{dist.type}: list its values as a choice, or use random or bayesian",
+                        loc=("search_space", key),
+                    )
+            if self.grid_size() > MAX_CHOICES:
+                raise user_error(
+                    f"the grid has {self.grid_size()} points, more than {MAX_CHOICES}; list "
+                    "fewer values",
+                    loc=("search_space",),
+                )
+        limits = self.limits
+        total = self.max_total_trials
+        if limits.max_concurrent_trials is not None and limits.max_concurrent_trials > total:
+            raise user_error(
+                f"max_concurrent_trials ({limits.max_concurrent_trials}) is more than "
+                f"max_total_trials ({total}); lower it",
+                loc=("limits", "max_concurrent_trials"),
+            )
+        for match in _EXPRESSION_RE.finditer(self.trial.command):
+            found = _SEARCH_RE.fullmatch(match.group(0))
+            if found is not None and found[1] not in self.search_space:
+                raise user_error(
+                    f"{match.group(0)} names nothing in search_space (it has "
+                    f"{', '.join(sorted(self.search_space))}); add it or fix the name",
+                    loc=("trial", "command"),
+                )
+        try:
+            self.template()
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(part) for part in first["loc"])
+            raise user_error(first["msg"], loc=_loc(field)) from None
+        return self
+
+    # -- what callers use --------------------------------------------------
+
+    @property
+    def max_total_trials(self) -> int:
+        given = self.limits.max_total_trials
+        if given is not None:
+            return given
+        return min(self.grid_size(), MAX_TRIALS) if self.sampling_algorithm.type == "grid" else 20
+
+    @property
+    def max_concurrent_trials(self) -> int:
+        return self.limits.max_concurrent_trials or self.max_total_trials
+
+    def grid_size(self) -> int:
+        """The number of combinations of the search space's values (grid sampling)."""
+        size = 1
+        for dist in self.search_space.values():
+            size *= len(dist.values) if isinstance(dist, Choice) else getattr(dist, "upper", 1)
+        return size
+
+    def trial_spec(self, params: dict[str, Any], *, name: str | None = None) -> JobSpec:
+        """The command job of the trial that got ``params`` (search-space name → value).
+
+        Raises:
+            ValueError: the result is not a valid command job (a pydantic error).
+        """
+        record = self.to_record()
+        trial = record.pop("trial")
+        command = _SEARCH_RE.sub(lambda m: "${{inputs." + m[1] + "}}", trial.pop("command"))
+        job: dict[str, Any] = {
+            "type": "command",
+            "command": command,
+            **{k: v for k, v in trial.items() if v is not None},
+            "experiment_name": self.experiment_name,
+            "inputs": {**record.get("inputs", {}), **params},
+            "outputs": record.get("outputs", {}),
+            "compute": self.compute,
+            "retry": record.get("retry", {}),
+            "tags": dict(self.tags),
+        }
+        if self.display_name:
+            job["display_name"] = self.display_name
+        if self.queue_settings is not None:
+            job["queue_settings"] = record["queue_settings"]
+        if self.limits.trial_timeout is not None:
+            job["limits"] = {"timeout": self.limits.trial_timeout}
+        if name is not None:
+            job["name"] = name
+        return JobSpec.model_validate(job)
+
+    def template(self) -> JobSpec:
+        """A trial's command job with each value at a representative point: what is
+        checked of a sweep before it runs (inputs, outputs, environment, reach)."""
+        return self.trial_spec({k: _representative(d) for k, d in self.search_space.items()})
+
+    @staticmethod
+    def template_field(field: str) -> str:
+        """The sweep's field a field of :meth:`template` came from (``code`` →
+        ``trial.code``), for placing uploaded files and naming errors."""
+        head = field.split(".", 1)[0]
+        return f"trial.{field}" if head in TRIAL_FIELDS else field
+
+    @property
+    def code_path(self) -> Path | None:
+        """``trial.code`` as a :class:`~pathlib.Path`: snapshotted with the sweep."""
+        return None if self.trial.code is None else Path(self.trial.code)
+
+    @property
+    def source(self) -> str | None:
+        return self._source
+
+    @property
+    def text(self) -> str | None:
+        return self._text
+
+    def line_of(self, field: str) -> int | None:
+        path = tuple(field.split("."))
+        while path:
+            if path in self._lines:
+                return self._lines[path]
+            path = path[:-1]
+        return None
+
+    def error(self, field: str, message: str) -> SpecError:
+        """A :class:`SpecError` about ``field`` that points at its line in the spec file."""
+        return SpecError(message, field=field, source=self._source, line=self.line_of(field))
+
+    def check_supported(self) -> None:
+        """Refuse what the schema accepts but phalanx cannot run (as for the trial)."""
+        try:
+            self.template().check_supported()
+        except SpecError as exc:
+            raise self.error(self.template_field(exc.field or "trial"), exc.message) from None
+
+    def to_record(self) -> dict[str, Any]:
+        """A JSON-serialisable dict for the database (YAML key names, no ``None`` values)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _loc(field: str | None) -> tuple[str, ...]:
+    return tuple(SweepSpec.template_field(field or "trial").split("."))
+
+
+def _representative(dist: Any) -> bool | int | float | str:
+    """A value the distribution can give: its first choice, its lowest integer, the
+    middle of its range, its mean."""
+    if isinstance(dist, Choice):
+        return dist.values[0]
+    if isinstance(dist, RandInt):
+        return 0
+    if isinstance(dist, _Bounded):
+        return float((dist.min_value + dist.max_value) / 2)
+    return float(dist.mu)
+
+
+def is_sweep(data: Any) -> bool:
+    """Whether a parsed spec document is a sweep job."""
+    return isinstance(data, dict) and str(data.get("type", "")).lower() == "sweep"
+
+
+__all__ = [
+    "BUILTIN_OUTPUTS",
+    "DISTRIBUTIONS",
+    "POLICIES",
+    "Choice",
+    "InputSpec",
+    "OutputSpec",
+    "SweepSpec",
+    "TrialSpec",
+    "is_sweep",
+]
