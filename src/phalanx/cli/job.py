@@ -119,14 +119,24 @@ def show_cmd(name: str, as_json: bool) -> int:
     """Status, attempts, root cause and paths of a job."""
     from phalanx.client.config import server_config
     from phalanx.studio.urls import job_page_url
+    from phalanx.workspace.trials import SWEEP_TARGET, view_to_wire
 
-    job = jobs_backend().get(name)
+    jobs = jobs_backend()
+    job = jobs.get(name)
     server = server_config()
     page = job_page_url(job.name, server.url if server else None)
+    view = jobs.sweep(name) if job.target == SWEEP_TARGET else None
     if as_json:
-        click.echo(json.dumps({**job_json(job), "studio_url": page}, indent=2))
+        shown = {**job_json(job), "studio_url": page}
+        if view is not None:
+            shown["sweep"] = view_to_wire(view)
+        click.echo(json.dumps(shown, indent=2))
     else:
         show_job(console, job)
+        if view is not None:
+            from phalanx.terminal.sweeps import show_sweep
+
+            show_sweep(console, job, view)
         console.print(f"studio: {page}", highlight=False, soft_wrap=True)
     return 0
 
@@ -139,13 +149,18 @@ def show_cmd(name: str, as_json: bool) -> int:
     help="Only jobs in this state.",
 )
 @click.option("--experiment", help="Only jobs of this experiment.")
+@click.option("--parent", help="Only the trials of this sweep job.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def list_cmd(limit: int, status: str | None, experiment: str | None, as_json: bool) -> int:
+def list_cmd(
+    limit: int, status: str | None, experiment: str | None, parent: str | None, as_json: bool
+) -> int:
     """The newest jobs."""
     wanted = (
         next((s for s in JobStatus if s.value.lower() == status.lower()), None) if status else None
     )
-    jobs = jobs_backend().list_jobs(limit=limit, status=wanted, experiment=experiment)
+    jobs = jobs_backend().list_jobs(
+        limit=limit, status=wanted, experiment=experiment, parent=parent
+    )
     if as_json:
         click.echo(json.dumps([job_json(j) for j in jobs], indent=2))
     else:

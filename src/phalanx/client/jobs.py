@@ -14,6 +14,7 @@ from phalanx.client.logs import RemoteLogFollower
 from phalanx.service.jobs import SpecText, Submission
 from phalanx.workspace import JobRecord, JobStatus
 from phalanx.workspace.metrics import History
+from phalanx.workspace.trials import SweepView, view_from_wire
 from phalanx.workspace.wire import job_from_wire
 
 # Cancel waits for the job's processes to end (up to 30 s on the server).
@@ -63,15 +64,25 @@ class RemoteJobs:
         return job_from_wire(self.client.request("GET", f"/jobs/{name}"))
 
     def list_jobs(
-        self, *, limit: int, status: JobStatus | None, experiment: str | None
+        self,
+        *,
+        limit: int,
+        status: JobStatus | None,
+        experiment: str | None,
+        parent: str | None = None,
     ) -> list[JobRecord]:
         params: dict[str, Any] = {"limit": limit}
         if status is not None:
             params["status"] = status.value
         if experiment is not None:
             params["experiment"] = experiment
+        if parent is not None:
+            params["parent"] = parent
         answer = self.client.request("GET", "/jobs", params=params)
         return [job_from_wire(item) for item in answer["jobs"]]
+
+    def sweep(self, name: str) -> SweepView:
+        return view_from_wire(self.client.request("GET", f"/jobs/{name}/sweep"))
 
     def cancel(self, name: str) -> tuple[bool, JobRecord]:
         answer = self.client.request("POST", f"/jobs/{name}/cancel", timeout=CANCEL_TIMEOUT_S)

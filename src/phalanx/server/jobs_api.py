@@ -25,6 +25,7 @@ from phalanx.service.access import Caller
 from phalanx.service.jobs import LocalJobs, SpecText
 from phalanx.workspace import JobRecord, JobStatus
 from phalanx.workspace.layout import JobPaths
+from phalanx.workspace.trials import view_to_wire
 from phalanx.workspace.wire import job_to_wire
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
@@ -129,10 +130,19 @@ def list_jobs(
     limit: Annotated[int, Query(ge=1, le=10000)] = 50,
     status: JobStatus | None = None,
     experiment: str | None = None,
+    parent: str | None = None,
 ) -> dict[str, Any]:
-    """The newest jobs first."""
-    jobs = _jobs(request, who).list_jobs(limit=limit, status=status, experiment=experiment)
+    """The newest jobs first; with ``parent``, the trials of that sweep."""
+    jobs = _jobs(request, who).list_jobs(
+        limit=limit, status=status, experiment=experiment, parent=parent
+    )
     return {"jobs": [job_to_wire(j) for j in jobs]}
+
+
+@router.get("/{name}/sweep")
+def sweep_view(name: str, request: Request, who: User) -> dict[str, Any]:
+    """A sweep's state and trials (each trial's params, status, result and points)."""
+    return view_to_wire(_jobs(request, who).sweep(name))
 
 
 @router.get("/{name}")

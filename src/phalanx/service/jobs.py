@@ -31,6 +31,7 @@ from phalanx.service.access import LOCAL, Caller
 from phalanx.workspace import JobRecord, JobStatus, Workspace
 from phalanx.workspace.layout import JobPaths
 from phalanx.workspace.metrics import History
+from phalanx.workspace.trials import SweepView
 
 if TYPE_CHECKING:
     from phalanx.spec import JobSpec, SweepSpec
@@ -123,8 +124,14 @@ class Jobs(Protocol):
     ) -> Submission: ...
     def get(self, name: str) -> JobRecord: ...
     def list_jobs(
-        self, *, limit: int, status: JobStatus | None, experiment: str | None
+        self,
+        *,
+        limit: int,
+        status: JobStatus | None,
+        experiment: str | None,
+        parent: str | None = None,
     ) -> list[JobRecord]: ...
+    def sweep(self, name: str) -> SweepView: ...
     def cancel(self, name: str) -> tuple[bool, JobRecord]: ...
     def preempt(self, name: str, nodes: list[int] | None) -> JobRecord: ...
     def metrics(self, name: str) -> tuple[History, History]: ...
@@ -201,6 +208,18 @@ def load_for_run(
     if overrides:
         text += "".join(f"\n# --set {item}" for item in overrides) + "\n"
     return spec, text, environment_notes(environment)
+
+
+def _points(ws: Workspace, name: str, metric: str) -> list[tuple[int, float]]:
+    """A running trial's points of its sweep's primary metric (unstepped ones numbered)."""
+    from phalanx.workspace.metrics import read_metrics
+
+    points = read_metrics(Path(ws.get_job(name).job_dir)).get(metric, [])
+    return [
+        (step if step is not None else k, value)
+        for k, (step, value) in enumerate(points)
+        if value is not None
+    ]
 
 
 def _sweep_fields(message: str) -> str:
@@ -296,12 +315,47 @@ class LocalJobs:
         return job
 
     def list_jobs(
-        self, *, limit: int, status: JobStatus | None, experiment: str | None
+        self,
+        *,
+        limit: int,
+        status: JobStatus | None,
+        experiment: str | None,
+        parent: str | None = None,
     ) -> list[JobRecord]:
+        """The newest jobs first; with ``parent``, the trials of that sweep."""
         from phalanx.jobs.control import refresh
 
-        jobs = self.ws.list_jobs(limit=limit, status=status, experiment=experiment)
+        jobs = self.ws.list_jobs(limit=limit, status=status, experiment=experiment, parent=parent)
         return [refresh(self.ws, j) for j in jobs]
+
+    def sweep(self, name: str) -> SweepView:
+        """Sweep ``name``'s state and trials, running trials with their points so far.
+
+        Raises:
+            PhalanxError: the job is not a sweep.
+        """
+        from phalanx.errors import PhalanxError
+        from phalanx.workspace.trials import SWEEP_TARGET, SweepState, state_of, trials_of
+
+        job = self.ws.get_job(name)
+        if job.target != SWEEP_TARGET:
+            raise PhalanxError(f"job {name!r} is a command job, not a sweep")
+        objective = job.spec.get("objective") or {}
+        trials = trials_of(self.ws, name)
+        statuses = {j.name: j.status.value for j in self.ws.list_jobs(parent=name, limit=10_000)}
+        metric = str(objective.get("primary_metric", ""))
+        live = []
+        for trial in trials:
+            if trial.curve is None and trial.job_name in statuses:
+                trial = replace(trial, curve=_points(self.ws, trial.job_name, metric))
+            live.append(trial)
+        return SweepView(
+            metric=metric,
+            goal=str(objective.get("goal", "maximize")),
+            state=state_of(self.ws, name) or SweepState(),
+            trials=live,
+            statuses=statuses,
+        )
 
     def cancel(self, name: str) -> tuple[bool, JobRecord]:
         """Stop the job; whether it had ended already, and its record.

@@ -16,6 +16,7 @@ from phalanx.terminal.termsafe import rank_text
 from phalanx.tracking.protocol import OUTSIDE_TARGET
 from phalanx.workspace import JobRecord, JobStatus
 from phalanx.workspace.layout import JobPaths
+from phalanx.workspace.trials import SWEEP_TARGET
 
 STATUS_STYLE = {
     JobStatus.QUEUED: "dim",
@@ -58,6 +59,7 @@ def duration(seconds: float | None) -> str:
 
 
 def _shape(spec: dict[str, Any]) -> tuple[int, int]:
+    spec = {**spec, **(spec.get("trial") or {})}  # a sweep's trials' shape
     nodes = int((spec.get("resources") or {}).get("instance_count") or 1)
     procs = int((spec.get("distribution") or {}).get("process_count_per_instance") or 1)
     return nodes, procs
@@ -85,11 +87,13 @@ def job_json(job: JobRecord) -> dict[str, Any]:
         "nodes": list(job.attempts[-1].nodes) if job.attempts else [],
         "instance_count": nodes,
         "process_count_per_instance": procs,
-        "command": job.spec.get("command"),
+        "command": job.spec.get("command") or (job.spec.get("trial") or {}).get("command"),
+        "type": "sweep" if job.target == SWEEP_TARGET else "command",
         "job_dir": job.job_dir,
         "outputs_dir": str(paths.outputs),
         "checkpoint_dir": str(paths.checkpoints),
         "created_by": job.created_by,
+        "parent": job.parent,
         **(job.logs or paths.log_files()),
         "attempts": [
             {
@@ -163,6 +167,12 @@ def show_job(console: Console, job: JobRecord) -> None:
     head.add_row("duration", duration(job.duration))
     if job.target == OUTSIDE_TARGET:
         head.add_row("compute", "none: an MLflow run logged from outside a job")
+    elif job.target == SWEEP_TARGET:
+        head.add_row(
+            "compute",
+            f"{job.spec.get('compute', 'local')} · each trial {nodes} node(s) × {procs} "
+            "process(es)",
+        )
     else:
         head.add_row(
             "compute",
@@ -174,7 +184,10 @@ def show_job(console: Console, job: JobRecord) -> None:
                                    str(job.queue.get("reason"))))  # fmt: skip
     if job.attempts and job.attempts[-1].nodes:
         head.add_row("nodes", node_devices(job.attempts[-1].nodes))
-    head.add_row("command", Text(str(job.spec.get("command", "")).strip()))
+    command = job.spec.get("command") or (job.spec.get("trial") or {}).get("command", "")
+    head.add_row("command", Text(str(command).strip()))
+    if job.parent:
+        head.add_row("sweep", Text(job.parent))
     head.add_row("job folder", Text(job.job_dir))
     logs = (job.logs or paths.log_files())["user_logs"]
     head.add_row("user logs", f"{paths.user_logs} ({len(logs)} file(s))")

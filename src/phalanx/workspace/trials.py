@@ -243,3 +243,82 @@ def set_outcome(
             )
 
     ws.database.retrying(write)
+
+
+@dataclass(frozen=True)
+class SweepView:
+    """A sweep as the front ends show it: its state and every trial, with the status of
+    its job and the primary metric's points so far."""
+
+    metric: str
+    goal: str
+    state: SweepState
+    trials: list[TrialRecord]
+    statuses: dict[str, str]
+    """Trial job name → its job's status."""
+
+    @property
+    def best(self) -> TrialRecord | None:
+        return next((t for t in self.trials if t.number == self.state.best_trial), None)
+
+    def ranked(self) -> list[TrialRecord]:
+        """Trials best first by the primary metric (those without a value last)."""
+        sign = -1.0 if self.goal == "maximize" else 1.0
+        return sorted(
+            self.trials,
+            key=lambda t: (t.value is None, sign * (t.value or 0.0), t.number),
+        )
+
+
+def view_to_wire(view: SweepView) -> dict[str, Any]:
+    """The view as JSON (what ``GET /jobs/<sweep>/sweep`` answers)."""
+    return {
+        "metric": view.metric,
+        "goal": view.goal,
+        "restarts": view.state.restarts,
+        "best_trial": view.state.best_trial,
+        "best_value": view.state.best_value,
+        "ended_reason": view.state.ended_reason,
+        "trials": [
+            {
+                "number": t.number,
+                "job_name": t.job_name,
+                "params": t.params,
+                "state": t.state.value,
+                "status": view.statuses.get(t.job_name),
+                "value": t.value,
+                "reason": t.reason,
+                "curve": [[s, v] for s, v in t.curve or ()],
+                "created_at": t.created_at,
+                "ended_at": t.ended_at,
+            }
+            for t in view.trials
+        ],
+    }
+
+
+def view_from_wire(data: dict[str, Any]) -> SweepView:
+    """The view a server sent."""
+    trials = [
+        TrialRecord(
+            number=t["number"],
+            job_name=t["job_name"],
+            params=t["params"],
+            internal={},
+            state=TrialState(t["state"]),
+            created_at=t["created_at"],
+            value=t.get("value"),
+            reason=t.get("reason"),
+            curve=[(s, v) for s, v in t.get("curve") or ()],
+            ended_at=t.get("ended_at"),
+        )
+        for t in data["trials"]
+    ]
+    state = SweepState(
+        restarts=data.get("restarts", 0),
+        best_trial=data.get("best_trial"),
+        best_value=data.get("best_value"),
+        ended_reason=data.get("ended_reason"),
+    )
+    statuses = {t["job_name"]: t["status"] for t in data["trials"] if t.get("status")}
+    return SweepView(data["metric"], data["goal"], state, trials, statuses)
