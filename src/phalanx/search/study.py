@@ -44,7 +44,7 @@ def make_sampler(spec: SweepSpec) -> BaseSampler:
     seed = algorithm.seed
     if algorithm.type == "grid":
         grid = {d.name: d.grid() for d in dimensions(spec)}
-        return optuna.samplers.GridSampler(grid, seed=seed)
+        return _Grid(grid, seed=seed)
     if algorithm.type == "bayesian":
         startup = algorithm.n_startup_trials or max(2, min(10, spec.max_total_trials // 5))
         return optuna.samplers.TPESampler(
@@ -60,6 +60,15 @@ def make_sampler(spec: SweepSpec) -> BaseSampler:
             warn_asynchronous_seeding=False,
         )
     return optuna.samplers.RandomSampler(seed=seed)
+
+
+class _Grid(optuna.samplers.GridSampler):
+    """Optuna's grid sampler, less its stopping the study once the grid is covered (which
+    only an ``optimize`` loop may do): the controller stops making trials itself."""
+
+    def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState,
+                    values: Any) -> None:  # fmt: skip
+        return None
 
 
 @dataclass
