@@ -114,8 +114,12 @@ class SweepRunner:
                 made = self._make(spec, search, records, children)
                 records = trials_of(self.ws, self.name)
                 self._record_best(spec, records)
-                live = [r for r in records if not r.state.is_over]
-                if not live and not made and self._done(spec, search, records):
+                children = {j.name: j for j in self.ws.list_jobs(parent=self.name, limit=10_000)}
+                if (
+                    not made
+                    and not _active(records, children)
+                    and self._done(spec, search, records)
+                ):
                     return self._finish(spec, records)
                 bell.wait(ROUND_S)
         finally:
@@ -143,7 +147,7 @@ class SweepRunner:
             if child is None:
                 continue
             if record.state.is_over:
-                if child.status.is_terminal and child.error is None and record.reason:
+                if child.status is JobStatus.CANCELED and child.error is None and record.reason:
                     self.ws.set_end_reason(child.name, RootCause(message=record.reason))
                 continue
             curve = self._curve(spec, child)
@@ -203,7 +207,7 @@ class SweepRunner:
         """New trials while there is room; how many were made."""
         if self._stop_reason is not None or self._failure is not None:
             return 0
-        live = sum(1 for r in records if not r.state.is_over)
+        live = len(_active(records, children))
         total = len(records)
         failed = [r for r in records if r.state is TrialState.FAILED]
         if not any(r.state is TrialState.COMPLETED for r in records) and len(failed) >= max(
@@ -369,6 +373,16 @@ def best_trial(spec: SweepSpec, records: list[TrialRecord]) -> TrialRecord | Non
         return None
     pick = max if spec.objective.goal == "maximize" else min
     return pick(done, key=lambda r: r.value)  # type: ignore[arg-type, return-value]
+
+
+def _active(records: list[TrialRecord], children: dict[str, JobRecord]) -> list[TrialRecord]:
+    """The trials that run or will: not over, or over (stopped) while their job still
+    ends. Each counts against ``max_concurrent_trials``: its job holds devices."""
+    return [
+        r for r in records
+        if not r.state.is_over
+        or (r.job_name in children and not children[r.job_name].status.is_terminal)
+    ]  # fmt: skip
 
 
 def _last(curve: list[tuple[int, float]]) -> float | None:

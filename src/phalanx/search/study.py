@@ -17,6 +17,7 @@ from typing import Any
 
 import optuna
 from optuna.samplers import BaseSampler
+from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from phalanx.search.policies import explain, make_pruner
