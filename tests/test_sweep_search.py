@@ -291,3 +291,24 @@ def test_evaluation_interval_and_delay_decide_the_steps_judged() -> None:
     )
     reasons = judged(policy, [[1.0] * 8, [0.1] * 8])
     assert reasons[1] is not None and reasons[1].endswith("at step 3")
+
+
+@pytest.mark.parametrize("rule", ["random", "sobol"])
+def test_a_resumed_seeded_search_draws_new_values(rule: str) -> None:
+    spec = with_space(
+        "  x: {type: uniform, min_value: 0, max_value: 1}\n",
+        f"sampling_algorithm: {{type: random, rule: {rule}, seed: 4}}\n",
+    )
+    first = Search("s", spec, [])
+    drawn = []
+    for _ in range(3):
+        p = first.propose()
+        first.tell(p.number, TrialState.COMPLETED, 0.5)
+        drawn.append(p.params["x"])
+    again = Search("s", spec, records_of(first, spec, {0: 0.5, 1: 0.5, 2: 0.5}),
+                   first.study_attrs())  # fmt: skip
+    later = [again.propose().params["x"] for _ in range(3)]
+    assert not set(later) & set(drawn)
+    if rule == "sobol":  # the sequence goes on where it was: the same points as unbroken
+        unbroken = [first.propose().params["x"] for _ in range(3)]
+        assert later == unbroken

@@ -49,6 +49,7 @@ from phalanx.workspace.trials import (
     add_trial,
     begin,
     set_outcome,
+    set_study,
     trials_of,
     update_trial,
 )
@@ -80,6 +81,7 @@ class SweepRunner:
         self._curves: dict[str, tuple[tuple[int, int, int], list[tuple[int, float]]]] = {}
         self._stop_reason: str | None = None
         self._failure: str | None = None
+        self._study: dict[str, object] = {}
 
     def run(self) -> JobStatus:
         from phalanx.search.study import Search
@@ -98,7 +100,8 @@ class SweepRunner:
         if state.restarts:
             log.info("sweep %s: taken over (restart %d) with %d trials recorded",
                      self.name, state.restarts, len(records))  # fmt: skip
-        search = Search(self.name, spec, records)
+        search = Search(self.name, spec, records, state.study)
+        self._study = dict(state.study)
         bell = Bell(job_bell(self.ws.home, self.name))
         try:
             while True:
@@ -231,6 +234,9 @@ class SweepRunner:
                                proposal.internal)  # fmt: skip
             if proposal.attrs:
                 update_trial(self.ws, self.name, record.number, attrs=proposal.attrs)
+            if search.study_attrs() != self._study:
+                self._study = search.study_attrs()
+                set_study(self.ws, self.name, self._study)
             self._start(spec, record)
             live, total, made = live + 1, total + 1, made + 1
         return made
