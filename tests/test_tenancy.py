@@ -474,3 +474,58 @@ def test_an_upload_is_its_uploaders_and_each_has_a_quota(team: Team) -> None:
         _refused(dora.put("/uploads", content=code), 429, "uploads of yours wait to be used")
     with team.api("bob") as bob:  # nobody else is held back by dora's
         assert bob.put("/uploads", content=code).status_code == 201
+
+
+SWEEP = """type: sweep
+name: {name}
+trial:
+  command: sleep ${{{{search_space.s}}}}
+search_space:
+  s: {{type: choice, values: [120]}}
+objective: {{primary_metric: loss, goal: minimize}}
+limits: {{max_total_trials: 2, max_concurrent_trials: 1}}
+"""
+
+
+def test_a_sweep_and_its_trials_are_their_owners(team: Team) -> None:
+    name = team.unique("alices-sweep")
+    spec = team.write(f"{name}.yml", SWEEP.format(name=name))
+    created = team.cli("alice", "job", "create", "-f", str(spec))
+    assert created.returncode == 0, created.stderr
+    trial = f"{name}_0"
+    deadline = time.monotonic() + 90
+    with team.api("root") as root:
+        while root.get(f"/jobs/{trial}").status_code != 200:
+            assert time.monotonic() < deadline, "the sweep made no trial"
+            time.sleep(0.2)
+        assert root.get(f"/jobs/{trial}").json()["created_by"] == "alice"
+    _wait_status(team, trial, "Running")
+    # Bob reads both, and stops neither: not the sweep, not its trial.
+    with team.api("bob") as bob:
+        assert bob.get(f"/jobs/{name}/sweep").json()["trials"][0]["job_name"] == trial
+        _refused(bob.post(f"/jobs/{name}/cancel"), 403, "belongs to alice")
+        _refused(bob.post(f"/jobs/{trial}/cancel"), 403, "belongs to alice")
+    _cli_refused(team.cli("vic", "job", "create", "-f", str(spec)), "may only read")
+    assert _status(team, name) == "Running" and _status(team, trial) == "Running"
+    # A sweep's trial is checked as a job is: no path of the server in it.
+    attacks = {
+        "inputs.d.path": "inputs:\n  d: {type: uri_folder, path: /etc}\n",
+        "trial.code": "",
+        "trial.environment.pip_file": "",
+    }
+    with team.api("bob") as bob:
+        for field_name, extra in attacks.items():
+            text = SWEEP.format(name=team.unique("bobs-sweep")) + extra
+            if field_name == "trial.code":
+                text = text.replace("trial:\n", "trial:\n  code: /\n")
+            if field_name == "trial.environment.pip_file":
+                text = text.replace("trial:\n", "trial:\n  environment: {pip_file: /etc/passwd}\n")
+            answer = bob.post("/jobs", json={"spec": text, "validate_only": False})
+            _refused(answer, 403, field_name, "only an admin")
+    # Alice stops her sweep, and with it her trial.
+    assert team.cli("alice", "job", "cancel", name).returncode == 0
+    assert _status(team, name) == "Canceled"
+    _wait_status(team, trial, "Canceled")
+    with team.api("root") as root:
+        jobs = root.get("/jobs", params={"limit": 1000}).json()["jobs"]
+    assert not [j for j in jobs if j["name"].startswith("bobs-sweep")]
