@@ -104,10 +104,14 @@ def validate_cmd(spec_file: Path, overrides: tuple[str, ...]) -> int:
     print_notes(submission.notes)
     result = submission.validation
     assert result is not None
+    shape = f"{result['nodes']} node(s) × {result['processes_per_node']} process(es)"
+    if result.get("type") == "sweep":
+        shape = (
+            f"a sweep of {result['max_total_trials']} trial(s), "
+            f"{result['max_concurrent_trials']} at once, each {shape}"
+        )
     console.print(
-        f"[green]valid[/]: {spec_file} · {result['nodes']} node(s) × "
-        f"{result['processes_per_node']} process(es) on {result['compute']}",
-        highlight=False,
+        f"[green]valid[/]: {spec_file} · {shape} on {result['compute']}", highlight=False
     )
     return 0
 

@@ -98,8 +98,8 @@ class SweepRunner:
             )
         records = trials_of(self.ws, self.name)
         if state.restarts:
-            log.info("sweep %s: taken over (restart %d) with %d trials recorded",
-                     self.name, state.restarts, len(records))  # fmt: skip
+            self._say(f"taken over (restart {state.restarts}) with {len(records)} trials "
+                      "recorded")  # fmt: skip
         search = Search(self.name, spec, records, state.study)
         self._study = dict(state.study)
         bell = Bell(job_bell(self.ws.home, self.name))
@@ -160,7 +160,7 @@ class SweepRunner:
                 continue
             reason = search.judge(record.number) if new else None
             if reason is not None:
-                log.info("sweep %s: stopping trial %d: %s", self.name, record.number, reason)
+                self._say(f"trial {record.number} stopped: {reason}")
                 update_trial(self.ws, self.name, record.number, state=TrialState.PRUNED,
                              reason=reason, value=_last(curve), attrs=search.attrs(record.number),
                              curve=curve)  # fmt: skip
@@ -197,8 +197,8 @@ class SweepRunner:
         update_trial(self.ws, self.name, record.number, state=state, value=value,
                      reason=reason, attrs=search.attrs(record.number), curve=curve)  # fmt: skip
         search.tell(record.number, state, value)
-        log.info("sweep %s: trial %d %s%s", self.name, record.number, state,
-                 f" ({metric} = {value:.6g})" if value is not None else "")  # fmt: skip
+        shown = f": {metric} = {value:.6g}" if value is not None else ""
+        self._say(f"trial {record.number} {state}{shown}" + (f" ({reason})" if reason else ""))
 
     def _make(
         self,
@@ -263,8 +263,8 @@ class SweepRunner:
                 {"kind": "param", "key": k, "value": _text(v)} for k, v in record.params.items()
             ])  # fmt: skip
         update_trial(self.ws, self.name, record.number, state=TrialState.STARTED)
-        log.info("sweep %s: trial %d is job %s with %s", self.name, record.number,
-                 record.job_name, record.params)  # fmt: skip
+        values = ", ".join(f"{k}={_text(v)}" for k, v in record.params.items())
+        self._say(f"trial {record.number} is job {record.job_name}: {values}")
 
     def _limit_time(self, spec: SweepSpec, job: JobRecord, records: list[TrialRecord]) -> None:
         timeout = spec.limits.timeout
@@ -274,7 +274,7 @@ class SweepRunner:
         if time.time() - started < timeout:
             return
         self._stop_reason = f"the sweep reached limits.timeout ({timeout} s)"
-        log.info("sweep %s: %s; stopping its running trials", self.name, self._stop_reason)
+        self._say(f"{self._stop_reason}; stopping its running trials")
         for record in records:
             if not record.state.is_over:
                 request_stop(self.ws, record.job_name)
@@ -314,9 +314,8 @@ class SweepRunner:
             return self._end(
                 JobStatus.FAILED, f"no trial completed with a value of {metric!r}: {reason}{why}"
             )
-        log.info("sweep %s: %s; best trial %d (%s) with %s = %.6g", self.name, reason,
-                 best.number, best.job_name, spec.objective.primary_metric,
-                 best.value)  # fmt: skip
+        self._say(f"{reason}; best trial {best.number} ({best.job_name}): "
+                  f"{spec.objective.primary_metric} = {best.value:.6g}")  # fmt: skip
         return self._end(JobStatus.COMPLETED, None)
 
     def _cancel(self, records: list[TrialRecord]) -> JobStatus:
@@ -343,7 +342,18 @@ class SweepRunner:
                 continue
         return self._end(JobStatus.CANCELED, None)
 
+    def _say(self, text: str) -> None:
+        """A line of the sweep's progress: in its log (``job stream``) and the supervisor's."""
+        log.info("sweep %s: %s", self.name, text)
+        stamp = time.strftime("%H:%M:%S")
+        path = self.ws.paths(self.name).rank_log(0)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(f"{stamp} {text}\n")
+
     def _end(self, status: JobStatus, message: str | None) -> JobStatus:
+        if message:
+            self._say(message)
         error = RootCause(message=message) if message else None
         self.ws.set_status(self.name, status, error=error)
         return status
