@@ -110,9 +110,7 @@ def validate_cmd(spec_file: Path, overrides: tuple[str, ...]) -> int:
             f"a sweep of {result['max_total_trials']} trial(s), "
             f"{result['max_concurrent_trials']} at once, each {shape}"
         )
-    console.print(
-        f"[green]valid[/]: {spec_file} · {shape} on {result['compute']}", highlight=False
-    )
+    console.print(f"[green]valid[/]: {spec_file} · {shape} on {result['compute']}", highlight=False)
     return 0
 
 

@@ -85,7 +85,12 @@ def run_view(job: JobRecord) -> RunView:
         end_ms=int(job.ended_at * 1000) if job.ended_at is not None else None,
         metrics=latest_metrics(job_dir),
         params=data.params,
-        tags={**job.tags, **data.tags},
+        # A sweep's trial nests under its sweep's run, as MLflow's UI shows child runs.
+        tags={
+            **job.tags,
+            **data.tags,
+            **({"mlflow.parentRunId": job.parent} if job.parent else {}),
+        },  # fmt: skip
         inputs=data.inputs,
         lifecycle_stage="deleted" if data.deleted else "active",
     )

@@ -648,8 +648,6 @@ class SweepSpec(SpecModel):
             "retry": record.get("retry", {}),
             "tags": dict(self.tags),
         }
-        if self.display_name:
-            job["display_name"] = self.display_name
         if self.queue_settings is not None:
             job["queue_settings"] = record["queue_settings"]
         if self.limits.trial_timeout is not None:
