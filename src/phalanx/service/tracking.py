@@ -90,7 +90,7 @@ def run_view(job: JobRecord) -> RunView:
             **job.tags,
             **data.tags,
             **({"mlflow.parentRunId": job.parent} if job.parent else {}),
-        },  # fmt: skip
+        },
         inputs=data.inputs,
         lifecycle_stage="deleted" if data.deleted else "active",
     )
