@@ -390,3 +390,20 @@ def test_a_sweep_stops_at_its_timeout(cli: Cli) -> None:
     for job in trial_jobs(cli, name):
         assert cli.wait(job["name"], ("Canceled",), timeout=60)["status"] == "Canceled"
     assert os.path.isdir(sweep["job_dir"])
+
+
+def test_a_sweep_whose_first_trials_all_fail_makes_no_more(cli: Cli) -> None:
+    cli.write("src/broken.py", "import sys\nsys.exit('no such optimiser: ' + sys.argv[1])\n")
+    body = HELLO.replace("train.py", "broken.py").replace(
+        "max_concurrent_trials: 2", "max_concurrent_trials: 1"
+    )
+    name = cli.create(
+        write_sweep(cli, "sweep.yml", body.replace("max_total_trials: 4", "max_total_trials: 20"))
+    )
+    sweep = cli.wait(name, ("Completed", "Failed"), timeout=180)
+    assert sweep["status"] == "Failed"
+    trials = sweep["sweep"]["trials"]
+    assert [t["state"] for t in trials] == ["failed"] * 3
+    message = sweep["error"]["message"]
+    assert "its first 3 trials failed and none completed" in message
+    assert f"trial 0 ({name}_0): " in message and "no such optimiser" in message

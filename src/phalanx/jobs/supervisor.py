@@ -144,6 +144,9 @@ class _Supervision:
             if isinstance(exc, PhalanxError):
                 message = str(exc)
             self.ws.set_status(self.name, JobStatus.FAILED, error=RootCause(message=message))
+            from phalanx.jobs.sweeps import stop_trials
+
+            stop_trials(self.ws, self.name)  # a failed sweep leaves no trial running
             return 1
         return 0 if status is JobStatus.COMPLETED else 1
 

@@ -382,6 +382,16 @@ class SweepRunner:
         return curve
 
 
+def stop_trials(ws: Workspace, sweep: str) -> None:
+    """Ask every trial job of ``sweep`` that has not ended to stop (a failed sweep's)."""
+    for job in ws.list_jobs(parent=sweep, limit=10_000):
+        if not job.status.is_terminal:
+            try:
+                request_stop(ws, job.name)
+            except PhalanxError:
+                log.exception("stopping trial %s of sweep %s failed", job.name, sweep)
+
+
 def best_trial(spec: SweepSpec, records: list[TrialRecord]) -> TrialRecord | None:
     """The completed trial with the best result."""
     done = [r for r in records if r.state is TrialState.COMPLETED and r.value is not None]
