@@ -12,6 +12,13 @@ function trialValue(t) {
   return curve.length ? curve.reduce((a, b) => (b[0] >= a[0] ? b : a))[1] : null;
 }
 
+// The parameters in the order the spec's search_space lists them.
+function paramNames(job, view) {
+  const listed = Object.keys((job.spec || {}).search_space || {});
+  const seen = view.trials.flatMap((t) => Object.keys(t.params));
+  return [...new Set([...listed, ...seen])];
+}
+
 function num(v) {
   if (v === null || v === undefined) return "-";
   if (typeof v === "number") return Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(6)));
@@ -35,9 +42,9 @@ function sweepView(name, first) {
   async function load() {
     me = me || await WHOAMI;
     let view;
-    try {
-      [job, view] = await Promise.all([api("/jobs/" + encodeURIComponent(name)),
-        api(`/jobs/${encodeURIComponent(name)}/sweep`)]);
+    try {  // the job first: a sweep seen over is drawn from a view read after it ended
+      job = await api("/jobs/" + encodeURIComponent(name));
+      view = await api(`/jobs/${encodeURIComponent(name)}/sweep`);
     } catch (e) { title.replaceChildren(name + ": " + e.message); setTimeout(load, 2000); return; }
     renderHead(title, job, mayActOn(me, job.created_by));
     // Redrawn when something changed (charts are rebuilt whole), and the running
@@ -47,7 +54,7 @@ function sweepView(name, first) {
       shown = key;
       renderCause(cause, job);
       sweepHead(head, job, view);
-      table.show(view);
+      table.show(job, view);
       trialCurves(curves, view);
       parallelCoordinates(parallel, job, view);
     }
@@ -83,8 +90,8 @@ function sweepHead(box, job, view) {
 }
 
 // The table's columns: each a header and the value it sorts and shows a trial by.
-function trialColumns(view) {
-  const names = view.trials.length ? Object.keys(view.trials[0].params) : [];
+function trialColumns(job, view) {
+  const names = paramNames(job, view);
   const status = (t) => t.status || t.state;
   return [
     {key: "number", label: "#", get: (t) => t.number},
@@ -99,7 +106,7 @@ function trialColumns(view) {
 }
 
 function trialsTable(box) {
-  let sort = null, view = null;
+  let sort = null, job = null, view = null;
   const compare = (get, dir) => (a, b) => {
     const x = get(a), y = get(b);
     const none = (v) => v === null || v === undefined;
@@ -108,7 +115,7 @@ function trialsTable(box) {
     return dir * order || a.number - b.number;
   };
   function draw() {
-    const columns = trialColumns(view);
+    const columns = trialColumns(job, view);
     // First shown by the objective, best first for the sweep's goal.
     const bestFirst = view.goal === "maximize" ? -1 : 1;
     if (!sort || !columns.some((c) => c.key === sort.key)) sort = {key: "value", dir: bestFirst};
@@ -124,12 +131,12 @@ function trialsTable(box) {
       el("thead", {}, el("tr", {}, ...header)),
       el("tbody", {}, ...rows.map((t) => el("tr", {"data-trial": String(t.number), "data-job": t.job_name,
         class: t.number === view.best_trial ? "best" : null},
-      ...columns.map((c) => el("td", {class: "col-" + c.key.replace(/^param:/, "param"),
+      ...columns.map((c) => el("td", {"data-col": c.key,
         "data-value": c.key === "value" && c.get(t) !== null ? String(c.get(t)) : null},
       c.cell ? c.cell(t) : num(c.get(t)))))))),
     view.trials.length ? null : el("div", {class: "muted"}, "no trial made yet")));
   }
-  return {show(fresh) { view = fresh; draw(); }};
+  return {show(sweepJob, fresh) { job = sweepJob; view = fresh; draw(); }};
 }
 
 function trialCurves(box, view) {
@@ -161,8 +168,7 @@ function svg(tag, attrs, ...children) {
 // values as evenly spaced categories (a choice's in the order it lists them).
 function parallelAxes(job, view, trials) {
   const space = (job.spec || {}).search_space || {};
-  const names = view.trials.length ? Object.keys(view.trials[0].params) : [];
-  const axes = names.map((p) => {
+  const axes = paramNames(job, view).map((p) => {
     const kind = String((space[p] || {}).type || "").toLowerCase();
     const values = trials.map((t) => t.params[p]);
     if (kind !== "choice" && values.every((v) => typeof v === "number" && Number.isFinite(v))) {
