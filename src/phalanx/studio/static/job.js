@@ -6,7 +6,7 @@ async function jobView() {
   let job = null;
   try { job = await api("/jobs/" + encodeURIComponent(name)); }
   catch (e) { /* the command job's page says why */ }
-  if (job && job.target === "sweep") sweepView(name, job); else commandJobView(name);
+  if (job && job.target === "sweep") sweepView(name); else commandJobView(name);
 }
 
 // Buttons switching between panes, the chosen one kept in the URL's #fragment.

@@ -25,7 +25,7 @@ function num(v) {
   return typeof v === "object" ? JSON.stringify(v) : String(v);
 }
 
-function sweepView(name, first) {
+function sweepView(name) {
   const title = el("h1", {}, name);
   const cause = el("div", {id: "rootcause"});
   const head = el("div", {id: "sweep-head"});
@@ -38,14 +38,14 @@ function sweepView(name, first) {
   main.append(title, cause, head, tabs, ...Object.values(panes));
   tabs.start();
   const table = trialsTable(trials);
-  let me = null, shown = "", job = first;
+  let me = null, shown = "";
   async function load() {
     me = me || await WHOAMI;
-    let view;
+    let job, view;
     try {  // the job first: a sweep seen over is drawn from a view read after it ended
       job = await api("/jobs/" + encodeURIComponent(name));
       view = await api(`/jobs/${encodeURIComponent(name)}/sweep`);
-    } catch (e) { title.replaceChildren(name + ": " + e.message); setTimeout(load, 2000); return; }
+    } catch (e) { title.replaceChildren(name + ": " + e.message); return; }
     renderHead(title, job, mayActOn(me, job.created_by));
     // Redrawn when something changed (charts are rebuilt whole), and the running
     // durations with them.
