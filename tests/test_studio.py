@@ -705,3 +705,130 @@ def test_a_phalanx_bench_train_run_is_kept_and_drawn_on_the_bench_page(
     assert "120.5" in page.inner_text("#bench-points") and "a local folder" in page.inner_text(
         "main"
     )
+
+
+# A sweep's trial: its score fixed by its number (``<sweep>_<n>``), so the ranking is
+# known (1, 3, 0, 2); trial 2 is bad and slow, for the bandit policy to stop. Every
+# trial waits after its first point until the test opens the gate, so the page is
+# looked at while trials run.
+SWEEP_TRIAL = """
+import argparse, os, time
+from pathlib import Path
+from phalanx.train import log_metric
+p = argparse.ArgumentParser()
+p.add_argument("--x", type=float)
+p.add_argument("--opt")
+p.add_argument("gate")
+a = p.parse_args()
+number = int(os.environ["PHALANX_JOB_NAME"].rsplit("_", 1)[1])
+score = {0: 0.5, 1: 0.9, 2: 0.1, 3: 0.7}[number]
+steps, pause = (40, 0.5) if number == 2 else (3, 0.05)
+deadline = time.time() + 120
+for step in range(steps):
+    log_metric("score", score, step=step)
+    while not Path(a.gate).exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(pause)
+"""
+
+SWEEP = """
+type: sweep
+experiment_name: studio-sweep
+trial:
+  code: src
+  command: python sweep_trial.py --x ${{search_space.x}} --opt '${{search_space.opt}}' GATE
+sampling_algorithm: {type: random, seed: 7}
+search_space:
+  x: {type: uniform, min_value: 0, max_value: 1}
+  opt: {type: choice, values: [sgd, "<b>x</b>"]}
+objective: {primary_metric: score, goal: maximize}
+early_termination: {type: bandit, slack_factor: 1.0, delay_evaluation: 1}
+limits: {max_total_trials: 4, max_concurrent_trials: 2, timeout: 10m}
+"""
+
+
+def _column(page: Any, key: str, attr: str | None = None) -> list[str]:
+    """The trials table's cells of column ``key`` from the top (text, or ``attr``)."""
+    cells = page.locator(f'#trials tbody td[data-col="{key}"]')
+    if attr:
+        return [cells.nth(i).get_attribute(attr) or "" for i in range(cells.count())]
+    return list(cells.all_inner_texts())
+
+
+def _rows(page: Any) -> list[int]:
+    return [int(n) for n in _column(page, "number")]
+
+
+def test_a_sweeps_page_ranks_charts_and_links_its_trials(studio: Studio, page: Any) -> None:
+    cli = studio.cli
+    gate = cli.workdir / "sweep-gate"
+    cli.write("src/sweep_trial.py", SWEEP_TRIAL)
+    name = cli.create(cli.write("sweep.yml", SWEEP.replace("GATE", str(gate))))
+    # Opened while its first trials run: the page follows the sweep without a reload.
+    page.goto(f"{studio.url}/jobs/{name}")
+    page.wait_for_selector("#trials tbody .status.Running", timeout=60_000)
+    assert page.inner_text("h1 .status") not in ("Completed", "Failed", "Canceled")
+    assert "maximize score" in page.inner_text("#sweep-head")
+    gate.write_text("go")
+    page.wait_for_selector("h1 .status.Completed", timeout=240_000)
+    view = httpx.get(f"{studio.url}/api/v1/jobs/{name}/sweep").json()
+    trials = {t["number"]: t for t in view["trials"]}
+    states = {n: t["state"] for n, t in trials.items()}
+    assert states == {0: "completed", 1: "completed", 2: "pruned", 3: "completed"}
+    assert view["best_trial"] == 1
+
+    head = page.inner_text("#sweep-head")
+    assert "4 made of 4, 0 running (at most 2 at once)" in head and "bandit (" in head
+    assert view["ended_reason"] in head
+    # Ranked by the metric, best first, values read from the page.
+    assert _rows(page) == [1, 3, 0, 2]
+    values = [float(v) for v in _column(page, "value", "data-value")]
+    assert values == [trials[n]["value"] for n in (1, 3, 0, 2)] == sorted(values, reverse=True)
+    assert _column(page, "value") == ["0.9", "0.7", "0.5", "0.1"]
+    # A header click sorts by its column, a second click the other way.
+    page.click('#trials th[data-sort="number"]')
+    assert _rows(page) == [0, 1, 2, 3]
+    page.click('#trials th[data-sort="number"]')
+    assert _rows(page) == [3, 2, 1, 0]
+    page.click('#trials th[data-sort="param:x"]')
+    assert _rows(page) == sorted(trials, key=lambda n: trials[n]["params"]["x"])
+    page.click('#trials th[data-sort="value"]')
+    assert _rows(page) == [1, 3, 0, 2]
+    # The trial the bandit stopped says so, and why.
+    stopped = page.inner_text('#trials tr[data-trial="2"]')
+    assert trials[2]["reason"].startswith("bandit: ")
+    assert "stopped early" in stopped and trials[2]["reason"] in stopped
+    # A choice's value is text: `<b>x</b>` shows its characters, never bold.
+    opts = dict(zip(_rows(page), _column(page, "param:opt"), strict=True))
+    assert opts == {n: t["params"]["opt"] for n, t in trials.items()}
+    # One line per trial over steps.
+    page.wait_for_selector("#sweep-chart canvas")
+    legend = page.locator("#sweep-chart .u-legend .u-label").all_inner_texts()
+    assert legend == ["step", "#0", "#1", "#2", "#3"]
+    # Parallel coordinates: an axis per parameter (by name: the workspace keeps a spec's
+    # keys sorted) and the objective, a line per trial, higher the better its score.
+    axes = page.locator("#sweep-parallel g.axis")
+    assert [axes.nth(i).get_attribute("data-axis") for i in range(axes.count())] == [
+        "opt", "x", "score",
+    ]  # fmt: skip
+    ticks = page.locator('#sweep-parallel g[data-axis="opt"] text.tick').all_text_contents()
+    assert ticks == ["sgd", "<b>x</b>"]
+    lines = page.locator("#sweep-parallel polyline.trial")
+    assert lines.count() == 4
+    height = {}
+    for i in range(4):
+        line = lines.nth(i)
+        last = (line.get_attribute("points") or "").split()[-1]
+        height[int(line.get_attribute("data-trial") or -1)] = -float(last.split(",")[1])
+    assert sorted(height, key=lambda n: height[n], reverse=True) == [1, 3, 0, 2]
+    assert page.get_attribute("#sweep-parallel polyline.best", "data-trial") == "1"
+    assert page.locator("main b").count() == 0
+    # The best trial named and linked, with the line that registers its output.
+    assert page.inner_text("#register") == view["register"]
+    assert f"--path azureml://jobs/{name}_1/outputs/checkpoints" in view["register"]
+    _shot(page, "studio-sweep")
+    page.click("#best-trial")
+    page.wait_for_url(f"**/jobs/{name}_1")
+    link = page.wait_for_selector("#sweep-link")
+    assert link is not None and link.get_attribute("href") == f"/jobs/{name}"
+    assert link.inner_text() == f"trial of {name}"

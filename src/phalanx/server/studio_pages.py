@@ -56,7 +56,9 @@ SHELL = """<!doctype html>
 """
 
 # Plain scripts sharing the page's global scope, in this order (no build step).
-SCRIPTS = ("core", "jobs", "job", "logs", "files", "metrics", "collections", "bench", "main")
+SCRIPTS = (
+    "core", "jobs", "job", "sweep", "logs", "files", "metrics", "collections", "bench", "main",
+)  # fmt: skip
 
 router = APIRouter(include_in_schema=False)
 

@@ -335,7 +335,13 @@ class LocalJobs:
             PhalanxError: the job is not a sweep.
         """
         from phalanx.errors import PhalanxError
-        from phalanx.workspace.trials import SWEEP_TARGET, SweepState, state_of, trials_of
+        from phalanx.workspace.trials import (
+            SWEEP_TARGET,
+            SweepState,
+            register_command,
+            state_of,
+            trials_of,
+        )
 
         job = self.ws.get_job(name)
         if job.target != SWEEP_TARGET:
@@ -349,12 +355,15 @@ class LocalJobs:
             if trial.curve is None and trial.job_name in statuses:
                 trial = replace(trial, curve=_points(self.ws, trial.job_name, metric))
             live.append(trial)
+        state = state_of(self.ws, name) or SweepState()
+        best = next((t for t in live if t.number == state.best_trial), None)
         return SweepView(
             metric=metric,
             goal=str(objective.get("goal", "maximize")),
-            state=state_of(self.ws, name) or SweepState(),
+            state=state,
             trials=live,
             statuses=statuses,
+            register=register_command(name, job.spec.get("outputs") or {}, best),
         )
 
     def cancel(self, name: str) -> tuple[bool, JobRecord]:

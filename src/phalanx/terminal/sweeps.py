@@ -1,9 +1,8 @@
 """How a sweep looks in a terminal: its search, its progress, and its trials ranked
-by the primary metric, with the one line that registers the best trial's output."""
+by the primary metric, with the one line that registers the best trial's output
+(made by the service: :func:`phalanx.workspace.trials.register_command`)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -14,21 +13,6 @@ from phalanx.workspace import JobRecord
 from phalanx.workspace.trials import SweepView, TrialState
 
 MOST_ROWS = 50
-
-
-def register_hint(job: JobRecord, view: SweepView) -> str | None:
-    """The command that registers the best trial's model output (its first declared
-    ``custom_model`` output, else its first output, else its checkpoints)."""
-    best = view.best
-    if best is None:
-        return None
-    outputs: dict[str, Any] = job.spec.get("outputs") or {}
-    models = [k for k, v in outputs.items() if (v or {}).get("type") == "custom_model"]
-    output = (models or list(outputs) or ["checkpoints"])[0]
-    return (
-        f"phalanx model create --name {job.name}-best "
-        f"--path azureml://jobs/{best.job_name}/outputs/{output}"
-    )
 
 
 def show_sweep(console: Console, job: JobRecord, view: SweepView) -> None:
@@ -68,9 +52,8 @@ def show_sweep(console: Console, job: JobRecord, view: SweepView) -> None:
             "best trial",
             Text(f"{best.number} ({best.job_name}): {view.metric} = {best.value:.6g}"),
         )
-        hint = register_hint(job, view)
-        if hint:
-            head.add_row("register it", Text(hint))
+        if view.register:
+            head.add_row("register it", Text(view.register))
     console.print(head)
     if not view.trials:
         return

@@ -273,6 +273,9 @@ class SweepView:
     trials: list[TrialRecord]
     statuses: dict[str, str]
     """Trial job name → its job's status."""
+    register: str | None = None
+    """The one command that registers the best trial's output as a model
+    (:func:`register_command`), once there is a best trial."""
 
     @property
     def best(self) -> TrialRecord | None:
@@ -287,6 +290,21 @@ class SweepView:
         )
 
 
+def register_command(sweep: str, outputs: dict[str, Any], best: TrialRecord | None) -> str | None:
+    """The command that registers ``best``'s model output: the sweep's first declared
+    ``custom_model`` output, else its first output, else the trial's checkpoints."""
+    if best is None:
+        return None
+    models = [
+        k for k, v in outputs.items() if isinstance(v, dict) and v.get("type") == "custom_model"
+    ]
+    output = (models or list(outputs) or ["checkpoints"])[0]
+    return (
+        f"phalanx model create --name {sweep}-best "
+        f"--path azureml://jobs/{best.job_name}/outputs/{output}"
+    )
+
+
 def view_to_wire(view: SweepView) -> dict[str, Any]:
     """The view as JSON (what ``GET /jobs/<sweep>/sweep`` answers)."""
     return {
@@ -296,6 +314,7 @@ def view_to_wire(view: SweepView) -> dict[str, Any]:
         "best_trial": view.state.best_trial,
         "best_value": view.state.best_value,
         "ended_reason": view.state.ended_reason,
+        "register": view.register,
         "trials": [
             {
                 "number": t.number,
@@ -338,4 +357,6 @@ def view_from_wire(data: dict[str, Any]) -> SweepView:
         ended_reason=data.get("ended_reason"),
     )
     statuses = {t["job_name"]: t["status"] for t in data["trials"] if t.get("status")}
-    return SweepView(data["metric"], data["goal"], state, trials, statuses)
+    return SweepView(
+        data["metric"], data["goal"], state, trials, statuses, register=data.get("register")
+    )

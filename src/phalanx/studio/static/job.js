@@ -1,14 +1,17 @@
 "use strict";
 // ---------------------------------------------------------------- a job's page
-function jobView() {
+// A sweep's page is its trials (sweep.js); a command job's its logs, metrics and files.
+async function jobView() {
   const name = decodeURIComponent(location.pathname.split("/")[2] || "");
-  const title = el("h1", {}, name);
-  const cause = el("div", {id: "rootcause"});
-  const overview = el("div", {id: "overview"});
-  const attempts = el("div", {id: "attempts"});
+  let job = null;
+  try { job = await api("/jobs/" + encodeURIComponent(name)); }
+  catch (e) { /* the command job's page says why */ }
+  if (job && job.target === "sweep") sweepView(name); else commandJobView(name);
+}
+
+// Buttons switching between panes, the chosen one kept in the URL's #fragment.
+function tabbed(panes) {
   const tabs = el("div", {class: "tabs"});
-  const panes = {Logs: logsPane(name), Metrics: metricsPane(name), Files: filesPane(name),
-    Spec: specPane(name)};
   for (const label of Object.keys(panes)) {
     tabs.append(el("button", {"data-tab": label, onclick: () => { history.replaceState(null, "", "#" + label.toLowerCase()); show(label); }}, label));
   }
@@ -17,10 +20,23 @@ function jobView() {
     for (const b of tabs.children) b.classList.toggle("on", b.dataset.tab === label);
     if (panes[label].load) panes[label].load();
   }
-  main.append(title, cause, overview, attempts, tabs, ...Object.values(panes));
+  const first = Object.keys(panes)[0];
   const fromHash = () => Object.keys(panes).find((k) => "#" + k.toLowerCase() === location.hash);
-  show(fromHash() || "Logs");
-  window.addEventListener("hashchange", () => show(fromHash() || "Logs"));
+  tabs.start = () => show(fromHash() || first);
+  window.addEventListener("hashchange", () => show(fromHash() || first));
+  return tabs;
+}
+
+function commandJobView(name) {
+  const title = el("h1", {}, name);
+  const cause = el("div", {id: "rootcause"});
+  const overview = el("div", {id: "overview"});
+  const attempts = el("div", {id: "attempts"});
+  const panes = {Logs: logsPane(name), Metrics: metricsPane(name), Files: filesPane(name),
+    Spec: specPane(name)};
+  const tabs = tabbed(panes);
+  main.append(title, cause, overview, attempts, tabs, ...Object.values(panes));
+  tabs.start();
   let last = null;
   let me = null;
   async function load() {
@@ -82,6 +98,8 @@ function renderOverview(box, job) {
   box.replaceChildren(section("Overview", grid([
     ["experiment", job.experiment_name], ["display name", job.display_name || "-"],
     ["created by", job.created_by || "-"],
+    ...(job.parent ? [["sweep", el("a", {id: "sweep-link", href: "/jobs/" + encodeURIComponent(job.parent)},
+      `trial of ${job.parent}`)]] : []),
     ["compute", outside ? "none: an MLflow run logged from outside a job" : (spec.compute || job.target || "local")],
     ["tags", pairs({...(job.tags || {}), ...(job.run_tags || {})})], ["params", pairs(job.params)],
     ["nodes × processes", `${nodes} × ${procs}`], ["devices per node", devices],

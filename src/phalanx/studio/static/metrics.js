@@ -58,6 +58,22 @@ function metricsPane(name) {
 }
 
 // ---------------------------------------------------------------- compare
+// One line per history of [step, value] points (labelled by `labels`), on steps in common.
+const LINE_COLORS = ["#2457c5", "#c5247a", "#1e7f45", "#9a6700", "#6a3fc5", "#0f7f8a"];
+function lineColor(i) { return LINE_COLORS[i] || `hsl(${(i * 137.5) % 360}, 60%, 42%)`; }
+function linesChart(box, labels, histories, height) {
+  const series = histories.map((h) => h.filter((p) => p[0] !== null));
+  const steps = [...new Set(series.flatMap((h) => h.map((p) => p[0])))].sort((a, b) => a - b);
+  const data = [steps, ...series.map((h) => {
+    const at = new Map(h.map((p) => [p[0], p[1]]));
+    return steps.map((s) => (at.has(s) ? at.get(s) : null));
+  })];
+  // eslint-disable-next-line no-undef
+  new uPlot({width: Math.max(400, box.clientWidth - 28), height, scales: {x: {time: false}},
+    series: [{label: "step"}, ...labels.map((label, i) => ({label, stroke: lineColor(i), spanGaps: true}))]},
+  data, box);
+}
+
 function compareView() {
   const names = el("input", {id: "compare-jobs", placeholder: "job names, comma-separated", size: "60"});
   const metric = el("select", {id: "compare-metric"});
@@ -82,18 +98,8 @@ function compareView() {
     box.replaceChildren();
     if (!jobs.length || !metric.value) { box.append(el("div", {class: "muted"}, "name jobs with a metric in common")); return; }
     history.replaceState(null, "", `?jobs=${encodeURIComponent(jobs.join(","))}&metric=${encodeURIComponent(metric.value)}`);
-    const series = jobs.map((j) => (histories[j][metric.value] || []).filter((p) => p[0] !== null));
-    const steps = [...new Set(series.flatMap((h) => h.map((p) => p[0])))].sort((a, b) => a - b);
-    const data = [steps, ...series.map((h) => {
-      const at = new Map(h.map((p) => [p[0], p[1]]));
-      return steps.map((s) => (at.has(s) ? at.get(s) : null));
-    })];
-    const colors = ["#2457c5", "#c5247a", "#1e7f45", "#9a6700", "#6a3fc5", "#0f7f8a"];
     box.append(el("h2", {}, metric.value));
-    // eslint-disable-next-line no-undef
-    new uPlot({width: Math.max(400, box.clientWidth - 28), height: 360, scales: {x: {time: false}},
-      series: [{label: "step"}, ...jobs.map((j, i) => ({label: j, stroke: colors[i % colors.length], spanGaps: true}))]},
-    data, box);
+    linesChart(box, jobs, jobs.map((j) => histories[j][metric.value] || []), 360);
   }
   metric.addEventListener("change", draw);
   main.append(el("h1", {}, "Compare"), el("div", {class: "filters"}, names,
