@@ -49,6 +49,7 @@ from phalanx.workspace.trials import (
     add_trial,
     begin,
     set_outcome,
+    set_study,
     trials_of,
     update_trial,
 )
@@ -80,6 +81,7 @@ class SweepRunner:
         self._curves: dict[str, tuple[tuple[int, int, int], list[tuple[int, float]]]] = {}
         self._stop_reason: str | None = None
         self._failure: str | None = None
+        self._study: dict[str, object] = {}
 
     def run(self) -> JobStatus:
         from phalanx.search.study import Search
@@ -98,7 +100,8 @@ class SweepRunner:
         if state.restarts:
             log.info("sweep %s: taken over (restart %d) with %d trials recorded",
                      self.name, state.restarts, len(records))  # fmt: skip
-        search = Search(self.name, spec, records)
+        search = Search(self.name, spec, records, state.study)
+        self._study = dict(state.study)
         bell = Bell(job_bell(self.ws.home, self.name))
         try:
             while True:
@@ -114,8 +117,12 @@ class SweepRunner:
                 made = self._make(spec, search, records, children)
                 records = trials_of(self.ws, self.name)
                 self._record_best(spec, records)
-                live = [r for r in records if not r.state.is_over]
-                if not live and not made and self._done(spec, search, records):
+                children = {j.name: j for j in self.ws.list_jobs(parent=self.name, limit=10_000)}
+                if (
+                    not made
+                    and not _active(records, children)
+                    and self._done(spec, search, records)
+                ):
                     return self._finish(spec, records)
                 bell.wait(ROUND_S)
         finally:
@@ -143,7 +150,7 @@ class SweepRunner:
             if child is None:
                 continue
             if record.state.is_over:
-                if child.status.is_terminal and child.error is None and record.reason:
+                if child.status is JobStatus.CANCELED and child.error is None and record.reason:
                     self.ws.set_end_reason(child.name, RootCause(message=record.reason))
                 continue
             curve = self._curve(spec, child)
@@ -203,7 +210,7 @@ class SweepRunner:
         """New trials while there is room; how many were made."""
         if self._stop_reason is not None or self._failure is not None:
             return 0
-        live = sum(1 for r in records if not r.state.is_over)
+        live = len(_active(records, children))
         total = len(records)
         failed = [r for r in records if r.state is TrialState.FAILED]
         if not any(r.state is TrialState.COMPLETED for r in records) and len(failed) >= max(
@@ -227,6 +234,9 @@ class SweepRunner:
                                proposal.internal)  # fmt: skip
             if proposal.attrs:
                 update_trial(self.ws, self.name, record.number, attrs=proposal.attrs)
+            if search.study_attrs() != self._study:
+                self._study = search.study_attrs()
+                set_study(self.ws, self.name, self._study)
             self._start(spec, record)
             live, total, made = live + 1, total + 1, made + 1
         return made
@@ -369,6 +379,16 @@ def best_trial(spec: SweepSpec, records: list[TrialRecord]) -> TrialRecord | Non
         return None
     pick = max if spec.objective.goal == "maximize" else min
     return pick(done, key=lambda r: r.value)  # type: ignore[arg-type, return-value]
+
+
+def _active(records: list[TrialRecord], children: dict[str, JobRecord]) -> list[TrialRecord]:
+    """The trials that run or will: not over, or over (stopped) while their job still
+    ends. Each counts against ``max_concurrent_trials``: its job holds devices."""
+    return [
+        r for r in records
+        if not r.state.is_over
+        or (r.job_name in children and not children[r.job_name].status.is_terminal)
+    ]  # fmt: skip
 
 
 def _last(curve: list[tuple[int, float]]) -> float | None:

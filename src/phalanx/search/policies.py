@@ -57,7 +57,10 @@ class _AzurePolicy(BasePruner):
         raise NotImplementedError
 
     def _better(self, a: float, b: float) -> bool:
-        return a > b if self.maximize else a < b
+        """Whether ``a`` is better than ``b`` by more than rounding (a running average of
+        equal values is not worse than them)."""
+        tolerance = 1e-9 * max(1.0, abs(a), abs(b))
+        return a > b + tolerance if self.maximize else a < b - tolerance
 
     def _at(self, study: Study, step: int, *, finished: bool = True) -> list[float]:
         """Every trial's value at ``step`` (those that reported it)."""

@@ -17,6 +17,7 @@ from typing import Any
 
 import optuna
 from optuna.samplers import BaseSampler
+from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from phalanx.search.policies import explain, make_pruner
@@ -38,28 +39,46 @@ _RESULT = {
 }
 
 
-def make_sampler(spec: SweepSpec) -> BaseSampler:
-    """The sampler of the sweep's ``sampling_algorithm``."""
+def make_sampler(spec: SweepSpec, resumed_at: int = 0) -> BaseSampler:
+    """The sampler of the sweep's ``sampling_algorithm``.
+
+    Args:
+        resumed_at: The trials recorded before this controller started. A seeded random
+            or TPE sampler started again with its seed would draw its first values again;
+            its seed is moved on by that count instead (so a resumed sweep is as
+            reproducible as one that was not). A grid and a Sobol sequence keep their
+            place in the study's own attributes.
+    """
     algorithm = spec.sampling_algorithm
     seed = algorithm.seed
+    moved = None if seed is None else (seed + 1_000_003 * resumed_at) % 2**32
     if algorithm.type == "grid":
         grid = {d.name: d.grid() for d in dimensions(spec)}
-        return optuna.samplers.GridSampler(grid, seed=seed)
+        return _Grid(grid, seed=seed)
     if algorithm.type == "bayesian":
         startup = algorithm.n_startup_trials or max(2, min(10, spec.max_total_trials // 5))
         return optuna.samplers.TPESampler(
-            seed=seed, n_startup_trials=startup, multivariate=True, constant_liar=True
+            seed=moved, n_startup_trials=startup, multivariate=True, constant_liar=True
         )
     if algorithm.rule == "sobol":
         return optuna.samplers.QMCSampler(
             qmc_type="sobol",
             scramble=True,
             seed=seed,
-            independent_sampler=optuna.samplers.RandomSampler(seed=seed),
+            independent_sampler=optuna.samplers.RandomSampler(seed=moved),
             warn_independent_sampling=False,
             warn_asynchronous_seeding=False,
         )
-    return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.RandomSampler(seed=moved)
+
+
+class _Grid(optuna.samplers.GridSampler):
+    """Optuna's grid sampler, less its stopping the study once the grid is covered (which
+    only an ``optimize`` loop may do): the controller stops making trials itself."""
+
+    def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState,
+                    values: Any) -> None:  # fmt: skip
+        return None
 
 
 @dataclass
@@ -75,16 +94,24 @@ class Proposal:
 class Search:
     """One sweep's study, as its controller asks, reports and tells it."""
 
-    def __init__(self, name: str, spec: SweepSpec, records: list[TrialRecord]) -> None:
+    def __init__(
+        self,
+        name: str,
+        spec: SweepSpec,
+        records: list[TrialRecord],
+        study_attrs: dict[str, Any] | None = None,
+    ) -> None:
         self.spec = spec
         self.maximize = spec.objective.goal == "maximize"
         self.distributions = distributions(spec)
         self.study = optuna.create_study(
             study_name=name,
             direction="maximize" if self.maximize else "minimize",
-            sampler=make_sampler(spec),
+            sampler=make_sampler(spec, resumed_at=len(records)),
             pruner=make_pruner(spec),
         )
+        for key, value in (study_attrs or {}).items():
+            self.study._storage.set_study_system_attr(self.study._study_id, key, value)
         self._ids: dict[int, int] = {}
         for record in records:
             self._restore(record)
@@ -130,6 +157,10 @@ class Search:
 
     def _frozen(self, number: int) -> FrozenTrial:
         return self.study._storage.get_trial(self._ids[number])
+
+    def study_attrs(self) -> dict[str, Any]:
+        """What the sampler keeps of the whole search (to be recorded)."""
+        return _plain(self.study._storage.get_study_system_attrs(self.study._study_id))
 
     def attrs(self, number: int) -> dict[str, Any]:
         """What the sampler and pruner keep of trial ``number`` (to be recorded)."""

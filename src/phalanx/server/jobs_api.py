@@ -31,8 +31,9 @@ from phalanx.workspace.wire import job_to_wire
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
 # The spec fields a client may point at an uploaded file (see phalanx.client.bundle).
-_PLACEABLE = re.compile(
-    r"code|environment\.(pip_file|conda_file|build\.path)|inputs\.[A-Za-z0-9_-]+\.path"
+_PLACEABLE = re.compile(  # a sweep's trial has its code and environment under `trial.`
+    r"(trial\.)?(code|environment\.(pip_file|conda_file|build\.path))"
+    r"|inputs\.[A-Za-z0-9_-]+\.path"
 )
 _UPLOAD_ID = re.compile(r"[0-9a-f]{32}")
 

@@ -603,7 +603,8 @@ class SweepSpec(SpecModel):
             self.template()
         except ValidationError as exc:
             first = exc.errors()[0]
-            field = ".".join(str(part) for part in first["loc"])
+            where = (first.get("ctx") or {}).get("loc") or first["loc"]
+            field = ".".join(str(part) for part in where)
             raise user_error(first["msg"], loc=_loc(field)) from None
         return self
 

@@ -200,6 +200,7 @@ sweeps = Table(  # schema 13: a sweep job's own state (phalanx.sweep)
     Column("best_trial", Integer),
     Column("best_value", Double),
     Column("ended_reason", Text),
+    Column("study_json", Text),  # the sampler's own state (a Sobol sequence's place)
     PrimaryKeyConstraint("name", name="pk_sweeps"),
 )
 

@@ -81,6 +81,8 @@ class SweepState:
     best_value: float | None = None
     ended_reason: str | None = None
     """Why it stopped making trials (limits reached, grid covered, timeout)."""
+    study: dict[str, Any] = field(default_factory=dict)
+    """What the sampler keeps of the whole search (a Sobol sequence's place)."""
 
 
 def begin(ws: Workspace, sweep: str) -> SweepState:
@@ -113,7 +115,22 @@ def _state(row: Any, restarts: int | None = None) -> SweepState:
         best_trial=row["best_trial"],
         best_value=row["best_value"],
         ended_reason=row["ended_reason"],
+        study=json.loads(row["study_json"] or "{}"),
     )
+
+
+def set_study(ws: Workspace, sweep: str, attrs: dict[str, Any]) -> None:
+    """Record what the sampler keeps of the whole search."""
+
+    def write() -> None:
+        with ws.transaction() as tx:
+            ws.fence(tx, sweep)
+            tx.execute(
+                "UPDATE sweeps SET study_json = :attrs WHERE name = :name",
+                {"attrs": json.dumps(attrs, sort_keys=True), "name": sweep},
+            )
+
+    ws.database.retrying(write)
 
 
 def trials_of(ws: Workspace, sweep: str) -> list[TrialRecord]:

@@ -27,6 +27,7 @@ def upgrade() -> None:
         sa.Column("best_trial", sa.Integer),
         sa.Column("best_value", sa.Double),
         sa.Column("ended_reason", sa.Text),
+        sa.Column("study_json", sa.Text),
         sa.PrimaryKeyConstraint("name", name="pk_sweeps"),
     )
     op.create_table(

@@ -1,0 +1,314 @@
+"""Sweep specs and the search under them (Optuna), without running a job.
+
+What a sweep controller asks of ``phalanx.search`` — values drawn from each
+distribution, a study rebuilt from trial records, a pruner's reason — checked on
+in-memory studies; the controller itself runs real jobs in ``test_sweeps.py``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phalanx.errors import SpecError
+from phalanx.search.study import Search
+from phalanx.spec import SweepSpec, load_any_text
+from phalanx.workspace.trials import TrialRecord, TrialState
+
+BASE = """
+type: sweep
+trial:
+  command: python train.py --x ${{search_space.x}}
+search_space:
+  x: {type: uniform, min_value: 0, max_value: 1}
+objective: {primary_metric: score, goal: maximize}
+"""
+
+
+def sweep(text: str = BASE, **changes: Any) -> SweepSpec:
+    spec = load_any_text(text, source="sweep.yml", base_dir=Path("/"))
+    assert isinstance(spec, SweepSpec)
+    return spec.model_copy(update=changes) if changes else spec
+
+
+def with_space(space: str, extra: str = "") -> SweepSpec:
+    text = BASE.replace("  x: {type: uniform, min_value: 0, max_value: 1}\n", space) + extra
+    return sweep(text)
+
+
+# -- the spec -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        ("  x: {type: gaussian, mu: 0}\n", "search_space.x.type", "unknown distribution"),
+        ("  x: {type: uniform, min_value: 2, max_value: 1}\n", "search_space.x.max_value",
+         "must be greater than min_value"),
+        ("  x: {type: choice, values: []}\n", "search_space.x.values", "at least 1"),
+        ("  x: {type: normal, mu: 0, sigma: 0}\n", "search_space.x.sigma", "more than 0"),
+        ("  x: {type: choice, values: [{a: 1}]}\n", "search_space.x.values", "nested search"),
+        ("  y: {type: uniform, min_value: 0, max_value: 1}\n", "trial.command",
+         "${{search_space.x}} names nothing in search_space"),
+    ],
+)  # fmt: skip
+def test_bad_search_spaces_name_the_field(change: str, field: str, message: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        with_space(change)
+    assert caught.value.field == field
+    assert message in caught.value.message
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "message"),
+    [
+        ("sampling_algorithm: grid\n", "search_space.x", "grid sampling takes choice and randint"),
+        ("limits: {max_total_trials: 2, max_concurrent_trials: 3}\n",
+         "limits.max_concurrent_trials", "more than max_total_trials"),
+        ("early_termination: {type: bandit}\n", "early_termination.slack_factor",
+         "exactly one of slack_factor"),
+        ("early_termination: {type: sometimes}\n", "early_termination.type",
+         "unknown early_termination type"),
+        ("sampling_algorithm: {type: grid, rule: sobol}\n", "sampling_algorithm.rule",
+         "type: random only"),
+    ],
+)  # fmt: skip
+def test_bad_sweep_settings_name_the_field(extra: str, field: str, message: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        sweep(BASE + extra)
+    assert caught.value.field == field
+    assert message in caught.value.message
+
+
+def test_an_input_the_command_names_must_exist_in_the_trial() -> None:
+    text = BASE.replace("--x ${{search_space.x}}", "--x ${{search_space.x}} ${{inputs.epochs}}")
+    with pytest.raises(SpecError) as caught:
+        sweep(text)
+    assert caught.value.field == "trial.command"
+    assert "${{inputs.epochs}} names no input" in caught.value.message
+
+
+def test_a_trial_gets_its_values_as_literal_inputs() -> None:
+    spec = sweep(BASE + "inputs: {epochs: 3, x: 9}\ncompute: local\n")
+    trial = spec.trial_spec({"x": 0.25}, name="s_0")
+    assert trial.name == "s_0"
+    assert trial.command == "python train.py --x ${{inputs.x}}"
+    # A value of the search space replaces a literal input of the same name.
+    assert trial.literal_inputs() == {"epochs": 3, "x": 0.25}
+
+
+# -- values as each distribution gives them --------------------------------------------
+
+
+def draws(space: str, n: int = 64, seed: int = 3) -> list[Any]:
+    spec = with_space(space, f"sampling_algorithm: {{type: random, seed: {seed}}}\n")
+    search = Search("s", spec, [])
+    values = []
+    for _ in range(n):
+        proposal = search.propose()
+        search.tell(proposal.number, TrialState.COMPLETED, 0.0)
+        values.append(proposal.params["x"])
+    return values
+
+
+def test_loguniform_bounds_are_natural_logarithms_as_in_azure_ml() -> None:
+    values = draws("  x: {type: loguniform, min_value: -6, max_value: -1}\n")
+    assert all(math.exp(-6) <= v <= math.exp(-1) for v in values)
+    # Spread over orders of magnitude, not bunched at the top as a uniform would be.
+    assert min(values) < 0.02 < max(values)
+
+
+def test_quantised_values_are_multiples_of_q_and_whole_for_a_whole_q() -> None:
+    values = draws("  x: {type: quniform, min_value: 16, max_value: 128, q: 16}\n")
+    assert all(isinstance(v, int) and v % 16 == 0 and 16 <= v <= 128 for v in values)
+    halves = draws("  x: {type: quniform, min_value: 0, max_value: 2, q: 0.5}\n")
+    assert all(isinstance(v, float) and (v * 2).is_integer() for v in halves)
+
+
+def test_normal_values_have_the_mean_and_spread_asked_for() -> None:
+    values = draws("  x: {type: normal, mu: 10, sigma: 2}\n", n=200)
+    assert abs(statistics.fmean(values) - 10) < 0.6
+    assert 1.5 < statistics.stdev(values) < 2.5
+    logs = draws("  x: {type: lognormal, mu: 0, sigma: 1}\n")
+    assert all(v > 0 for v in logs)
+
+
+def test_randint_and_choice_give_only_their_values() -> None:
+    assert set(draws("  x: {type: randint, upper: 3}\n")) == {0, 1, 2}
+    assert set(draws("  x: {type: choice, values: [a, 2, true]}\n")) == {"a", 2, True}
+
+
+def test_sobol_points_cover_the_range_evenly() -> None:
+    spec = with_space(
+        "  x: {type: uniform, min_value: 0, max_value: 1}\n",
+        "sampling_algorithm: {type: random, rule: sobol, seed: 1}\n",
+    )
+    search = Search("s", spec, [])
+    values = []
+    for _ in range(16):
+        proposal = search.propose()
+        search.tell(proposal.number, TrialState.COMPLETED, 0.0)
+        values.append(proposal.params["x"])
+    # After the first (random) point, 15 Sobol points: every sixteenth of the range but
+    # one or two holds one of them, which random points rarely manage.
+    filled = {int(v * 16) for v in values[1:]}
+    assert len(filled) >= 14
+
+
+# -- the study, as a controller that starts again sees it ------------------------------
+
+
+def records_of(search: Search, spec: SweepSpec, results: dict[int, float]) -> list[TrialRecord]:
+    out = []
+    for number, value in results.items():
+        out.append(
+            TrialRecord(
+                number=number,
+                job_name=f"s_{number}",
+                params={},
+                internal=search.study.trials[number].params,
+                state=TrialState.COMPLETED,
+                created_at=0.0,
+                value=value,
+                attrs=search.attrs(number),
+                curve=[(0, value)],
+            )
+        )
+    return out
+
+
+def test_a_rebuilt_grid_search_never_proposes_a_point_again() -> None:
+    spec = with_space(
+        "  x: {type: choice, values: [a, b, c]}\n  y: {type: randint, upper: 2}\n",
+        "sampling_algorithm: grid\n",
+    ).model_copy()
+    first = Search("s", spec, [])
+    seen = []
+    for _ in range(3):
+        p = first.propose()
+        first.tell(p.number, TrialState.COMPLETED, 1.0)
+        seen.append((p.params["x"], p.params["y"]))
+    # A new controller, from the records alone.
+    again = Search("s", spec, records_of(first, spec, {0: 1.0, 1: 1.0, 2: 1.0}))
+    while not again.exhausted:
+        p = again.propose()
+        assert p.number == len(seen)
+        again.tell(p.number, TrialState.COMPLETED, 1.0)
+        seen.append((p.params["x"], p.params["y"]))
+    assert sorted(seen) == sorted((x, y) for x in "abc" for y in (0, 1))
+
+
+def bayesian_run(seed: int, n: int = 24) -> list[float]:
+    spec = with_space(
+        "  x: {type: uniform, min_value: 0, max_value: 1}\n",
+        f"sampling_algorithm: {{type: bayesian, seed: {seed}, n_startup_trials: 6}}\n"
+        "limits: {max_total_trials: 30}\n",
+    )
+    search = Search("s", spec, [])
+    xs = []
+    for _ in range(n):
+        p = search.propose()
+        x = float(p.params["x"])
+        search.tell(p.number, TrialState.COMPLETED, -((x - 0.3) ** 2))
+        xs.append(x)
+    return xs
+
+
+def test_bayesian_proposes_from_past_results_and_a_seed_repeats_it() -> None:
+    xs = bayesian_run(seed=7)
+    assert xs == bayesian_run(seed=7)
+    assert xs != bayesian_run(seed=8)
+    # After its six random trials, TPE proposes near the best value (0.3): closer on
+    # average than uniform draws come (0.29 expected) or its own first six came.
+    start, later = xs[:6], xs[6:]
+    distance = lambda values: statistics.fmean(abs(v - 0.3) for v in values)  # noqa: E731
+    assert distance(later) < 0.15
+    assert distance(later) < distance(start)
+
+
+# -- early termination ----------------------------------------------------------------
+
+
+def judged(policy: str, curves: list[list[float]], goal: str = "maximize") -> list[str | None]:
+    """Each trial in turn reports its curve, step by step; the reason it was stopped."""
+    spec = sweep(BASE.replace("goal: maximize", f"goal: {goal}") + policy)
+    search = Search("s", spec, [])
+    reasons: list[str | None] = []
+    for curve in curves:
+        p = search.propose()
+        reason = None
+        for step, value in enumerate(curve):
+            search.report(p.number, [(step, value)])
+            reason = search.judge(p.number)
+            if reason is not None:
+                search.tell(p.number, TrialState.PRUNED, None)
+                break
+        else:
+            search.tell(p.number, TrialState.COMPLETED, curve[-1])
+        reasons.append(reason)
+    return reasons
+
+
+GOOD_THEN_BAD = [[0.8] * 4, [0.9] * 4, [0.1] * 4, [0.2] * 4]
+
+
+@pytest.mark.parametrize(
+    ("policy", "prefix"),
+    [
+        ("early_termination: {type: bandit, slack_factor: 0.2, delay_evaluation: 1}\n",
+         "bandit: 0.1 not within 20 % of best 0.9 at step 1"),
+        ("early_termination: {type: median_stopping, delay_evaluation: 1}\n",
+         "median stopping: best 0.1 worse than the median"),
+        ("early_termination: {type: truncation_selection, truncation_percentage: 50,"
+         " delay_evaluation: 1}\n", "truncation selection: 0.1 in the worst 50 % of 3 trials"),
+        ("early_termination: {type: asha, min_resource: 1, reduction_factor: 2}\n",
+         "asha: 0.1 not among the best 1/2"),
+    ],
+)  # fmt: skip
+def test_each_policy_stops_the_bad_trials_and_says_why(policy: str, prefix: str) -> None:
+    reasons = judged(policy, GOOD_THEN_BAD)
+    assert reasons[0] is None and reasons[1] is None
+    assert reasons[2] is not None and reasons[2].startswith(prefix), reasons
+    assert reasons[3] is not None
+
+
+def test_bandit_with_slack_amount_when_minimizing() -> None:
+    policy = "early_termination: {type: bandit, slack_amount: 0.5}\n"
+    reasons = judged(policy, [[1.0] * 3, [1.4] * 3, [1.6] * 3], goal="minimize")
+    assert reasons[:2] == [None, None]
+    assert reasons[2] == "bandit: 1.6 not within 0.5 of best 1 at step 0"
+
+
+def test_evaluation_interval_and_delay_decide_the_steps_judged() -> None:
+    policy = (
+        "early_termination: {type: bandit, slack_factor: 0.1, evaluation_interval: 3,"
+        " delay_evaluation: 2}\n"
+    )
+    reasons = judged(policy, [[1.0] * 8, [0.1] * 8])
+    assert reasons[1] is not None and reasons[1].endswith("at step 3")
+
+
+@pytest.mark.parametrize("rule", ["random", "sobol"])
+def test_a_resumed_seeded_search_draws_new_values(rule: str) -> None:
+    spec = with_space(
+        "  x: {type: uniform, min_value: 0, max_value: 1}\n",
+        f"sampling_algorithm: {{type: random, rule: {rule}, seed: 4}}\n",
+    )
+    first = Search("s", spec, [])
+    drawn = []
+    for _ in range(3):
+        p = first.propose()
+        first.tell(p.number, TrialState.COMPLETED, 0.5)
+        drawn.append(p.params["x"])
+    again = Search("s", spec, records_of(first, spec, {0: 0.5, 1: 0.5, 2: 0.5}),
+                   first.study_attrs())  # fmt: skip
+    later = [again.propose().params["x"] for _ in range(3)]
+    assert not set(later) & set(drawn)
+    if rule == "sobol":  # the sequence goes on where it was: the same points as unbroken
+        unbroken = [first.propose().params["x"] for _ in range(3)]
+        assert later == unbroken

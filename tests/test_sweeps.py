@@ -1,0 +1,392 @@
+"""Sweep jobs run as users run them: ``phalanx job create -f sweep.yml``, real trial
+jobs in the queue, the sweep's controller a real process, the server and scheduler
+killed mid-sweep.
+
+Trials here are tiny: a script that logs its score a few times. Which trials are
+good or bad is decided by the script from its trial number (``<sweep>_<n>``), so
+what each early-termination policy must do is known in advance.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import servers
+from conftest import LOCAL_AND_SERVER, Cli, workspace_processes
+
+TRAIN = """
+import argparse, os, time
+from phalanx.train.metrics import log_metric
+
+p = argparse.ArgumentParser()
+p.add_argument("--x", type=float, default=0.5)
+p.add_argument("--opt", default="sgd")
+p.add_argument("--steps", type=int, default=3)
+p.add_argument("--by-number", action="store_true")
+a = p.parse_args()
+steps, pause = a.steps, 0.05
+score = 1 - abs(a.x - 0.3) + (0.01 if a.opt == "adam" else 0)
+if a.by_number:  # trials 0 and 1 are good, 2 and 3 bad (and slow: they are stopped)
+    number = int(os.environ["PHALANX_JOB_NAME"].rsplit("_", 1)[1])
+    score = {0: 0.8, 1: 0.9, 2: 0.1, 3: 0.2}[number]
+    if number >= 2:
+        steps, pause = 40, 0.5
+for step in range(steps):
+    log_metric("score", score, step=step)
+    time.sleep(pause)
+"""
+
+
+def write_sweep(cli: Cli, name: str, body: str) -> Path:
+    cli.write("src/train.py", TRAIN)
+    return cli.write(name, "type: sweep\n" + body)
+
+
+HELLO = """
+$schema: https://azuremlschemas.azureedge.net/latest/sweepJob.schema.json
+experiment_name: hello-sweep
+trial:
+  code: src
+  command: >-
+    python train.py --x ${{search_space.x}} --opt ${{search_space.opt}}
+    --steps ${{inputs.steps}}
+inputs:
+  steps: 3
+sampling_algorithm: {type: random, seed: 5}
+search_space:
+  x: {type: uniform, min_value: 0, max_value: 1}
+  opt: {type: choice, values: [sgd, adam]}
+objective: {primary_metric: score, goal: maximize}
+early_termination: {type: bandit, slack_factor: 0.5, delay_evaluation: 1}
+limits: {max_total_trials: 4, max_concurrent_trials: 2, timeout: 10m}
+"""
+
+
+def sweep_view(cli: Cli, name: str) -> dict[str, Any]:
+    return cli.show(name)["sweep"]
+
+
+def trial_jobs(cli: Cli, sweep: str) -> list[dict[str, Any]]:
+    out = cli.run("job", "list", "--parent", sweep, "--json", "--limit", "1000", check=True)
+    return list(json.loads(out.stdout))
+
+
+def stamp(text: str) -> float:
+    return dt.datetime.fromisoformat(text).timestamp()
+
+
+def most_at_once(jobs: list[dict[str, Any]]) -> int:
+    """The most attempts of these jobs that ran at the same time."""
+    edges = []
+    for job in jobs:
+        for attempt in job["attempts"]:
+            edges.append((stamp(attempt["started_at"]), 1))
+            edges.append((stamp(attempt["ended_at"]), -1))
+    running = most = 0
+    for _, change in sorted(edges):
+        running += change
+        most = max(most, running)
+    return most
+
+
+@LOCAL_AND_SERVER
+def test_azure_mls_hello_sweep_runs_its_trials_as_jobs(cli: Cli) -> None:
+    spec = write_sweep(cli, "sweep.yml", HELLO)
+    name = cli.create(spec)
+    sweep = cli.wait(name, ("Completed", "Failed"), timeout=240)
+    assert sweep["status"] == "Completed", sweep
+    assert sweep["type"] == "sweep"
+    view = sweep["sweep"]
+    trials = view["trials"]
+    assert [t["number"] for t in trials] == [0, 1, 2, 3]
+    assert [t["job_name"] for t in trials] == [f"{name}_{n}" for n in range(4)]
+
+    jobs = [cli.show(j["name"]) for j in trial_jobs(cli, name)]
+    assert sorted(j["name"] for j in jobs) == sorted(t["job_name"] for t in trials)
+    assert {j["parent"] for j in jobs} == {name}
+    assert {j["experiment_name"] for j in jobs} == {"hello-sweep"}
+    assert most_at_once(jobs) <= 2
+    by_name = {j["name"]: j for j in jobs}
+    for trial in trials:
+        x, opt = trial["params"]["x"], trial["params"]["opt"]
+        assert 0 <= x <= 1 and opt in ("sgd", "adam")
+        job = by_name[trial["job_name"]]
+        # The values are the trial's MLflow params, as text.
+        assert job["params"] == {"x": str(x), "opt": opt}
+        if trial["state"] == "completed":
+            assert job["status"] == "Completed"
+            expected = 1 - abs(x - 0.3) + (0.01 if opt == "adam" else 0)
+            assert trial["value"] == pytest.approx(expected)
+            assert [s for s, _ in trial["curve"]] == [0, 1, 2]
+        else:  # stopped by the bandit policy: its job ends Canceled, saying why
+            assert trial["state"] == "pruned"
+            assert trial["reason"].startswith("bandit: ")
+            assert job["status"] == "Canceled"
+            assert job["error"]["message"] == trial["reason"]
+    completed = [t for t in trials if t["state"] == "completed"]
+    best = max(completed, key=lambda t: t["value"])
+    assert view["best_trial"] == best["number"]
+    assert view["ended_reason"] == "made limits.max_total_trials (4) trials"
+
+    shown = cli.run("job", "show", name, check=True).stdout
+    assert f"best trial         {best['number']} ({best['job_name']})" in shown
+    assert f"--path azureml://jobs/{best['job_name']}/outputs/checkpoints" in shown
+
+
+GRID = """
+trial:
+  code: src
+  command: python score.py --a ${{search_space.a}} --b ${{search_space.b}}
+sampling_algorithm: grid
+search_space:
+  a: {type: choice, values: [x, y, z]}
+  b: {type: randint, upper: 2}
+objective: {primary_metric: score, goal: minimize}
+limits: {max_total_trials: 10, max_concurrent_trials: 3}
+"""
+
+MLFLOW_SCORE = """
+import argparse, mlflow
+p = argparse.ArgumentParser()
+p.add_argument("--a")
+p.add_argument("--b", type=int)
+a = p.parse_args()
+mlflow.log_metric("score", "xyz".index(a.a) * 10 + a.b, step=0)
+"""
+
+
+def test_grid_covers_the_grid_once_reading_what_mlflow_logged(cli: Cli) -> None:
+    cli.write("src/score.py", MLFLOW_SCORE)
+    spec = cli.write("grid.yml", "type: sweep\n" + GRID)
+    name = cli.create(spec)
+    sweep = cli.wait(name, ("Completed", "Failed"), timeout=240)
+    assert sweep["status"] == "Completed", sweep
+    trials = sweep["sweep"]["trials"]
+    points = sorted((t["params"]["a"], t["params"]["b"]) for t in trials)
+    assert points == [(a, b) for a in "xyz" for b in (0, 1)]
+    # The objective is what each trial logged through MLflow.
+    for trial in trials:
+        assert trial["value"] == "xyz".index(trial["params"]["a"]) * 10 + trial["params"]["b"]
+    assert sweep["sweep"]["ended_reason"] == "covered the grid (6 points)"
+    assert sweep["sweep"]["best_value"] == 0
+    jobs = [cli.show(j["name"]) for j in trial_jobs(cli, name)]
+    assert len(jobs) == 6 and most_at_once(jobs) <= 3
+
+
+POLICIES = {
+    "bandit": "{type: bandit, slack_factor: 0.2, delay_evaluation: 1}",
+    "median stopping": "{type: median_stopping, delay_evaluation: 1}",
+    "truncation selection": "{type: truncation_selection, truncation_percentage: 50,"
+    " delay_evaluation: 1}",
+    "asha": "{type: asha, min_resource: 1, reduction_factor: 2}",
+}
+
+ONE_AT_A_TIME = """
+trial:
+  code: src
+  command: python train.py --x ${{search_space.x}} --steps 4 --by-number
+search_space:
+  x: {type: uniform, min_value: 0, max_value: 1}
+objective: {primary_metric: score, goal: maximize}
+limits: {max_total_trials: 4, max_concurrent_trials: 1}
+"""
+
+
+def test_each_policy_stops_the_bad_trials(cli: Cli) -> None:
+    names = {}
+    for policy, block in POLICIES.items():
+        spec = write_sweep(cli, "policy.yml", ONE_AT_A_TIME + f"early_termination: {block}\n")
+        names[policy] = cli.create(spec)
+    for policy, name in names.items():
+        sweep = cli.wait(name, ("Completed", "Failed"), timeout=300)
+        assert sweep["status"] == "Completed", sweep
+        trials = sweep["sweep"]["trials"]
+        assert [t["state"] for t in trials] == ["completed", "completed", "pruned", "pruned"]
+        assert sweep["sweep"]["best_trial"] == 1
+        for trial in trials[2:]:
+            assert trial["reason"].startswith(f"{policy}: "), trial
+            job = cli.show(trial["job_name"])
+            assert job["status"] == "Canceled"
+            assert job["error"]["message"] == trial["reason"]
+            # Stopped early: far from its 40 steps.
+            assert len(trial["curve"]) < 20
+
+
+BAYESIAN = """
+trial:
+  code: src
+  command: python train.py --x ${{search_space.x}} --opt ${{search_space.opt}}
+search_space:
+  x: {type: uniform, min_value: 0, max_value: 1}
+  opt: {type: choice, values: [sgd, adam]}
+sampling_algorithm: {type: bayesian, seed: 11, n_startup_trials: 2}
+objective: {primary_metric: score, goal: maximize}
+limits: {max_total_trials: 4, max_concurrent_trials: 1}
+"""
+
+
+def test_a_seeded_bayesian_sweep_proposes_the_same_values_again(cli: Cli) -> None:
+    spec = write_sweep(cli, "bayes.yml", BAYESIAN)
+    first, second = cli.create(spec), cli.create(spec)
+    runs = [cli.wait(n, ("Completed", "Failed"), timeout=300) for n in (first, second)]
+    params = [[t["params"] for t in run["sweep"]["trials"]] for run in runs]
+    assert all(run["status"] == "Completed" for run in runs)
+    assert len(params[0]) == 4
+    assert params[0] == params[1]
+
+
+@pytest.mark.parametrize("cli", ["server"], indirect=True)
+def test_a_sweep_goes_on_after_its_server_scheduler_and_controller_are_killed(
+    cli: Cli,
+) -> None:
+    body = HELLO.replace("max_total_trials: 4", "max_total_trials: 6").replace(
+        "--steps ${{inputs.steps}}", "--steps 20"
+    )
+    name = cli.create(write_sweep(cli, "sweep.yml", body))
+    deadline = time.monotonic() + 180
+    while len([t for t in sweep_view(cli, name)["trials"] if t["state"] != "started"]) < 2:
+        assert time.monotonic() < deadline, sweep_view(cli, name)
+        time.sleep(0.3)
+    # Everything of the workspace but the trials' own jobs: the server, its scheduler,
+    # the sweep's controller.
+    assert cli.server is not None
+    servers.kill_phalanx_server(cli.server)
+    killed = []
+    for proc in workspace_processes(cli.home):
+        cmdline = proc.cmdline()
+        if "phalanx.jobs.schedulerd" in cmdline or cmdline[-1:] == [name]:
+            proc.send_signal(signal.SIGKILL)
+            killed.append(cmdline[-1])
+    assert name in killed
+    cli.server = servers.start_phalanx_server(
+        cli.home, cli.env, *cli.server_args, port=cli.server.port
+    )
+    sweep = cli.wait(name, ("Completed", "Failed"), timeout=300)
+    assert sweep["status"] == "Completed", sweep
+    view = sweep["sweep"]
+    assert view["restarts"] >= 1
+    trials = view["trials"]
+    assert [t["number"] for t in trials] == list(range(6))
+    jobs = [cli.show(j["name"]) for j in trial_jobs(cli, name)]
+    # Every trial once: no job made twice, none run again, no values drawn twice.
+    assert sorted(j["name"] for j in jobs) == sorted(f"{name}_{n}" for n in range(6))
+    assert all(len(j["attempts"]) == 1 for j in jobs)
+    assert len({t["params"]["x"] for t in trials}) == 6
+    assert all(t["state"] in ("completed", "pruned") for t in trials)
+
+
+def test_canceling_a_sweep_cancels_its_trials(cli: Cli) -> None:
+    body = HELLO.replace("--steps ${{inputs.steps}}", "--steps 600")
+    name = cli.create(write_sweep(cli, "sweep.yml", body))
+    deadline = time.monotonic() + 120
+    while sum(j["status"] == "Running" for j in trial_jobs(cli, name)) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    cli.run("job", "cancel", name, check=True)
+    sweep = cli.show(name)
+    assert sweep["status"] == "Canceled"
+    jobs = [cli.wait(j["name"], ("Canceled",), timeout=60) for j in trial_jobs(cli, name)]
+    assert len(jobs) == 2
+    for job in jobs:
+        assert job["error"]["message"] == "the sweep was canceled"
+    assert {t["state"] for t in sweep["sweep"]["trials"]} == {"canceled"}
+
+
+SPOT = """
+trial:
+  code: src
+  command: python resume.py --x ${{search_space.x}}
+search_space:
+  x: {type: uniform, min_value: 0, max_value: 1}
+objective: {primary_metric: score, goal: maximize}
+queue_settings: {job_tier: spot}
+limits: {max_total_trials: 1}
+"""
+
+RESUME = """
+import argparse, os, pathlib, time
+from phalanx.train.metrics import log_metric
+p = argparse.ArgumentParser()
+p.add_argument("--x", type=float)
+a = p.parse_args()
+mark = pathlib.Path(os.environ["PHALANX_CHECKPOINT_DIR"]) / "step"
+start = int(mark.read_text()) if mark.exists() else 0
+for step in range(start, 12):
+    log_metric("score", a.x, step=step)
+    mark.write_text(str(step + 1))
+    time.sleep(0.4)
+print("started at", start)
+"""
+
+
+def test_a_spot_sweeps_trial_resumes_after_preemption_and_counts_once(cli: Cli) -> None:
+    cli.write("src/resume.py", RESUME)
+    name = cli.create(cli.write("spot.yml", "type: sweep\n" + SPOT))
+    trial = f"{name}_0"
+    deadline = time.monotonic() + 120
+    while True:
+        view = sweep_view(cli, name)
+        if view["trials"] and len(view["trials"][0]["curve"]) >= 3:
+            break
+        assert time.monotonic() < deadline, view
+        time.sleep(0.3)
+    cli.run("job", "preempt", trial, check=True)
+    sweep = cli.wait(name, ("Completed", "Failed"), timeout=180)
+    assert sweep["status"] == "Completed", sweep
+    job = cli.show(trial)
+    assert job["status"] == "Completed"
+    assert [a["cause"] for a in job["attempts"]] == ["preemption", None]
+    # The second attempt went on from the checkpoint the first left.
+    log = cli.run("job", "stream", trial, check=True).stdout
+    starts = [line for line in log.splitlines() if line.startswith("started at")]
+    assert starts[-1] != "started at 0", log
+    assert len(sweep["sweep"]["trials"]) == 1
+    assert [s for s, _ in sweep["sweep"]["trials"][0]["curve"]] == list(range(12))
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (("x: {type: uniform, min_value: 0, max_value: 1}", "x: {type: gaussian, mu: 0}"),
+         "sweep.yml:14: search_space.x.type: unknown distribution 'gaussian'"),
+        (("x: {type: uniform, min_value: 0, max_value: 1}",
+          "x: {type: uniform, min_value: 1, max_value: 0}"),
+         "sweep.yml:14: search_space.x.max_value: max_value (0) must be greater than "
+         "min_value (1)"),
+        (("--opt ${{search_space.opt}}", "--opt ${{search_space.optimizer}}"),
+         "sweep.yml:7: trial.command: ${{search_space.optimizer}} names nothing in "
+         "search_space"),
+    ],
+)  # fmt: skip
+def test_bad_sweep_specs_get_one_line_and_exit_2(
+    cli: Cli, change: tuple[str, str], expected: str
+) -> None:
+    spec = write_sweep(cli, "sweep.yml", HELLO.replace(*change))
+    proc = cli.run("job", "create", "-f", spec.name)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"error: {expected}"), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in proc.stderr
+    assert not (cli.home / "jobs").exists() or not any((cli.home / "jobs").iterdir())
+
+
+def test_a_sweep_stops_at_its_timeout(cli: Cli) -> None:
+    body = HELLO.replace("--steps ${{inputs.steps}}", "--steps 600").replace(
+        "timeout: 10m", "timeout: 12"
+    )
+    name = cli.create(write_sweep(cli, "sweep.yml", body))
+    sweep = cli.wait(name, ("Completed", "Failed", "Canceled"), timeout=120)
+    # No trial could finish: the sweep fails, saying why.
+    assert sweep["status"] == "Failed"
+    assert "the sweep reached limits.timeout (12 s)" in sweep["error"]["message"]
+    for job in trial_jobs(cli, name):
+        assert cli.wait(job["name"], ("Canceled",), timeout=60)["status"] == "Canceled"
+    assert os.path.isdir(sweep["job_dir"])
