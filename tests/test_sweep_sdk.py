@@ -338,6 +338,13 @@ def test_dumped_sweep_is_the_yaml_sweep_and_the_cli_takes_it(cli: Cli, monkeypat
     cli.run("job", "cancel", name, check=True)
     stored = Workspace(cli.home).get_job(name)
     assert stored.spec["search_space"] == record(from_yaml)["search_space"]
+    # Read back, it is a SweepJob that makes the same spec again.
+    monkeypatch.setenv("PHALANX_HOME", str(cli.home))
+    again = MLClient().jobs.get(name)
+    assert isinstance(again, SweepJob) and again.status == "Canceled"
+    assert isinstance(again.early_termination, BanditPolicy)
+    assert again.search_space["lr"] == Uniform(0.001, 0.1)
+    assert record(validate(again)) == {**record(from_yaml), "name": name}
 
 
 TRIAL_COMMAND = (

@@ -124,7 +124,7 @@ def _submitted(job: Command | SweepJob, record: JobRecord, server_url: str | Non
     job.tags = dict(record.tags)
     job.status = record.status.value
     for key, output in job.outputs.items():
-        if output.path is None:
+        if output.path is None and isinstance(job, Command):  # a sweep's are its trials'
             output.path = f"azureml://jobs/{record.name}/outputs/{key}"
             output._kept_for = record.name
     job.studio_url = studio_url(record.name, server_url)

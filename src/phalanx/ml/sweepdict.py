@@ -83,7 +83,8 @@ def _trial_command(sweep: SweepJob) -> Command:
         outputs=sweep.outputs,
         compute=sweep.compute,
         queue_settings=sweep.queue_settings,
-        services=sweep.services,
+        # "Studio" is the page of a sweep read back, not a service it asks for.
+        services={k: v for k, v in sweep.services.items() if k != "Studio"},
         identity=sweep.identity,
         retry=None if sweep.retry is None else dict(sweep.retry),
         name=sweep.name,
@@ -265,7 +266,7 @@ def sweep_of(
         compute=compute if compute is not None else job.compute,
         queue_settings=queue,
         identity=identity if identity is not None else copy.deepcopy(job.identity),
-        services={k: v for k, v in job.services.items() if k != "Studio"},
+        services=copy.deepcopy(job.services),
         retry=copy.deepcopy(job.retry),
         name=None if job.status is not None else job.name,
         display_name=job.display_name,

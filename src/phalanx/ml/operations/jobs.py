@@ -172,7 +172,7 @@ class JobOperations:
             )  # fmt: skip
         return stored
 
-    def _check_compute(self, job: AnyJob, source: str) -> None:
+    def _check_compute(self, job: AnyJob, source: str = COMMAND) -> None:
         """A compute target named in the job exists, with the fix in Python if not."""
         compute = (job.compute or "local").removeprefix("azureml:")
         if compute == "local" or ":" in compute or "/" in compute:
