@@ -388,7 +388,8 @@ def test_bad_input_to_the_operations_names_the_call_and_field(here: Path) -> Non
     ml_client = MLClient()
     cases = [
         (lambda: ml_client.jobs.create_or_update("job.yml"),  # type: ignore[arg-type]
-         "ml_client.jobs.create_or_update(): job: must be a job made by command(...); got str"),
+         "ml_client.jobs.create_or_update(): job: must be a job made by command(...) or a "
+         "sweep job made by job.sweep(...); got str"),
         (lambda: ml_client.jobs.list(status="Done"),
          "ml_client.jobs.list(): status: must be one of Queued"),
         (lambda: ml_client.data.create_or_update(Data(name="d")),
@@ -683,13 +684,13 @@ def test_a_job_made_and_submitted_unchanged_is_parsed_once(
     import phalanx.spec
 
     parses: list[str] = []
-    real = phalanx.spec.load_spec_text
+    real = phalanx.spec.load_any_text  # what SpecText.load parses with
 
     def counted(text: str, **kwargs: Any) -> Any:
         parses.append(text)
         return real(text, **kwargs)
 
-    monkeypatch.setattr(phalanx.spec, "load_spec_text", counted)
+    monkeypatch.setattr(phalanx.spec, "load_any_text", counted)
     job = command(command="python -c 'print(41 + 1)'", compute="local")
     assert len(parses) == 1
     ml_client = MLClient()

@@ -22,6 +22,7 @@ from phalanx.client.config import ServerConfig
 from phalanx.ml.entities.assets import Data, Environment, Model
 from phalanx.ml.entities.job import Command
 from phalanx.ml.entities.resources import AzureBlobDatastore, Compute
+from phalanx.ml.entities.sweep_job import SweepJob
 from phalanx.ml.errors import MLError, argument_error, unknown_keywords
 from phalanx.ml.notes import note_once
 from phalanx.ml.operations import (
@@ -188,7 +189,7 @@ class MLClient:
 
     @staticmethod
     def _kind(entity: Any, where: str) -> str:
-        kinds = ((Command, "jobs"), (Data, "data"), (Model, "models"),
+        kinds = ((Command, "jobs"), (SweepJob, "jobs"), (Data, "data"), (Model, "models"),
                  (AzureBlobDatastore, "datastores"), (Compute, "compute"),
                  (Environment, "environments"))  # fmt: skip
         for cls, kind in kinds:

@@ -17,6 +17,8 @@ R = TypeVar("R")
 
 #: What errors about a ``command(...)`` argument name as their source.
 COMMAND = "command()"
+#: What errors about a sweep job (``job.sweep(...)``, a ``SweepJob``) name as their source.
+SWEEP = "sweep()"
 
 # The YAML loader's words for where relative paths start, and the SDK's.
 _RELATIVE_TO = (
@@ -106,12 +108,13 @@ def checked_keywords(cls: T) -> T:
     return cls
 
 
-def from_spec_error(error: SpecError, renames: Mapping[str, str]) -> MLError:
+def from_spec_error(error: SpecError, renames: Mapping[str, str], source: str = COMMAND) -> MLError:
     """The spec's problems, each with the field as the SDK caller wrote it.
 
     The YAML the SDK builds has lines nobody wrote; they are dropped. ``renames``
     maps a spec field's dotted prefix to the caller's name for it
-    (``resources.instance_count`` → ``instance_count`` for ``command(instance_count=…)``).
+    (``resources.instance_count`` → ``instance_count`` for ``command(instance_count=…)``);
+    ``source`` is the call named (``command()``, ``sweep()``).
     """
     problems = []
     for problem in error.problems:
@@ -124,7 +127,7 @@ def from_spec_error(error: SpecError, renames: Mapping[str, str]) -> MLError:
         message = problem.message
         for yaml_words, sdk_words in _RELATIVE_TO:
             message = message.replace(yaml_words, sdk_words)
-        problems.append(SpecProblem(message, field=field, source=COMMAND))
+        problems.append(SpecProblem(message, field=field, source=source))
     made = MLError.of(problems)
     assert isinstance(made, MLError)
     return made

@@ -31,8 +31,9 @@ from phalanx.ml.errors import COMMAND, argument_error, from_spec_error
 from phalanx.ml.notes import note_once
 
 if TYPE_CHECKING:
+    from phalanx.ml.entities.sweep_job import SweepJob
     from phalanx.service.jobs import SpecText
-    from phalanx.spec import JobSpec
+    from phalanx.spec import JobSpec, SweepSpec
 
 # The order of a job.yml's keys, as Azure ML's documents write them.
 _ORDER = (
@@ -102,7 +103,14 @@ def _with_store(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _input(name: str, value: Any) -> Any:
+    from phalanx.ml.entities.search_space import SweepDistribution
+
     field = f"inputs.{name}"
+    if isinstance(value, SweepDistribution):
+        raise argument_error(
+            COMMAND, field, f"{type(value).__name__}(...) is a search-space value; make the "
+            "sweep with job.sweep(primary_metric=..., goal=...) and submit that",
+        )  # fmt: skip
     if isinstance(value, Input):
         if value._extra:
             extra = ", ".join(sorted(value._extra))
@@ -255,6 +263,8 @@ def validate(job: Command) -> JobSpec:
     Raises:
         MLError: every problem, each field named as the caller wrote it.
     """
+    from phalanx.spec import JobSpec
+
     try:
         spec = spec_text(job).load()
     except SpecError as exc:
@@ -264,9 +274,11 @@ def validate(job: Command) -> JobSpec:
     return spec
 
 
-def check_local_inputs(job: Command, spec: JobSpec) -> None:
+def check_local_inputs(
+    job: Command | SweepJob, spec: JobSpec | SweepSpec, source: str = COMMAND
+) -> None:
     """Each local input of ``spec`` exists and is what its type says, as ``command()``
-    checks ``code``; the path is named as the caller wrote it.
+    checks ``code``; the path is named as the caller wrote it, the call as ``source``.
 
     Raises:
         MLError: ``command(): inputs.data.path: './nope' does not exist; …``.
@@ -282,14 +294,14 @@ def check_local_inputs(job: Command, spec: JobSpec) -> None:
         path, field = value.local_path, f"inputs.{name}.path"
         if not path.exists():
             raise argument_error(
-                COMMAND, field, f"{shown} does not exist; the path is relative to the current "
+                source, field, f"{shown} does not exist; the path is relative to the current "
                 "folder (or give a URI: azureml://datastores/..., azureml:NAME:VERSION)",
             )  # fmt: skip
         if value.type == "uri_folder" and not path.is_dir():
             raise argument_error(
-                COMMAND, field, f"{shown} is a file, not a folder; use Input(type='uri_file')"
+                source, field, f"{shown} is a file, not a folder; use Input(type='uri_file')"
             )
         if value.type == "uri_file" and path.is_dir():
             raise argument_error(
-                COMMAND, field, f"{shown} is a folder, not a file; use Input(type='uri_folder')"
+                source, field, f"{shown} is a folder, not a file; use Input(type='uri_folder')"
             )

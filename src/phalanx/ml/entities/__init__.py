@@ -23,6 +23,8 @@ from phalanx.ml.entities.resources import (
     Datastore,
     SasTokenConfiguration,
 )
+from phalanx.ml.entities.sweep_job import SweepJob, SweepTrial
+from phalanx.ml.entities.sweep_settings import SweepJobLimits
 
 # Azure ML's names for what ml_client.jobs returns.
 Job = Command
@@ -52,6 +54,9 @@ __all__ = [
     "PyTorchDistribution",
     "QueueSettings",
     "SasTokenConfiguration",
+    "SweepJob",
+    "SweepJobLimits",
+    "SweepTrial",
     "TensorFlowDistribution",
     "UserIdentityConfiguration",
 ]

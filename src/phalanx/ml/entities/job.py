@@ -212,18 +212,70 @@ class Command:
         """A copy of this job with ``inputs`` bound, as calling Azure ML's command does
         (``job = train(data=Input(path=...), epochs=3)``).
 
+        An input given a distribution (``lr=Uniform(min_value=0.001, max_value=0.1)``,
+        from :mod:`phalanx.ml.sweep`) is to be searched: make the sweep with
+        :meth:`sweep`.
+
         Raises:
             MLError: a name that is not one of the job's inputs, or a value the spec
                 cannot take.
         """
+        from phalanx.ml.entities.search_space import SweepDistribution
         from phalanx.ml.errors import unknown_keywords
         from phalanx.ml.specdict import validate
+        from phalanx.ml.sweepdict import check_searched_command
 
         unknown_keywords("command() called", inputs, self.inputs, what="declared input")
         job = copy.deepcopy(self)
         job.inputs.update(inputs)
-        validate(job)
+        if any(isinstance(v, SweepDistribution) for v in job.inputs.values()):
+            check_searched_command(job)
+        else:
+            validate(job)
         return job
+
+    def sweep(
+        self,
+        *,
+        primary_metric: str,
+        goal: str,
+        sampling_algorithm: Any = "random",
+        compute: str | None = None,
+        max_concurrent_trials: int | None = None,
+        max_total_trials: int | None = None,
+        timeout: int | str | None = None,
+        trial_timeout: int | str | None = None,
+        early_termination_policy: Any = None,
+        search_space: dict[str, Any] | None = None,
+        identity: Any = None,
+        queue_settings: QueueSettings | dict[str, Any] | None = None,
+        job_tier: str | None = None,
+        priority: str | int | None = None,
+    ) -> Any:
+        """A sweep job of this command, as Azure ML's ``Command.sweep`` makes it: the
+        inputs given distributions (``job(lr=Uniform(...))``) and ``search_space`` are
+        searched, the other inputs are every trial's. The command's ``timeout`` is each
+        trial's unless ``trial_timeout`` is given.
+
+        Returns:
+            A :class:`~phalanx.ml.entities.SweepJob`, validated now; submit it with
+            ``ml_client.jobs.create_or_update(sweep_job)``.
+
+        Raises:
+            MLError: the sweep does not validate, in one line naming the field
+                (``sweep(): search_space.lr.max_value: …``).
+        """
+        from phalanx.ml.sweepdict import sweep_of
+
+        return sweep_of(
+            self,
+            primary_metric=primary_metric, goal=goal, sampling_algorithm=sampling_algorithm,
+            compute=compute, max_concurrent_trials=max_concurrent_trials,
+            max_total_trials=max_total_trials, timeout=timeout, trial_timeout=trial_timeout,
+            early_termination_policy=early_termination_policy, search_space=search_space,
+            identity=identity, queue_settings=queue_settings, job_tier=job_tier,
+            priority=priority,
+        )  # fmt: skip
 
     def set_resources(
         self,
@@ -343,13 +395,18 @@ class Command:
 
     def _repr_html_(self) -> str:
         """A small table for notebooks: the job's name, status, and its page."""
-        rows = []
-        for key, value in self._summary().items():
-            text = html.escape("" if value is None else str(value))
-            if key == "studio_url" and value is not None:
-                text = f'<a href="{text}" target="_blank" rel="noopener">{text}</a>'
-            rows.append(f"<tr><th>{html.escape(key)}</th><td>{text}</td></tr>")
-        return f"<table>{''.join(rows)}</table>"
+        return html_table(self._summary())
+
+
+def html_table(summary: dict[str, Any]) -> str:
+    """A job's summary as a notebook shows it: a table, its studio URL a link."""
+    rows = []
+    for key, value in summary.items():
+        text = html.escape("" if value is None else str(value))
+        if key == "studio_url" and value is not None:
+            text = f'<a href="{text}" target="_blank" rel="noopener">{text}</a>'
+        rows.append(f"<tr><th>{html.escape(key)}</th><td>{text}</td></tr>")
+    return f"<table>{''.join(rows)}</table>"
 
 
 def _relocated(spec: dict[str, Any], base: Path, folder: Path) -> dict[str, Any]:

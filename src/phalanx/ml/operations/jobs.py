@@ -1,4 +1,5 @@
-"""``ml_client.jobs``: submit, read, list, stream, cancel and download jobs.
+"""``ml_client.jobs``: submit, read, list, stream, cancel and download jobs, command
+jobs and sweeps (a sweep's trials are jobs whose parent is the sweep).
 
 Every call goes through :class:`phalanx.service.jobs.Jobs`, the interface the
 CLI's ``phalanx job`` commands use, on this machine's workspace or a server's.
@@ -11,9 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phalanx.errors import PhalanxError, SpecError
+from phalanx.ml import sweepdict
 from phalanx.ml.entities.job import Command
+from phalanx.ml.entities.sweep_job import SweepJob
 from phalanx.ml.errors import (
     COMMAND,
+    SWEEP,
     JobFailed,
     MLError,
     argument_error,
@@ -23,16 +27,21 @@ from phalanx.ml.errors import (
     unknown_keywords,
 )
 from phalanx.ml.notes import note
-from phalanx.ml.records import job_from_record
+from phalanx.ml.records import job_from_record, sweep_from_record
 from phalanx.ml.specdict import check_local_inputs, spec_text, validate
 from phalanx.service.jobs import Jobs
 from phalanx.workspace import JobRecord, JobStatus
+from phalanx.workspace.trials import SWEEP_TARGET
 
 if TYPE_CHECKING:
     from phalanx.service.targets import Targets
 
 # What `list()` reads at most, newest first, when no max_results is given.
 LIST_LIMIT = 10000
+# How often `stream()` of a sweep reads its trials.
+SWEEP_POLL_S = 1.0
+
+AnyJob = Command | SweepJob
 
 _CREATE_KEYWORDS = ("description", "compute", "tags", "experiment_name", "skip_validation")
 _LIST_KEYWORDS = ("parent_job_name", "list_view_type", "max_results", "experiment_name", "status")
@@ -42,7 +51,7 @@ class CancelPoller:
     """What ``begin_cancel`` returns. phalanx's cancel waits for the job's processes
     to end, so the poller is already done."""
 
-    def __init__(self, job: Command) -> None:
+    def __init__(self, job: AnyJob) -> None:
         self._job = job
 
     def result(self, timeout: float | None = None) -> None:
@@ -58,7 +67,7 @@ class CancelPoller:
         return "Succeeded"
 
     @property
-    def job(self) -> Command:
+    def job(self) -> AnyJob:
         """The job after the cancel (phalanx's own)."""
         return self._job
 
@@ -74,12 +83,15 @@ class JobOperations:
         self._server_url = server_url
         self._targets = targets
 
-    def _job(self, record: JobRecord) -> Command:
+    def _job(self, record: JobRecord) -> AnyJob:
+        if record.target == SWEEP_TARGET:
+            name = record.name
+            return sweep_from_record(record, self._server_url, lambda: self._jobs.sweep(name))
         return job_from_record(record, self._server_url)
 
     def create_or_update(
         self,
-        job: Command,
+        job: AnyJob,
         *,
         description: str | None = None,
         compute: str | None = None,
@@ -87,8 +99,9 @@ class JobOperations:
         experiment_name: str | None = None,
         skip_validation: bool = False,
         **kwargs: Any,
-    ) -> Command:
-        """Submit ``job``; returns it as created (``name``, ``status`` ``Queued``, ``studio_url``).
+    ) -> AnyJob:
+        """Submit ``job`` (a command job, or a sweep job from ``job.sweep(...)``); returns it
+        as created (``name``, ``status`` ``Queued``, ``studio_url``).
 
         ``description``, ``compute``, ``tags`` and ``experiment_name`` replace the
         job's own, as in Azure ML. ``skip_validation`` is accepted; phalanx always
@@ -104,10 +117,11 @@ class JobOperations:
         """
         where = "ml_client.jobs.create_or_update()"
         unknown_keywords(where, kwargs, _CREATE_KEYWORDS)
-        if not isinstance(job, Command):
+        if not isinstance(job, (Command, SweepJob)):
             raise argument_error(
-                where, "job", f"must be a job made by command(...); got {type(job).__name__}"
-            )
+                where, "job", "must be a job made by command(...) or a sweep job made by "
+                f"job.sweep(...); got {type(job).__name__}",
+            )  # fmt: skip
         for key, value in (("description", description), ("compute", compute),
                            ("experiment_name", experiment_name)):  # fmt: skip
             if value is not None:
@@ -118,26 +132,32 @@ class JobOperations:
             stored = self._stored(job.name)
             if stored is not None:
                 return self._resubmitted(job, stored, where)
-        check_local_inputs(job, validate(job))
-        self._check_compute(job)
+        if isinstance(job, SweepJob):
+            check_local_inputs(job, sweepdict.validate(job), SWEEP)
+            self._check_compute(job, SWEEP)
+            text, renames, source = sweepdict.spec_text(job), {}, SWEEP
+        else:
+            check_local_inputs(job, validate(job))
+            self._check_compute(job, COMMAND)
+            text, renames, source = spec_text(job), job._renames, COMMAND
         try:
-            submission = self._jobs.create(spec_text(job))
+            submission = self._jobs.create(text)
         except SpecError as exc:
             if isinstance(exc, MLError):
                 raise
-            raise from_spec_error(exc, job._renames) from None
+            raise from_spec_error(exc, renames, source) from None
         for line in submission.notes:
             note(in_python(line))
         return self._job(submission.created())
 
-    def _stored(self, name: str) -> Command | None:
+    def _stored(self, name: str) -> AnyJob | None:
         """The job ``name`` if it exists (a job read back may be renamed to be a new one)."""
         try:
             return self._job(self._jobs.get(name))
         except PhalanxError:
             return None
 
-    def _resubmitted(self, job: Command, stored: Command, where: str) -> Command:
+    def _resubmitted(self, job: AnyJob, stored: AnyJob, where: str) -> AnyJob:
         """A job read back and given again with its name: Azure ML updates its tags,
         display name and description; phalanx keeps a submitted job as it was."""
         changed = [
@@ -152,7 +172,7 @@ class JobOperations:
             )  # fmt: skip
         return stored
 
-    def _check_compute(self, job: Command) -> None:
+    def _check_compute(self, job: AnyJob, source: str = COMMAND) -> None:
         """A compute target named in the job exists, with the fix in Python if not."""
         compute = (job.compute or "local").removeprefix("azureml:")
         if compute == "local" or ":" in compute or "/" in compute:
@@ -161,18 +181,26 @@ class JobOperations:
         if compute in known:
             return
         raise argument_error(
-            COMMAND, "compute", f"compute target {compute!r} not found (known: "
+            source, "compute", f"compute target {compute!r} not found (known: "
             f"{', '.join(sorted({'local', *known}))}); use compute=\"local\", or create it with "
             f"ml_client.compute.begin_create_or_update(AmlCompute(name={compute!r}))",
         )  # fmt: skip
 
-    def get(self, name: str) -> Command:
-        """The job ``name``, as it is now.
+    def get(self, name: str) -> AnyJob:
+        """The job ``name``, as it is now. A sweep is a
+        :class:`~phalanx.ml.entities.SweepJob` whose ``properties["best_child_run_id"]``
+        names its best trial's job so far, as in Azure ML (and whose ``trials`` and
+        ``best_trial`` read its trials when asked).
 
         Raises:
             PhalanxError: no such job.
         """
-        return self._job(self._jobs.get(name))
+        job = self._job(self._jobs.get(name))
+        if isinstance(job, SweepJob):
+            best = job.best_trial
+            if best is not None:
+                job.properties["best_child_run_id"] = best.job_name
+        return job
 
     def list(
         self,
@@ -183,17 +211,18 @@ class JobOperations:
         experiment_name: str | None = None,
         status: str | None = None,
         **kwargs: Any,
-    ) -> Iterator[Command]:
-        """The jobs, newest first. phalanx has no pipeline jobs, so a ``parent_job_name``
-        has no children: nothing is listed for it. phalanx archives no jobs, so every
-        ``list_view_type`` lists them all.
+    ) -> Iterator[AnyJob]:
+        """The jobs, newest first; with ``parent_job_name``, the trials of that sweep (a
+        command job has none). phalanx archives no jobs, so every ``list_view_type``
+        lists them all.
 
         Raises:
             MLError: an unknown keyword or status.
+            PhalanxError: no job ``parent_job_name``.
         """
         unknown_keywords("ml_client.jobs.list()", kwargs, _LIST_KEYWORDS)
         if parent_job_name is not None:
-            return iter(())
+            self._jobs.get(parent_job_name)  # an unknown name is an error, not "no trials"
         wanted = None
         if status is not None:
             wanted = next((s for s in JobStatus if s.value.lower() == status.lower()), None)
@@ -203,12 +232,17 @@ class JobOperations:
                     "ml_client.jobs.list()", "status", f"must be one of {known}; got {status!r}"
                 )
         records = self._jobs.list_jobs(
-            limit=max_results or LIST_LIMIT, status=wanted, experiment=experiment_name
+            limit=max_results or LIST_LIMIT,
+            status=wanted,
+            experiment=experiment_name,
+            parent=parent_job_name,
         )
         return iter([self._job(r) for r in records])
 
     def stream(self, name: str) -> None:
-        """Print rank 0's log as ``phalanx job stream`` does, until the job ends.
+        """Print rank 0's log as ``phalanx job stream`` does, until the job ends. A sweep
+        has no log of its own: its trials are printed as they start and end, then its
+        best trial (each trial's log: ``stream(trial_job_name)``).
 
         Raises:
             JobFailed: the job ended Failed or Canceled (as Azure ML's ``stream`` raises).
@@ -217,8 +251,13 @@ class JobOperations:
 
         from phalanx.terminal.stream import stream_job
 
-        self._jobs.get(name)
-        record = stream_job(self._jobs, name, Console(), all_ranks=False)
+        first = self._jobs.get(name)
+        if first.target == SWEEP_TARGET:
+            from phalanx.ml.sweepstream import stream_sweep
+
+            record = stream_sweep(self._jobs, name, SWEEP_POLL_S)
+        else:
+            record = stream_job(self._jobs, name, Console(), all_ranks=False)
         if record.status in (JobStatus.FAILED, JobStatus.CANCELED):
             cause = None if record.error is None else record.error.message.strip().splitlines()[-1]
             raise JobFailed(name, record.status.value, cause)
@@ -228,7 +267,7 @@ class JobOperations:
         _, record = self._jobs.cancel(name)
         return CancelPoller(self._job(record))
 
-    def cancel(self, name: str) -> Command:
+    def cancel(self, name: str) -> AnyJob:
         """Cancel the job (phalanx's own shortcut for ``begin_cancel(name).job``)."""
         return self.begin_cancel(name).job
 
@@ -268,7 +307,7 @@ class JobOperations:
                 if output.path == f"azureml://jobs/{name}/outputs/{key}":
                     self._output(job, key, dest / "named-outputs")
 
-    def _output(self, job: Command, output_name: str, dest: Path) -> None:
+    def _output(self, job: AnyJob, output_name: str, dest: Path) -> None:
         where = "ml_client.jobs.download()"
         name = str(job.name)
         declared = {**job.outputs}
