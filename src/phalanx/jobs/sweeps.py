@@ -257,6 +257,12 @@ class SweepRunner:
         except PhalanxError as exc:
             if "already exists" not in str(exc):
                 raise
+            if self.ws.get_job(record.job_name).parent != self.name:
+                raise PhalanxError(
+                    f"trial {record.number} of sweep {self.name} would be job "
+                    f"{record.job_name}, but a job of that name that is not this sweep's "
+                    "exists; submit the sweep again under another name"
+                ) from None
         else:
             # The values as the trial's MLflow run's params (mlflow.search_runs shows them).
             append_events(Path(child.job_dir), [
