@@ -312,3 +312,16 @@ def test_a_resumed_seeded_search_draws_new_values(rule: str) -> None:
     if rule == "sobol":  # the sequence goes on where it was: the same points as unbroken
         unbroken = [first.propose().params["x"] for _ in range(3)]
         assert later == unbroken
+
+
+def test_hyperband_stops_a_bad_trial_in_its_bracket() -> None:
+    policy = (
+        "early_termination: {type: hyperband, min_resource: 1, max_resource: 9,"
+        " reduction_factor: 3}\n"
+    )
+    # Good trials first, then bad ones: Hyperband's brackets share the trials out, and
+    # a bad trial meeting good ones at its bracket's first rung is stopped there.
+    reasons = judged(policy, [[0.9] * 9] * 6 + [[0.1] * 9] * 6)
+    assert reasons[:6] == [None] * 6
+    stopped = [r for r in reasons[6:] if r is not None]
+    assert stopped and all(r.startswith("hyperband: 0.1 not among the best") for r in stopped)
