@@ -154,11 +154,20 @@ class SweepRunner:
                     self.ws.set_end_reason(child.name, RootCause(message=record.reason))
                 continue
             curve = self._curve(spec, child)
-            new = search.report(record.number, curve)
             if child.status.is_terminal:
+                search.report(record.number, curve)
                 self._ended(spec, search, record, child, curve)
                 continue
-            reason = search.judge(record.number) if new else None
+            # Judged at each new step in turn, as if it had been read as it was logged:
+            # a policy compares trials at the same step (ASHA at its rungs), however many
+            # steps a trial logged between two rounds.
+            reason, new = None, False
+            for point in curve:
+                if search.report(record.number, [point]):
+                    new = True
+                    reason = search.judge(record.number)
+                    if reason is not None:
+                        break
             if reason is not None:
                 self._say(f"trial {record.number} stopped: {reason}")
                 update_trial(self.ws, self.name, record.number, state=TrialState.PRUNED,
