@@ -10,7 +10,7 @@ workspace, one sweep at a time:
   flipped), and logs its validation accuracy each epoch with
   ``phalanx.train.log_metric("val_acc", acc, step=epoch)``. The search space is
   ``lr`` (loguniform 1e-3 … 0.3), ``weight_decay`` (loguniform 1e-6 … 1e-2) and
-  ``hidden`` (choice 32, 128, 512); the good region is ``lr`` ≈ 0.005 … 0.02
+  ``hidden`` (choice 32, 128, 512); the good region is ``lr`` ≈ 0.01 … 0.02
   with ``hidden`` ≥ 128 and a small weight decay, the only one that reaches
   ``--target`` (val_acc 0.855) within 27 epochs. Three sweeps per seed:
   ``random``, ``bayesian`` (Optuna's TPE) and ``random`` + ``early_termination:
