@@ -41,7 +41,7 @@ workspace, one sweep at a time:
 Usage::
 
     .venv/bin/python benchmarks/sweep_search.py [--seeds 2] [--json out.json]
-    .venv/bin/python benchmarks/sweep_search.py --quick      # a smoke run, ~2 min
+    .venv/bin/python benchmarks/sweep_search.py --quick      # a smoke run, a few minutes
 """
 
 from __future__ import annotations
@@ -455,7 +455,7 @@ def main() -> None:
     parser.add_argument("--concurrent", type=int, default=2)
     parser.add_argument("--sweep-timeout", dest="sweep_timeout", type=int, default=150)
     parser.add_argument("--overhead-trials", dest="overhead_trials", type=int, default=8)
-    parser.add_argument("--quick", action="store_true", help="a smoke run (~2 min)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run (a few minutes)")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
     if args.quick:
