@@ -22,6 +22,8 @@ import pytest
 import servers
 from conftest import LOCAL_AND_SERVER, Cli, workspace_processes
 
+pytestmark = pytest.mark.slow
+
 TRAIN = """
 import argparse, os, time
 from phalanx.train.metrics import log_metric
