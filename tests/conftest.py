@@ -161,8 +161,21 @@ class Cli:
         )
 
     def show(self, name: str) -> dict[str, Any]:
-        out = self.run("job", "show", name, "--json", check=True).stdout
-        return json.loads(out)
+        """``job show --json``; through a server, with the job's paths on the server.
+
+        Through a server ``job show`` names no path of the server's disk
+        (tests/test_job_download.py checks that); a test that looks into the job's
+        folder finds it where this test's server keeps it."""
+        shown: dict[str, Any] = json.loads(
+            self.run("job", "show", name, "--json", check=True).stdout
+        )
+        if self.server is not None and shown.get("job_dir") is None:
+            root = self.home / "jobs" / name
+            shown.update(job_dir=str(root), outputs_dir=str(root / "outputs"),
+                         checkpoint_dir=str(root / "checkpoints"))  # fmt: skip
+            for kind in ("user_logs", "system_logs"):
+                shown[kind] = [str(root / rel) for rel in shown.get(kind) or []]
+        return shown
 
     def create(self, spec: Path, *sets: str) -> str:
         args = ["job", "create", "-f", str(spec)]

@@ -61,6 +61,39 @@ MAX_ENTRIES = 10_000
 """Files and folders one upload may unpack to."""
 NO_LIMIT = 1 << 50
 """For a download of a job's folder: the disk bounds it, not phalanx."""
+DIGEST_KEY = "PHALANX.sha256"
+"""The PAX header in which a download's archive gives each file's sha256."""
+
+
+def check_digests(archive: Path, dest: Path) -> tuple[int, int]:
+    """Check each file :func:`unpack` wrote from a download's ``archive`` into ``dest``
+    against the sha256 the sender put beside it; the files and bytes that arrived.
+
+    Raises:
+        UploadError: a file without its sha256, a link (a download sends none), or a
+            file whose bytes are not those sent.
+    """
+    from phalanx.hashing import file_digest
+
+    files = size = 0
+    with tarfile.open(archive, "r:*") as tar:
+        for member in tar:
+            if member.isdir():
+                continue
+            want = member.pax_headers.get(DIGEST_KEY)
+            if not member.isfile() or want is None:
+                raise UploadError(
+                    f"download refused: {member.name!r} came without its sha256 (a link, or "
+                    "a server older than this client)"
+                )
+            got = file_digest(dest / member.name)
+            if got != want:
+                raise UploadError(
+                    f"download refused: {member.name} arrived altered (sha256 {got[:12]}…, "
+                    f"sent {want[:12]}…); download it again"
+                )
+            files, size = files + 1, size + member.size
+    return files, size
 
 
 def unpack(archive: Path, dest: Path, limit: int, entries: int = MAX_ENTRIES) -> None:

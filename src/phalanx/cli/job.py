@@ -1,4 +1,5 @@
-"""``phalanx job …``: create, show, list, stream, metrics, cancel, preempt, validate."""
+"""``phalanx job …``: create, show, list, stream, metrics, download, cancel, preempt,
+validate."""
 
 from __future__ import annotations
 
@@ -120,26 +121,31 @@ def validate_cmd(spec_file: Path, overrides: tuple[str, ...]) -> int:
 def show_cmd(name: str, as_json: bool) -> int:
     """Status, attempts, root cause and paths of a job."""
     from phalanx.client.config import server_config
-    from phalanx.studio.urls import job_page_url
+    from phalanx.studio.urls import SERVE_STUDIO, job_page_url, studio_base
     from phalanx.workspace.trials import SWEEP_TARGET, view_to_wire
 
     jobs = jobs_backend()
     job = jobs.get(name)
     server = server_config()
-    page = job_page_url(job.name, server.url if server else None)
+    page = job_page_url(job.name, studio_base(server.url if server else None, Path(jobs.where)))
     view = jobs.sweep(name) if job.target == SWEEP_TARGET else None
     if as_json:
-        shown = {**job_json(job), "studio_url": page}
+        shown = {**job_json(job, remote=jobs.remote), "studio_url": page}
         if view is not None:
             shown["sweep"] = view_to_wire(view)
         click.echo(json.dumps(shown, indent=2))
     else:
-        show_job(console, job)
+        show_job(console, job, remote=jobs.remote)
         if view is not None:
             from phalanx.terminal.sweeps import show_sweep
 
             show_sweep(console, job, view)
-        console.print(f"studio: {page}", highlight=False, soft_wrap=True)
+        if page is None:  # a link nothing serves would lead nowhere
+            console.print(
+                f"studio: not running; `{SERVE_STUDIO}` serves this page", highlight=False
+            )
+        else:
+            console.print(f"studio: {page}", highlight=False, soft_wrap=True)
     return 0
 
 
@@ -160,11 +166,10 @@ def list_cmd(
     wanted = (
         next((s for s in JobStatus if s.value.lower() == status.lower()), None) if status else None
     )
-    jobs = jobs_backend().list_jobs(
-        limit=limit, status=wanted, experiment=experiment, parent=parent
-    )
+    backend = jobs_backend()
+    jobs = backend.list_jobs(limit=limit, status=wanted, experiment=experiment, parent=parent)
     if as_json:
-        click.echo(json.dumps([job_json(j) for j in jobs], indent=2))
+        click.echo(json.dumps([job_json(j, remote=backend.remote) for j in jobs], indent=2))
     else:
         list_jobs(console, jobs)
     return 0
@@ -186,6 +191,48 @@ def stream_cmd(name: str, all_ranks: bool) -> int:
 def job_metrics_cmd(name: str, as_json: bool) -> int:
     """Latest value of each metric the job logged, with a compact history."""
     return metrics_cmd(name, as_json)
+
+
+@job_group.command("download")
+@click.argument("name")
+@click.option(
+    "--output",
+    "output",
+    metavar="NAME",
+    help="Only this output (one the spec declares, or checkpoints); default: all outputs.",
+)
+@click.option(
+    "--dest",
+    type=click.Path(path_type=Path),
+    help="The folder to write into (made if missing)  [default: ./NAME]",
+)
+def download_cmd(name: str, output: str | None, dest: Path | None) -> int:
+    """Copy a job's outputs here (from a server too), each file checked by its sha256.
+
+    Writes DEST/outputs (every output kept in the job's folder), or DEST/OUTPUT with
+    --output. Links the job made are not followed.
+    """
+    from phalanx.service.jobdownload import download_outputs
+    from phalanx.sizes import human_size
+
+    got = download_outputs(jobs_backend(), name, output, dest or Path(name))
+    landed = got.landed
+    size = f"{landed.size} bytes"
+    if landed.size >= 1000:
+        size = f"{human_size(landed.size)} ({size})"
+    console.print(
+        f"downloaded {landed.files} file(s), {size}, each sha256-checked, "
+        f"to {landed.path.absolute()}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for key, where in got.skipped.items():
+        err_console.print(
+            f"note: output {key} is kept at {where}, not in the job's folder: read it from there",
+            highlight=False,
+            soft_wrap=True,
+        )
+    return 0
 
 
 @job_group.command("cancel")

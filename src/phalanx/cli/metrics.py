@@ -146,8 +146,11 @@ def event_folders(names: tuple[str, ...]) -> Iterator[dict[str, Path]]:
                 from phalanx.client.jobs import RemoteJobs
 
                 assert isinstance(jobs, RemoteJobs)
-                where += " on the server"
-                folder = fetch(jobs.client, name, TB_FOLDER, tmp / name)
+                where = (
+                    f"{TB_FOLDER} of the job on the server"  # its disk's path means nothing here
+                )
+                landed = fetch(jobs.client, name, TB_FOLDER, tmp / name)
+                folder = None if landed is None else landed.path
             if folder is None or not folder.is_dir():
                 raise PhalanxError(
                     f"job {name} has no TensorBoard files ({where}): it has logged no metric "

@@ -11,6 +11,7 @@ from phalanx.client.bundle import bundle_spec
 from phalanx.client.config import ServerConfig
 from phalanx.client.http import ServerClient
 from phalanx.client.logs import RemoteLogFollower
+from phalanx.service.jobfiles import Landed
 from phalanx.service.jobs import SpecText, Submission
 from phalanx.workspace import JobRecord, JobStatus
 from phalanx.workspace.metrics import History
@@ -27,6 +28,7 @@ class RemoteJobs:
     def __init__(self, config: ServerConfig) -> None:
         self.client = ServerClient(config)
         self.where = config.url
+        self.remote = True
 
     def create(
         self, spec: SpecText, overrides: Sequence[str] = (), *, validate_only: bool = False
@@ -104,7 +106,7 @@ class RemoteJobs:
     def follower(self, name: str, *, all_ranks: bool) -> RemoteLogFollower:
         return RemoteLogFollower.of(self.client, name, all_ranks=all_ranks)
 
-    def download(self, name: str, rel: str, dest: Path) -> Path | None:
+    def download(self, name: str, rel: str, dest: Path) -> Landed | None:
         """Download ``rel`` of job ``name``'s folder into ``dest`` (see :func:`fetch`)."""
         from phalanx.client.jobfiles import fetch
 

@@ -115,7 +115,7 @@ def sweep_from_spec(spec: dict[str, Any], base_dir: Path) -> SweepJob:
 _SWEEP_LIMITS = ("max_concurrent_trials", "max_total_trials", "timeout", "trial_timeout")
 
 
-def _submitted(job: Command | SweepJob, record: JobRecord, server_url: str | None) -> None:
+def _submitted(job: Command | SweepJob, record: JobRecord, studio: str | None) -> None:
     """What a submitted job has besides its spec: name, status, pages, outputs' paths."""
     job.name = record.name
     job.display_name = record.display_name
@@ -127,7 +127,8 @@ def _submitted(job: Command | SweepJob, record: JobRecord, server_url: str | Non
         if output.path is None and isinstance(job, Command):  # a sweep's are its trials'
             output.path = f"azureml://jobs/{record.name}/outputs/{key}"
             output._kept_for = record.name
-    job.studio_url = studio_url(record.name, server_url)
+    # None where nothing serves the page (no server, no `phalanx studio` running).
+    job.studio_url = studio_url(record.name, studio)
     job.services = {**job.services, "Studio": JobService(type="Studio", endpoint=job.studio_url)}
     job.error = None if record.error is None else record.error.message.strip().splitlines()[-1]
     job.creation_context = {
@@ -139,16 +140,16 @@ def _submitted(job: Command | SweepJob, record: JobRecord, server_url: str | Non
 
 
 def sweep_from_record(
-    record: JobRecord, server_url: str | None, view: Callable[[], SweepView] | None
+    record: JobRecord, studio: str | None, view: Callable[[], SweepView] | None
 ) -> SweepJob:
     """A submitted sweep as ``ml_client.jobs`` returns it; ``view`` reads its trials."""
     job = sweep_from_spec(record.spec, Path.cwd())
-    _submitted(job, record, server_url)
+    _submitted(job, record, studio)
     job._view = view
     return job
 
 
-def job_from_record(record: JobRecord, server_url: str | None) -> Command:
+def job_from_record(record: JobRecord, studio: str | None) -> Command:
     """A submitted job as ``ml_client.jobs`` returns it.
 
     An output without a ``path`` is kept with the job: its path is
@@ -157,7 +158,7 @@ def job_from_record(record: JobRecord, server_url: str | None) -> Command:
     """
     # Paths set on it later (a copy submitted again) are relative to the current folder.
     job = command_from_spec(record.spec, Path.cwd())
-    _submitted(job, record, server_url)
+    _submitted(job, record, studio)
     return job
 
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from phalanx.studio.urls import STUDIO_PORT, job_page_url
-
-#: Where ``phalanx studio`` serves this machine's workspace by default.
-LOCAL_STUDIO = f"http://127.0.0.1:{STUDIO_PORT}"
+from phalanx.studio.urls import job_page_url
 
 
-def studio_url(job_name: str, server_url: str | None) -> str:
-    """The page of ``job_name``: on the server the client talks to, else on ``phalanx studio``."""
-    return job_page_url(job_name, server_url)
+def studio_url(job_name: str, studio: str | None) -> str | None:
+    """The page of ``job_name`` on the studio at ``studio`` (the server the client talks
+    to, or a running ``phalanx studio`` of this machine's workspace); ``None`` when
+    nothing serves it."""
+    return job_page_url(job_name, studio)

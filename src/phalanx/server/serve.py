@@ -12,6 +12,7 @@ sessions, no death signal) and keep running.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import logging
@@ -184,8 +185,6 @@ def serve(
             built (:func:`phalanx.jobs.walls.plan`), half a TLS pair, or a worker count out
             of range.
     """
-    import uvicorn
-
     if not 1 <= workers <= MAX_WORKERS:
         raise PhalanxError(f"--workers must be between 1 and {MAX_WORKERS}, not {workers}")
     if (tls_cert is None) != (tls_key is None):
@@ -240,6 +239,24 @@ def serve(
             f"{_jobs_run_as(walls)})",
             flush=True,
         )
+    from phalanx.studio.running import announced
+
+    # `job show` and the SDK link a job's page only while a studio serves it.
+    with announced(settings.home, port) if studio_only else contextlib.nullcontext():
+        _run(host, port, workers, tls_cert, tls_key, proxy_headers=settings.auth)
+
+
+def _run(
+    host: str,
+    port: int,
+    workers: int,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    *,
+    proxy_headers: bool,
+) -> None:
+    import uvicorn
+
     uvicorn.run(
         f"{__name__}:serving_app",
         factory=True,
@@ -253,7 +270,7 @@ def serve(
         # Without tokens no proxy stands in front (loopback only), and a request's peer must
         # be the real one: a walled-off job is refused by it (server/peers.py), and a
         # forwarded-for header from loopback would otherwise be believed.
-        proxy_headers=settings.auth,
+        proxy_headers=proxy_headers,
     )
 
 

@@ -10,27 +10,36 @@ relative one (no ``..``, nothing absolute or encoded), its folders are opened on
 a time without following links, and a folder is walked by descriptors
 (``os.fwalk``), each file opened where it was found with ``O_NOFOLLOW``
 (:mod:`phalanx.nofollow`). Links met inside are left out.
+
+Each file packed carries its sha256 (a PAX header, :data:`phalanx.archives.DIGEST_KEY`):
+the receiver (:func:`receive`, here and on a client) checks every file that arrived
+before it moves any into place.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import io
 import os
+import shutil
 import stat
 import tarfile
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from phalanx.archives import DIGEST_KEY, NO_LIMIT, check_digests, unpack
 from phalanx.errors import PhalanxError
 from phalanx.nofollow import open_file
 from phalanx.registry.files import safe_relpath
 from phalanx.workspace import Workspace
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+CHUNK = 1 << 20
 
 
 class NoSuchPath(PhalanxError):
@@ -171,9 +180,63 @@ def _add_file(tar: tarfile.TarFile, fd: int, arcname: str) -> None:
     info = os.fstat(fd)
     member = tarfile.TarInfo(arcname)
     member.size, member.mtime, member.mode = info.st_size, int(info.st_mtime), 0o644
+    member.pax_headers = {DIGEST_KEY: _digest(fd, info.st_size)}
     with os.fdopen(os.dup(fd), "rb") as f:
         f.seek(0)
         tar.addfile(member, _Sized(f, info.st_size))
+
+
+def _digest(fd: int, size: int) -> str:
+    """The sha256 of the first ``size`` bytes of ``fd`` (zeros past its end, as
+    :class:`_Sized` sends them); read before the file goes in, as tar wants its headers
+    first. A file rewritten in between arrives refused by the receiver's check."""
+    digest = hashlib.sha256()
+    offset = 0
+    while offset < size:
+        data = os.pread(fd, min(CHUNK, size - offset), offset)
+        if not data:
+            digest.update(b"\0" * (size - offset))
+            break
+        digest.update(data)
+        offset += len(data)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Landed:
+    """What a download of a job's file or folder wrote."""
+
+    path: Path
+    """The file or folder, ``dest / <last part of rel>``."""
+    files: int
+    size: int
+    """Bytes, all files together."""
+
+
+def receive(archive: Path, rel: str, dest: Path) -> Landed | None:
+    """Unpack a download's ``archive`` of ``rel`` (with an upload's checks) beside
+    ``dest``, check every file's sha256, then move it into ``dest`` (into a folder of
+    that name already there, file by file); ``None`` when it held nothing of ``rel``.
+
+    Raises:
+        UploadError: a refused entry, or a file whose bytes are not those sent.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    last = rel.strip("/").rsplit("/", 1)[-1]
+    stage = Path(tempfile.mkdtemp(prefix=".phalanx-download-", dir=dest))
+    try:
+        unpack(archive, stage, NO_LIMIT, entries=NO_LIMIT)
+        files, size = check_digests(archive, stage)
+        arrived, target = stage / last, dest / last
+        if not arrived.exists():
+            return None
+        if target.is_dir() and arrived.is_dir():
+            shutil.copytree(arrived, target, dirs_exist_ok=True)
+        else:
+            os.replace(arrived, target)
+        return Landed(target, files, size)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 class _Sized(io.RawIOBase):

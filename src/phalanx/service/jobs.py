@@ -34,6 +34,7 @@ from phalanx.workspace.metrics import History
 from phalanx.workspace.trials import SweepView
 
 if TYPE_CHECKING:
+    from phalanx.service.jobfiles import Landed
     from phalanx.spec import JobSpec, SweepSpec
 
 
@@ -118,6 +119,9 @@ class Jobs(Protocol):
 
     where: str
     """What the jobs live in (a folder or a URL), for messages."""
+    remote: bool
+    """Whether they live on a server: its disk's paths mean nothing to this machine, so
+    a job's files are named by URI and fetched with ``phalanx job download``."""
 
     def create(
         self, spec: SpecText, overrides: Sequence[str] = (), *, validate_only: bool = False
@@ -136,7 +140,7 @@ class Jobs(Protocol):
     def preempt(self, name: str, nodes: list[int] | None) -> JobRecord: ...
     def metrics(self, name: str) -> tuple[History, History]: ...
     def follower(self, name: str, *, all_ranks: bool) -> LogFollower: ...
-    def download(self, name: str, rel: str, dest: Path) -> Path | None: ...
+    def download(self, name: str, rel: str, dest: Path) -> Landed | None: ...
 
 
 def validation_of(spec: JobSpec | SweepSpec) -> dict[str, Any]:
@@ -258,6 +262,7 @@ class LocalJobs:
         self.ws = ws if ws is not None else Workspace()
         self.caller = caller
         self.where = str(self.ws.home)
+        self.remote = False
 
     def create(
         self, spec: SpecText, overrides: Sequence[str] = (), *, validate_only: bool = False
@@ -397,26 +402,23 @@ class LocalJobs:
     def follower(self, name: str, *, all_ranks: bool) -> LogFollower:
         return LogFollower(self.ws.paths(name), all_ranks=all_ranks)
 
-    def download(self, name: str, rel: str, dest: Path) -> Path | None:
+    def download(self, name: str, rel: str, dest: Path) -> Landed | None:
         """Copy ``rel`` of job ``name``'s folder into the folder ``dest`` (links left out,
-        as a server sends it: packed without following a link, then unpacked with the
-        checks of an upload); where it landed, or ``None`` when the job has nothing there.
+        as a server sends it: packed without following a link, then received with the
+        checks of an upload and each file's sha256); what landed, or ``None`` when the
+        job has nothing there.
 
         Raises:
-            PhalanxError: an unknown job, or an unsafe path.
+            PhalanxError: an unknown job, an unsafe path, or a file altered on the way.
         """
         import tempfile
 
-        from phalanx.archives import NO_LIMIT, unpack
-        from phalanx.service.jobfiles import NoSuchPath, pack
+        from phalanx.service.jobfiles import NoSuchPath, pack, receive
 
-        dest.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="phalanx-download-") as tmp:
             archive = Path(tmp) / "files.tar"
             try:
                 pack(self.ws, name, rel, archive)
             except NoSuchPath:
                 return None
-            unpack(archive, dest, NO_LIMIT, entries=NO_LIMIT)
-        landed = dest / rel.rstrip("/").rsplit("/", 1)[-1]
-        return landed if landed.exists() else None
+            return receive(archive, rel, dest)

@@ -12,9 +12,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from phalanx.terminal.places import download_command, in_job_folder, output_uris
 from phalanx.terminal.termsafe import rank_text
 from phalanx.tracking.protocol import OUTSIDE_TARGET
-from phalanx.workspace import JobRecord, JobStatus
+from phalanx.workspace import JobRecord, JobStatus, RootCause
 from phalanx.workspace.layout import JobPaths
 from phalanx.workspace.trials import SWEEP_TARGET
 
@@ -65,10 +66,20 @@ def _shape(spec: dict[str, Any]) -> tuple[int, int]:
     return nodes, procs
 
 
-def job_json(job: JobRecord) -> dict[str, Any]:
-    """The stable machine-readable view of a job (``job show --json``)."""
+def job_json(job: JobRecord, *, remote: bool = False) -> dict[str, Any]:
+    """The stable machine-readable view of a job (``job show --json``).
+
+    ``remote`` (the job is a server's): ``job_dir``, ``outputs_dir`` and
+    ``checkpoint_dir`` are null and the log files are named inside the job's folder
+    (``user_logs/std_log_process_0.txt``): the server's disk is not this machine's.
+    ``outputs`` (each output's URI) and ``download`` (the command that copies them
+    here) say where the files are, on either.
+    """
     paths = JobPaths(Path(job.job_dir))
     nodes, procs = _shape(job.spec)
+    logs = job.logs or paths.log_files()
+    if remote:
+        logs = {kind: [in_job_folder(job, f) for f in files] for kind, files in logs.items()}
     return {
         "name": job.name,
         "display_name": job.display_name,
@@ -89,12 +100,14 @@ def job_json(job: JobRecord) -> dict[str, Any]:
         "process_count_per_instance": procs,
         "command": job.spec.get("command") or (job.spec.get("trial") or {}).get("command"),
         "type": "sweep" if job.target == SWEEP_TARGET else "command",
-        "job_dir": job.job_dir,
-        "outputs_dir": str(paths.outputs),
-        "checkpoint_dir": str(paths.checkpoints),
+        "job_dir": None if remote else job.job_dir,
+        "outputs_dir": None if remote else str(paths.outputs),
+        "checkpoint_dir": None if remote else str(paths.checkpoints),
+        "outputs": output_uris(job),
+        "download": download_command(job.name),
         "created_by": job.created_by,
         "parent": job.parent,
-        **(job.logs or paths.log_files()),
+        **logs,
         "attempts": [
             {
                 "number": a.number,
@@ -104,16 +117,25 @@ def job_json(job: JobRecord) -> dict[str, Any]:
                 "note": a.note,
                 "started_at": iso(a.started_at),
                 "ended_at": iso(a.ended_at),
-                "error": a.error.to_dict() if a.error else None,
+                "error": _error_json(job, a.error, remote),
                 "nodes": list(a.nodes),
             }
             for a in job.attempts
         ],
-        "error": job.error.to_dict() if job.error else None,
+        "error": _error_json(job, job.error, remote),
     }
 
 
-def error_panel(job: JobRecord, traceback_lines: int = 15) -> Panel | None:
+def _error_json(job: JobRecord, error: RootCause | None, remote: bool) -> dict[str, Any] | None:
+    if error is None:
+        return None
+    shown = error.to_dict()
+    if remote and shown.get("log_file"):
+        shown["log_file"] = in_job_folder(job, str(shown["log_file"]))
+    return shown
+
+
+def error_panel(job: JobRecord, traceback_lines: int = 15, *, remote: bool = False) -> Panel | None:
     error = job.error
     if error is None:
         return None
@@ -136,11 +158,14 @@ def error_panel(job: JobRecord, traceback_lines: int = 15) -> Panel | None:
         tail = "\n".join(error.traceback.rstrip().splitlines()[-traceback_lines:])
         body.append(rank_text(tail, style="dim"))
     if error.log_file:
-        body.append(Text(f"log: {error.log_file}", style="dim"))
+        log = in_job_folder(job, error.log_file) if remote else error.log_file
+        body.append(Text(f"log: {log}", style="dim"))
     return Panel(Group(*body), title="root cause", border_style="red", expand=False)
 
 
-def show_job(console: Console, job: JobRecord) -> None:
+def show_job(console: Console, job: JobRecord, *, remote: bool = False) -> None:
+    """The job as ``job show`` prints it; ``remote`` (a server's job): its files by URI
+    and the commands that fetch them, never the server's paths."""
     paths = JobPaths(Path(job.job_dir))
     nodes, procs = _shape(job.spec)
     head = Table.grid(padding=(0, 2))
@@ -188,10 +213,23 @@ def show_job(console: Console, job: JobRecord) -> None:
     head.add_row("command", Text(str(command).strip()))
     if job.parent:
         head.add_row("sweep", Text(job.parent))
-    head.add_row("job folder", Text(job.job_dir))
     logs = (job.logs or paths.log_files())["user_logs"]
-    head.add_row("user logs", f"{paths.user_logs} ({len(logs)} file(s))")
-    head.add_row("outputs", str(paths.outputs))
+    if remote:
+        head.add_row(
+            "user logs", f"{len(logs)} file(s) · phalanx job stream {job.name} --all-ranks"
+        )
+        head.add_row("outputs", download_command(job.name))
+        for key, uri in output_uris(job).items():
+            fetch = (
+                ""
+                if not uri.startswith("azureml://jobs/")
+                else " · " + download_command(job.name, key)
+            )
+            head.add_row(f"  {key}", Text(uri + fetch))
+    else:
+        head.add_row("job folder", Text(job.job_dir))
+        head.add_row("user logs", f"{paths.user_logs} ({len(logs)} file(s))")
+        head.add_row("outputs", str(paths.outputs))
     console.print(head)
     if job.attempts:
         table = Table(title="attempts", title_justify="left", show_edge=False)
@@ -209,7 +247,7 @@ def show_job(console: Console, job: JobRecord) -> None:
                 a.note or "",
             )
         console.print(table)
-    panel = error_panel(job)
+    panel = error_panel(job, remote=remote)
     if panel is not None:
         console.print(panel)
 

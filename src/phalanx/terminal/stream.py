@@ -11,6 +11,7 @@ from rich.style import Style
 
 from phalanx.jobs.logs import LogLine
 from phalanx.service.jobs import Jobs
+from phalanx.terminal.places import download_command
 from phalanx.terminal.render import duration, error_panel, status_text
 from phalanx.terminal.termsafe import rank_segments
 from phalanx.workspace import JobRecord, JobStatus
@@ -47,7 +48,7 @@ def stream_job(jobs: Jobs, name: str, console: Console, *, all_ranks: bool = Fal
             break
         if not follower.behind:  # a rank that writes faster than one poll reads is caught up
             time.sleep(POLL_S)
-    _summary(console, job)
+    _summary(console, job, remote=jobs.remote)
     return job
 
 
@@ -63,15 +64,18 @@ def _line(line: LogLine, all_ranks: bool, console: Console) -> list[Segment]:
     return [*head, *rank_segments(line.text, console), Segment.line()]
 
 
-def _summary(console: Console, job: JobRecord) -> None:
-    paths_line = f"outputs: {job.job_dir}/outputs"
+def _summary(console: Console, job: JobRecord, *, remote: bool) -> None:
     console.print(
         f"\njob [bold]{job.name}[/] ",
         status_text(job.status),
         f" in {duration(job.duration)}",
         sep="",
     )
-    console.print(f"[dim]{paths_line} · logs: {job.job_dir}/user_logs[/]", soft_wrap=True)
-    panel = error_panel(job)
+    if remote:  # the server's paths mean nothing here
+        where = f"outputs: {download_command(job.name)}"
+    else:
+        where = f"outputs: {job.job_dir}/outputs · logs: {job.job_dir}/user_logs"
+    console.print(where, style="dim", highlight=False, soft_wrap=True)
+    panel = error_panel(job, remote=remote)
     if panel is not None:
         console.print(panel)

@@ -29,7 +29,9 @@ from phalanx.ml.errors import (
 from phalanx.ml.notes import note
 from phalanx.ml.records import job_from_record, sweep_from_record
 from phalanx.ml.specdict import check_local_inputs, spec_text, validate
+from phalanx.service.jobdownload import kept_elsewhere, output_rel
 from phalanx.service.jobs import Jobs
+from phalanx.studio.urls import studio_base
 from phalanx.workspace import JobRecord, JobStatus
 from phalanx.workspace.trials import SWEEP_TARGET
 
@@ -84,10 +86,13 @@ class JobOperations:
         self._targets = targets
 
     def _job(self, record: JobRecord) -> AnyJob:
+        # The page is linked only where something serves it: the server, or a running
+        # `phalanx studio` of this machine's workspace (whose folder `where` is).
+        studio = studio_base(self._server_url, Path(self._jobs.where))
         if record.target == SWEEP_TARGET:
             name = record.name
-            return sweep_from_record(record, self._server_url, lambda: self._jobs.sweep(name))
-        return job_from_record(record, self._server_url)
+            return sweep_from_record(record, studio, lambda: self._jobs.sweep(name))
+        return job_from_record(record, studio)
 
     def create_or_update(
         self,
@@ -294,35 +299,24 @@ class JobOperations:
         Raises:
             MLError: an output the job does not declare, or one kept on a datastore.
         """
-        job = self.get(name)
+        record = self._jobs.get(name)
         dest = Path(download_path)
         if output_name is not None:
-            self._output(job, output_name, dest / "named-outputs")
+            self._output(record, output_name, dest / "named-outputs")
             return
         artifacts = dest / "artifacts"
         for rel in ("user_logs", "outputs"):
             self._jobs.download(name, rel, artifacts)
         if all:
-            for key, output in job.outputs.items():
-                if output.path == f"azureml://jobs/{name}/outputs/{key}":
-                    self._output(job, key, dest / "named-outputs")
+            elsewhere = kept_elsewhere(record)
+            for key in record.spec.get("outputs") or {}:
+                if key not in elsewhere:
+                    self._output(record, key, dest / "named-outputs")
 
-    def _output(self, job: AnyJob, output_name: str, dest: Path) -> None:
-        where = "ml_client.jobs.download()"
-        name = str(job.name)
-        declared = {**job.outputs}
-        if output_name not in declared and output_name != "checkpoints":
-            known = ", ".join(sorted(declared)) or "none"
-            raise argument_error(
-                where, "output_name", f"job {name} has no output {output_name!r}; its outputs: "
-                f"{known} (and checkpoints)",
-            )  # fmt: skip
-        kept = f"azureml://jobs/{name}/outputs/{output_name}"
-        output = declared.get(output_name)
-        if output is not None and output.path != kept:
-            raise argument_error(
-                where, "output_name", f"output {output_name!r} of job {name} is kept at "
-                f"{output.path}; read it from there",
-            )  # fmt: skip
-        self._jobs.download(name, f"outputs/{output_name}" if output is not None else output_name,
-                            dest)  # fmt: skip
+    def _output(self, record: JobRecord, output_name: str, dest: Path) -> None:
+        """One output, as :mod:`phalanx.service.jobdownload` names and checks it."""
+        try:
+            rel = output_rel(record, output_name)
+        except PhalanxError as exc:
+            raise argument_error("ml_client.jobs.download()", "output_name", str(exc)) from None
+        self._jobs.download(record.name, rel, dest)
