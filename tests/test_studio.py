@@ -901,6 +901,11 @@ def test_compute_grid_queue_table_and_phalanx_queue_at_80_columns(
             assert "for " in text and "limit 10m" in text, text
         assert page.inner_text(f'{box} .device[data-gpu="{free}"]').split() == ["GPU", free, "free"]
         assert "2 jobs queued" in page.inner_text(box)
+        page.goto(f"{studio.url}/compute/gpubox")  # one target, with its settings in words
+        page.wait_for_selector(f'{box} .device[data-gpu="{free}"]')
+        assert "0, 1, 2" in page.inner_text("dl.grid")
+        _no_raw_json_and_no_sideways_scroll(page)
+        page.goto(f"{studio.url}/compute")
         # The studio's live job runs on `local`: a cell of its CPU slots says so.
         local = page.wait_for_selector(
             f'.target[data-target="local"] .device[data-job="{studio.live}"]'

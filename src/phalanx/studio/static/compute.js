@@ -74,7 +74,15 @@ async function computeView() {
       api("/compute")]);
     const where = Object.fromEntries(listed.targets.map((t) => [t.settings.name, t]));
     box.replaceChildren(...views.targets.map((v) => targetCard(v, where[v.target])));
+    if (name && where[name]) box.append(section("Settings", grid(settingRows(where[name].settings))));
   }, status);
+}
+
+// A target's settings as words: lists joined, nested values as "key: value" pairs.
+function settingRows(settings) {
+  const text = (v) => v === null || v === undefined ? "-" : Array.isArray(v) ? (v.map(text).join(", ") || "none")
+    : typeof v === "object" ? Object.entries(v).map(([k, x]) => `${k}: ${text(x)}`).join("; ") : String(v);
+  return Object.entries(settings).map(([k, v]) => [k.replace(/_/g, " "), text(v)]);
 }
 
 function targetCard(view, listed) {
