@@ -593,8 +593,7 @@ def test_models_data_datastores_and_compute_have_their_pages(studio: Studio, pag
     page.goto(f"{studio.url}/datastores/default")
     page.wait_for_selector("#ls")
     page.goto(f"{studio.url}/compute")
-    page.wait_for_selector('#items tr[data-name="local"]')
-    page.wait_for_selector("#queue")
+    page.wait_for_selector('.target[data-target="local"] .host')
 
 
 def test_a_jobs_outputs_are_a_file_tree_with_downloads_and_its_spec_both_ways(
@@ -833,3 +832,143 @@ def test_a_sweeps_page_ranks_charts_and_links_its_trials(studio: Studio, page: A
     link = page.wait_for_selector("#sweep-link")
     assert link is not None and link.get_attribute("href") == f"/jobs/{name}"
     assert link.inner_text() == f"trial of {name}"
+
+
+HOLD = """command: sleep 300
+compute: gpubox
+resources: {instance_count: 1, gpus_per_instance: 1}
+limits: {timeout: 600}
+"""
+
+
+def _queue(cli: Cli, target: str) -> dict[str, Any]:
+    return json.loads(cli.run("queue", "--compute", target, "--json", check=True).stdout)[0]
+
+
+def _no_raw_json_and_no_sideways_scroll(page: Any) -> None:
+    text = page.inner_text("body")
+    assert '{"' not in text and '["' not in text, text
+    assert page.evaluate(
+        "document.documentElement.scrollWidth <= document.documentElement.clientWidth"
+    ), "the page scrolls sideways at 1280 px"
+
+
+def test_compute_grid_queue_table_and_phalanx_queue_at_80_columns(
+    studio: Studio, browser: Any
+) -> None:
+    """Three (stand-in) GPUs: two 1-GPU jobs hold one each, two 2-GPU jobs wait (the
+    high-priority one first). The compute page says who holds which GPU and that the third
+    is free; the queue page lists the waiting jobs in `phalanx queue`'s order with its
+    reasons; both follow the workspace without a reload; `phalanx queue` fits 80 columns."""
+    cli = studio.cli
+    cli.run("compute", "create", "--type", "local", "--name", "gpubox", "--gpus", "0-2",
+            "--cpus", "4", check=True)  # fmt: skip
+    spec = cli.write("hold.yml", HOLD)
+    made: list[str] = []
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        first, second = cli.create(spec), cli.create(spec)
+        made += [first, second]
+        big = cli.create(spec, "resources.gpus_per_instance=2", "limits.timeout=7200")
+        made.append(big)
+        urgent = cli.create(
+            spec, "resources.gpus_per_instance=2", "queue_settings.priority=high",
+            "queue_settings.job_tier=premium",
+        )  # fmt: skip
+        made.append(urgent)
+        deadline = time.monotonic() + 60
+        while True:
+            view = _queue(cli, "gpubox")
+            held = {gpu: r for r in view["running"] for gpu in r["gpus"]}
+            reasons = [q["reason"] for q in view["queued"]]
+            if len(held) == 2 and len(reasons) == 2 and "not looked at yet" not in reasons:
+                break
+            assert time.monotonic() < deadline, f"the queue never settled: {view}"
+            time.sleep(0.2)
+        assert {r["job"] for r in view["running"]} == {first, second}
+        assert [q["job"] for q in view["queued"]] == [urgent, big]
+        free = ({"0", "1", "2"} - set(held)).pop()
+
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{studio.url}/compute")
+        box = '.target[data-target="gpubox"]'
+        for gpu, r in held.items():
+            cell = page.wait_for_selector(f'{box} .device[data-gpu="{gpu}"][data-job]')
+            assert cell is not None
+            text = cell.inner_text()
+            assert r["job"] in text and (r["created_by"] or "this machine") in text, text
+            assert "for " in text and "limit 10m" in text, text
+        assert page.inner_text(f'{box} .device[data-gpu="{free}"]').split() == ["GPU", free, "free"]
+        assert "2 jobs queued" in page.inner_text(box)
+        page.goto(f"{studio.url}/compute/gpubox")  # one target, with its settings in words
+        page.wait_for_selector(f'{box} .device[data-gpu="{free}"]')
+        assert "0, 1, 2" in page.inner_text("dl.grid")
+        _no_raw_json_and_no_sideways_scroll(page)
+        page.goto(f"{studio.url}/compute")
+        # The studio's live job runs on `local`: a cell of its CPU slots says so.
+        local = page.wait_for_selector(
+            f'.target[data-target="local"] .device[data-job="{studio.live}"]'
+        )
+        assert local is not None and "1 cpu slot" in local.inner_text().lower()
+        _no_raw_json_and_no_sideways_scroll(page)
+        _shot(page, "studio-compute")
+
+        page.goto(f"{studio.url}/queue")
+        rows = "#gpubox tr[data-job]"
+        page.wait_for_selector(rows)
+        shown = page.locator(rows)
+        order = [shown.nth(i).get_attribute("data-job") for i in range(shown.count())]
+        assert order == [q["job"] for q in view["queued"]]
+        for i, q in enumerate(view["queued"]):
+            row = shown.nth(i)
+            assert row.locator('td[data-col="reason"]').inner_text() == q["reason"]
+            assert row.locator('td[data-col="position"]').inner_text() == str(q["position"])
+        cells = shown.nth(0).locator("td").all_inner_texts()
+        assert cells[1:7] == [urgent, "this machine", "high", "premium", "1 node × 2 GPUs", "10m"]
+        assert cells[7] == "just now" or cells[7].endswith(" ago"), cells
+        assert "2h" in page.inner_text(f'#gpubox tr[data-job="{big}"]')
+        _no_raw_json_and_no_sideways_scroll(page)
+        _shot(page, "studio-queue")
+
+        # The CLI's table at 80 columns: every new column, no line wider, no name cut.
+        env = {**cli.env, "COLUMNS": "80"}
+        text = subprocess.run(
+            [PHALANX, "queue", "--compute", "gpubox"], env=env, cwd=cli.workdir,
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout  # fmt: skip
+        lines = text.splitlines()
+        assert max(len(line) for line in lines) <= 80, text
+        header = next(line for line in lines if line.strip().startswith("#"))
+        assert header.split() == [
+            "#",
+            "JOB",
+            "USER",
+            "PRIORITY",
+            "TIER",
+            "ASKS",
+            "LIMIT",
+            "WAITING",
+        ]
+        words = text.split()
+        for name in (first, second, urgent, big):
+            assert name in words, text  # whole, never wrapped or elided mid-name
+        urgent_row = next(line for line in lines if urgent in line).split()
+        assert urgent_row[:7] == ["1", urgent, "-", "high", "premium", "1×2", "GPU"], urgent_row
+        for q in view["queued"]:  # why it waits: under its row, wrapped at spaces only
+            assert " ".join(q["reason"].split()) in " ".join(words), text
+        assert "2h" in next(line for line in lines if big in line)
+
+        # Live: with one holder gone, the urgent job takes its GPU and the free one, and
+        # both open pages follow without a reload.
+        cli.run("job", "cancel", first, check=True)
+        page.wait_for_selector(f'#gpubox tr[data-job="{urgent}"]', state="detached", timeout=30_000)
+        page.goto(f"{studio.url}/compute")
+        page.wait_for_selector(f'{box} .device[data-job="{urgent}"]', timeout=30_000)
+        assert not errors, errors
+    finally:
+        context.close()
+        for name in made:
+            with contextlib.suppress(Exception):
+                cli.run("job", "cancel", name, timeout=60)

@@ -6,13 +6,14 @@ With ``PHALANX_SERVER`` set, the queues are the server's scheduler's.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from phalanx.scheduler.model import gib
+from phalanx.terminal.columns import fit_table, short_duration
 
 console = Console()
 
@@ -32,25 +33,72 @@ def render_queue(out: Console, view: dict[str, Any]) -> None:
         out.print("  capacity: not read yet (the Ray cluster places what it can)")
     if scaling := view.get("scaling"):
         out.print(f"  {scaling_line(scaling)}", highlight=False)
-    running = Table(box=None, header_style="bold", title="running", title_justify="left")
-    for column in ("JOB", "NODE", "HOST", "GPUS", "CPUS", ""):
-        running.add_column(column)
-    for r in view["running"]:
-        running.add_row(
-            r["job"],
-            str(r["node"]),
-            r["host"],
-            ",".join(r["gpus"]) or "-",
-            f"{r['cpus']:g}",
-            "leaving (preempted)" if r["leaving"] else "",
-        )
-    out.print(running if view["running"] else "  nothing running")
-    queued = Table(box=None, header_style="bold", title="queue", title_justify="left")
-    for column in ("#", "JOB", "WAITING", "WHY"):
-        queued.add_column(column)
-    for q in view["queued"]:
-        queued.add_row(str(q["position"] or "-"), q["job"], f"{q['waiting_s']:.0f}s", q["reason"])
-    out.print(queued if view["queued"] else "  nothing queued")
+    out.print("  running" if view["running"] else "  nothing running", highlight=False)
+    if view["running"]:
+        headers = ("JOB", "NODE", "HOST", "GPUS", "CPUS", "USER", "FOR", "LIMIT")
+        rows = [
+            (
+                r["job"],
+                str(r["node"]),
+                r["host"],
+                ",".join(r["gpus"]) or "-",
+                f"{r['cpus']:g}",
+                r.get("created_by") or "-",
+                short_duration(r.get("held_s")),
+                short_duration(r.get("time_limit_s")),
+            )
+            for r in view["running"]
+        ]
+        notes = ["leaving (preempted)" if r["leaving"] else None for r in view["running"]]
+        _print_table(out, headers, rows, RUNNING_OPTIONAL, notes)
+    out.print("  queue" if view["queued"] else "  nothing queued", highlight=False)
+    if view["queued"]:
+        headers = ("#", "JOB", "USER", "PRIORITY", "TIER", "ASKS", "LIMIT", "WAITING")
+        rows = [
+            (
+                str(q["position"] or "-"),
+                q["job"],
+                q.get("created_by") or "-",
+                q.get("priority", "-"),
+                q.get("tier", "-"),
+                asks(q.get("request")),
+                short_duration(q.get("time_limit_s")),
+                short_duration(q["waiting_s"]),
+            )
+            for q in view["queued"]
+        ]
+        # Why it waits goes under its row: a sentence, wrapped at spaces, never squeezed.
+        notes = [q["reason"] for q in view["queued"]]
+        _print_table(out, headers, rows, QUEUED_OPTIONAL, notes)
+
+
+# Left out first when a terminal is too narrow for every column (whole columns, never
+# part of a name).
+RUNNING_OPTIONAL = ("LIMIT", "CPUS", "NODE", "HOST", "FOR", "USER")
+QUEUED_OPTIONAL = ("LIMIT", "TIER", "ASKS", "WAITING", "PRIORITY", "USER")
+
+
+def _print_table(
+    out: Console,
+    headers: tuple[str, ...],
+    rows: Sequence[Sequence[str]],
+    optional: tuple[str, ...],
+    notes: Sequence[str | None],
+) -> None:
+    """The table indented by two, fitted to the terminal (see :func:`fit_table`)."""
+    lines = fit_table(headers, rows, out.width - 2, optional=optional, notes=notes)
+    for i, line in enumerate(lines):
+        out.print(("  " + line).rstrip(), style="bold" if i == 0 else None, markup=False,
+                  highlight=False, overflow="ignore", crop=False, soft_wrap=True)  # fmt: skip
+
+
+def asks(request: dict[str, Any] | None) -> str:
+    """A request as ``2×4 GPU`` (nodes × each node's GPUs, else CPU slots)."""
+    request = request or {"nodes": 1}
+    nodes = int(request.get("nodes") or 1)
+    if request.get("gpus"):
+        return f"{nodes}×{request['gpus']} GPU"
+    return f"{nodes}×{float(request.get('cpus') or 0):g} CPU"
 
 
 def scaling_line(s: dict[str, Any]) -> str:

@@ -26,7 +26,15 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from phalanx.scheduler.model import Decision, NodeGrant, QueuedJob, Request, RunningJob
+from phalanx.scheduler.model import (
+    DEFAULT_PRIORITY,
+    DEFAULT_TIER,
+    Decision,
+    NodeGrant,
+    QueuedJob,
+    Request,
+    RunningJob,
+)
 from phalanx.workspace import JobStatus, QueueEntry, Workspace
 
 if TYPE_CHECKING:
@@ -338,14 +346,18 @@ class Waiting:
     queue: dict[str, Any]
     """Its place and why it waits (``position``, ``reason``), once the scheduler looked."""
     request: dict[str, Any] | None
+    priority: int = DEFAULT_PRIORITY
+    tier: int = DEFAULT_TIER
+    timeout: float | None = None
+    created_by: str | None = None
 
 
 def waiting(ws: Workspace, target: str) -> list[Waiting]:
     """The jobs Queued on ``target`` that hold nothing, with their place and reason."""
     rows = ws.query(
-        "SELECT name, created_at, queue_json, request_json FROM jobs WHERE status = :queued"
-        " AND COALESCE(target, 'local') = :target AND NOT EXISTS (SELECT 1 FROM allocations a"
-        " WHERE a.job_name = jobs.name)",
+        "SELECT name, created_at, queue_json, request_json, priority, tier, timeout, created_by"
+        " FROM jobs WHERE status = :queued AND COALESCE(target, 'local') = :target"
+        " AND NOT EXISTS (SELECT 1 FROM allocations a WHERE a.job_name = jobs.name)",
         {"queued": JobStatus.QUEUED.value, "target": target},
     )
     return [
@@ -354,9 +366,23 @@ def waiting(ws: Workspace, target: str) -> list[Waiting]:
             created_at=r["created_at"],
             queue=json.loads(r["queue_json"]) if r["queue_json"] else {},
             request=json.loads(r["request_json"]) if r["request_json"] else None,
+            priority=r["priority"] if r["priority"] is not None else DEFAULT_PRIORITY,
+            tier=r["tier"] if r["tier"] is not None else DEFAULT_TIER,
+            timeout=r["timeout"],
+            created_by=r["created_by"],
         )
         for r in rows
     ]
+
+
+def holders(ws: Workspace, target: str) -> dict[str, tuple[str | None, float | None]]:
+    """The jobs holding devices of ``target`` → who made each and its time limit."""
+    rows = ws.query(
+        "SELECT DISTINCT j.name, j.created_by, j.timeout FROM jobs j"
+        " JOIN allocations a ON a.job_name = j.name WHERE a.target = :target",
+        {"target": target},
+    )
+    return {r["name"]: (r["created_by"], r["timeout"]) for r in rows}
 
 
 def capacity_reading(ws: Workspace, target: str) -> tuple[list[dict[str, Any]], float] | None:

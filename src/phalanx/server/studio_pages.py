@@ -47,7 +47,7 @@ SHELL = """<!doctype html>
 <header><a class="brand" href="/">phalanx studio</a>
 <nav><a href="/">Jobs</a><a href="/compare">Compare</a><a href="/models">Models</a>
 <a href="/data">Data</a><a href="/datastores">Datastores</a><a href="/compute">Compute</a>
-<a href="/bench">Benchmarks</a></nav>
+<a href="/queue">Queue</a><a href="/bench">Benchmarks</a></nav>
 <span id="who"></span></header>
 <main id="main"></main>
 <script src="/static/uPlot.iife.min.js"></script>
@@ -57,7 +57,8 @@ SHELL = """<!doctype html>
 
 # Plain scripts sharing the page's global scope, in this order (no build step).
 SCRIPTS = (
-    "core", "jobs", "job", "sweep", "logs", "files", "metrics", "collections", "bench", "main",
+    "core", "jobs", "job", "sweep", "logs", "files", "metrics", "collections", "compute", "bench",
+    "main",
 )  # fmt: skip
 
 router = APIRouter(include_in_schema=False)
@@ -92,6 +93,11 @@ def job_page(name: str, request: Request) -> Response:
 @router.get("/compare")
 def compare_page(request: Request) -> Response:
     return _page(request, "compare")
+
+
+@router.get("/queue")
+def queue_page(request: Request) -> Response:
+    return _page(request, "queue")
 
 
 @router.get("/bench")

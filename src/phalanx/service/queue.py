@@ -10,12 +10,14 @@ from typing import Any
 from phalanx.compute.targets import LocalTarget, RayTarget, Target
 from phalanx.scheduler import ledger
 from phalanx.scheduler.capacity import local_capacity
+from phalanx.scheduler.model import PRIORITIES, TIERS, Request
 from phalanx.scheduler.scaling import count_nodes, of_tier
 from phalanx.workspace import Workspace
 
 
 def queue_view(ws: Workspace, target: Target) -> dict[str, Any]:
-    """What ``target`` has, what holds it (job, node, host, devices) and its queue in order."""
+    """What ``target`` has, what holds it (job, node, host, devices, whose, for how long)
+    and its queue in order (whose, priority and tier, what it asks, why it waits)."""
     capacity: dict[str, Any] | None = None
     read: list[dict[str, Any]] | None = None
     if isinstance(target, LocalTarget):
@@ -39,8 +41,11 @@ def queue_view(ws: Workspace, target: Target) -> dict[str, Any]:
                 ],
                 "read_s_ago": round(time.time() - read_at, 1),
             }  # fmt: skip
+    now = time.time()
     running = []
+    owners = ledger.holders(ws, target.name)
     for job in ledger.holding(ws, target.name):
+        created_by, timeout = owners.get(job.name, (None, None))
         for node, grant in enumerate(job.nodes):
             running.append(
                 {
@@ -51,17 +56,34 @@ def queue_view(ws: Workspace, target: Target) -> dict[str, Any]:
                     "cpus": grant.cpus,
                     "memory": grant.memory,
                     "leaving": job.releasing,
+                    "created_by": created_by,
+                    "priority": _name(PRIORITIES, job.priority),
+                    "tier": _name(TIERS, job.tier),
+                    "held_s": round(now - job.started, 1),
+                    "time_limit_s": timeout,
                 }
             )
     queued = []
     for entry in ledger.waiting(ws, target.name):
+        request = entry.request or {"nodes": 1}
+        asks = Request(
+            nodes=int(request["nodes"]),
+            gpus=int(request.get("gpus", 0)),
+            cpus=float(request.get("cpus", 0.0)),
+            memory=int(request.get("memory", 0)),
+        )
         queued.append(
             {
                 "job": entry.name,
                 "position": entry.queue.get("position"),
-                "waiting_s": round(time.time() - entry.created_at, 1),
+                "waiting_s": round(now - entry.created_at, 1),
                 "request": entry.request,
+                "asks": asks.describe(),
                 "reason": entry.queue.get("reason") or "not looked at yet",
+                "created_by": entry.created_by,
+                "priority": _name(PRIORITIES, entry.priority),
+                "tier": _name(TIERS, entry.tier),
+                "time_limit_s": entry.timeout,
             }
         )
     queued.sort(key=lambda q: (q["position"] is None, q["position"] or 0, q["job"]))
@@ -69,6 +91,11 @@ def queue_view(ws: Workspace, target: Target) -> dict[str, Any]:
     if isinstance(target, RayTarget) and target.elastic:
         view["scaling"] = scaling_view(ws, target, read)
     return view
+
+
+def _name(names: dict[str, int], value: int) -> str:
+    """Azure ML's name of a priority or tier value (the number itself if it has none)."""
+    return next((name for name, v in names.items() if v == value), str(value))
 
 
 def scaling_view(ws: Workspace, target: RayTarget, read: list[dict[str, Any]] | None) -> dict:

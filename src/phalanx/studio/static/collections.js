@@ -1,12 +1,10 @@
 "use strict";
-// ---------------------------------------------------------------- models, data, datastores, compute
+// ---------------------------------------------------------------- models, data, datastores
 const COLLECTIONS = {
   models: {title: "Models", list: "/models", key: "models", versioned: true},
   data: {title: "Data assets", list: "/data", key: "assets", versioned: true},
   datastores: {title: "Datastores", list: "/datastores", key: "datastores",
     row: (d) => Object.assign({name: d.show.name, type: d.show.type, where: d.where}, d.show)},
-  compute: {title: "Compute", list: "/compute", key: "targets",
-    row: (t) => Object.assign({name: t.settings.name, where: t.where}, t.settings)},
 };
 
 function scalar(value) {
@@ -36,10 +34,6 @@ async function collectionView(kind) {
       ...columns.map((c) => el("td", {}, c === "name"
         ? el("a", {href: `/${kind}/${encodeURIComponent(item.name)}` + (spec.versioned ? `?version=${encodeURIComponent(item.version)}` : "")}, item.name)
         : valueCell(c, item[c]))))))));
-  if (kind === "compute") {
-    const queue = (await api("/queue")).targets;
-    main.append(el("h1", {}, "Queue"), el("pre", {id: "queue"}, JSON.stringify(queue, null, 2)));
-  }
 }
 
 async function itemView(kind, spec, name) {

@@ -25,7 +25,8 @@ async function who() {
   } catch (e) { /* signed out: the sign-in page says so */ }
 }
 
-const VIEWS = {jobs: jobsView, job: jobView, compare: compareView, bench: benchView, signin: signinView};
+const VIEWS = {jobs: jobsView, job: jobView, compare: compareView, bench: benchView, signin: signinView,
+  compute: computeView, queue: queueView};
 for (const kind of Object.keys(COLLECTIONS)) VIEWS[kind] = () => collectionView(kind);
 VIEWS[document.body.dataset.view]();
 if (document.body.dataset.view !== "signin") who();
