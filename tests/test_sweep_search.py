@@ -54,6 +54,14 @@ def with_space(space: str, extra: str = "") -> SweepSpec:
         ("  x: {type: choice, values: [{a: 1}]}\n", "search_space.x.values", "nested search"),
         ("  y: {type: uniform, min_value: 0, max_value: 1}\n", "trial.command",
          "${{search_space.x}} names nothing in search_space"),
+        ("  x: {type: loguniform, min_value: -1, max_value: 710}\n",
+         "search_space.x.max_value", "keep it within -700 and 700"),
+        ("  x: {type: uniform, min_value: -1.0e+308, max_value: 1.0e+308}\n",
+         "search_space.x.max_value", "wider than a float holds"),
+        ("  x: {type: lognormal, mu: 0, sigma: 200}\n", "search_space.x",
+         "may not fit a float"),
+        ("  x: {type: choice, values: [1, true, 2]}\n", "search_space.x.values",
+         "lists 1 and true, which are the same value"),
     ],
 )  # fmt: skip
 def test_bad_search_spaces_name_the_field(change: str, field: str, message: str) -> None:
@@ -91,6 +99,35 @@ def test_an_input_the_command_names_must_exist_in_the_trial() -> None:
         sweep(text)
     assert caught.value.field == "trial.command"
     assert "${{inputs.epochs}} names no input" in caught.value.message
+
+
+def test_a_grid_larger_than_a_sweep_runs_needs_a_limit() -> None:
+    space = "  x: {type: randint, upper: 40}\n  y: {type: randint, upper: 40}\n"
+    with pytest.raises(SpecError) as caught:
+        with_space(space, "sampling_algorithm: grid\n")
+    assert "the grid has 1600 points, more than the 1000 trials" in caught.value.message
+    spec = with_space(space, "sampling_algorithm: grid\nlimits: {max_total_trials: 50}\n")
+    assert spec.max_total_trials == 50
+
+
+def test_an_environment_variable_names_only_the_search_space() -> None:
+    for value, message in (
+        ("${{search_space.y}}", "${{search_space.y}} names nothing in search_space"),
+        ("${{inputs.x}}", "an environment variable takes only ${{search_space.<name>}}"),
+    ):
+        text = BASE.replace("trial:\n", f"trial:\n  environment_variables: {{A: '{value}'}}\n")
+        with pytest.raises(SpecError) as caught:
+            sweep(text)
+        assert caught.value.field == "trial.environment_variables.A"
+        assert message in caught.value.message
+
+
+def test_an_environment_variable_gets_the_value_itself() -> None:
+    text = BASE.replace(
+        "trial:\n", "trial:\n  environment_variables: {LR: 'lr=${{search_space.x}}'}\n"
+    )
+    trial = sweep(text).trial_spec({"x": 0.5})
+    assert trial.environment_variables == {"LR": "lr=0.5"}
 
 
 def test_a_trial_gets_its_values_as_literal_inputs() -> None:
@@ -261,7 +298,7 @@ GOOD_THEN_BAD = [[0.8] * 4, [0.9] * 4, [0.1] * 4, [0.2] * 4]
     ("policy", "prefix"),
     [
         ("early_termination: {type: bandit, slack_factor: 0.2, delay_evaluation: 1}\n",
-         "bandit: 0.1 not within 20 % of best 0.9 at step 1"),
+         "bandit: 0.1 not within 20 % of best 0.9 at step 0"),
         ("early_termination: {type: median_stopping, delay_evaluation: 1}\n",
          "median stopping: best 0.1 worse than the median"),
         ("early_termination: {type: truncation_selection, truncation_percentage: 50,"
@@ -284,13 +321,35 @@ def test_bandit_with_slack_amount_when_minimizing() -> None:
     assert reasons[2] == "bandit: 1.6 not within 0.5 of best 1 at step 0"
 
 
-def test_evaluation_interval_and_delay_decide_the_steps_judged() -> None:
+def test_evaluation_interval_and_delay_count_reports_as_azure_ml_does() -> None:
     policy = (
         "early_termination: {type: bandit, slack_factor: 0.1, evaluation_interval: 3,"
-        " delay_evaluation: 2}\n"
+        " delay_evaluation: 5}\n"
     )
-    reasons = judged(policy, [[1.0] * 8, [0.1] * 8])
-    assert reasons[1] is not None and reasons[1].endswith("at step 3")
+    # Steps 10, 20, 30, …: the 6th report (step 60) is the first judged.
+    spec = sweep(BASE + policy)
+    search = Search("s", spec, [])
+    good = search.propose()
+    search.report(good.number, [(10 * k, 1.0) for k in range(1, 10)])
+    search.tell(good.number, TrialState.COMPLETED, 1.0)
+    bad = search.propose()
+    reasons = []
+    for k in range(1, 10):
+        search.report(bad.number, [(10 * k, 0.1)])
+        reasons.append(search.judge(bad.number))
+    assert reasons[:5] == [None] * 5
+    assert reasons[5] == "bandit: 0.1 not within 10 % of best 1 at step 60"
+
+
+@pytest.mark.parametrize("goal", ["maximize", "minimize"])
+def test_bandit_slack_factor_with_negative_values(goal: str) -> None:
+    policy = "early_termination: {type: bandit, slack_factor: 0.2}\n"
+    sign = 1 if goal == "maximize" else -1
+    # The best is -1.0 (maximising) or 1.0 (minimising a loss of 1): within 20 % of it
+    # lies -1.1 / 1.1; -1.5 / 1.5 does not.
+    reasons = judged(policy, [[sign * -1.0] * 2, [sign * -1.1] * 2, [sign * -1.5] * 2], goal)
+    assert reasons[:2] == [None, None]
+    assert reasons[2] is not None and reasons[2].startswith("bandit: ")
 
 
 @pytest.mark.parametrize("rule", ["random", "sobol"])

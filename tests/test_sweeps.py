@@ -409,3 +409,38 @@ def test_a_sweep_whose_first_trials_all_fail_makes_no_more(cli: Cli) -> None:
     message = sweep["error"]["message"]
     assert "its first 3 trials failed and none completed" in message
     assert f"trial 0 ({name}_0): " in message and "no such optimiser" in message
+
+
+def test_canceling_a_sweep_whose_controller_is_gone_stops_its_trials(cli: Cli) -> None:
+    body = HELLO.replace("--steps ${{inputs.steps}}", "--steps 600")
+    name = cli.create(write_sweep(cli, "sweep.yml", body))
+    deadline = time.monotonic() + 120
+    while sum(j["status"] == "Running" for j in trial_jobs(cli, name)) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    controller = [p for p in workspace_processes(cli.home) if p.cmdline()[-1:] == [name]]
+    assert len(controller) == 1
+    controller[0].send_signal(signal.SIGKILL)
+    cli.run("job", "cancel", name, check=True)
+    assert cli.show(name)["status"] == "Canceled"
+    for job in trial_jobs(cli, name):
+        assert cli.wait(job["name"], ("Canceled",), timeout=60)["status"] == "Canceled"
+
+
+def test_a_sweeps_trial_names_are_kept_for_it(cli: Cli) -> None:
+    cli.write("src/train.py", TRAIN)
+    plain = cli.write("plain.yml", "command: 'true'\n")
+    cli.wait(cli.create(plain, "name=pre_1"), ("Completed",))
+    spec = write_sweep(cli, "sweep.yml", HELLO)
+    taken = cli.run("job", "create", "-f", str(spec), "--set", "name=pre")
+    assert taken.returncode == 2
+    assert taken.stderr.startswith(
+        "error: name: a sweep named 'pre' names its trials pre_0, pre_1, …, and job 'pre_1' exists"
+    ), taken.stderr
+    name = cli.create(
+        spec, "name=kept", "limits.max_total_trials=1", "limits.max_concurrent_trials=1"
+    )
+    refused = cli.run("job", "create", "-f", str(plain), "--set", "name=kept_7")
+    assert refused.returncode == 2
+    assert "'kept_7' is kept for trial 7 of sweep 'kept'" in refused.stderr
+    assert cli.wait(name, ("Completed", "Failed"), timeout=120)["status"] == "Completed"

@@ -58,6 +58,8 @@ def submit(
     Raises:
         PhalanxError: the target is unknown, or the job can never fit it.
     """
+    if parent is None:
+        check_trial_names(ws, spec.name, sweep=False)
     entry = queue_entry(ws, spec)
     job = ws.create_job(
         spec.to_record(),
@@ -84,6 +86,7 @@ def submit_sweep(
     """
     from phalanx.workspace.trials import SWEEP_TARGET
 
+    check_trial_names(ws, spec.name, sweep=True)
     queue_entry(ws, spec.template())  # its trials' target exists and can run them
     job = ws.create_job(
         spec.to_record(),
@@ -97,6 +100,49 @@ def submit_sweep(
     spawn_supervisor(ws, job.name)
     ensure_running(ws.home, ws.child_env())
     return ws.get_job(job.name)
+
+
+def stop_trials(ws: Workspace, sweep: str) -> None:
+    """Ask every trial job of ``sweep`` that has not ended to stop."""
+    for job in ws.list_jobs(parent=sweep, limit=10_000):
+        if not job.status.is_terminal:
+            request_stop(ws, job.name)
+
+
+def check_trial_names(ws: Workspace, name: str | None, *, sweep: bool) -> None:
+    """Keep ``<sweep>_<n>`` for a sweep's trials: a job may not take such a name, and a
+    sweep may not take one whose trials' names are taken.
+
+    Raises:
+        PhalanxError: naming the job in the way.
+    """
+    import re
+
+    if name is None:
+        return
+    if sweep:
+        taken = ws.names_with_prefix(f"{name}_")
+        clash = next((t for t in taken if t[len(name) + 1 :].isdigit()), None)
+        if clash is not None:
+            raise PhalanxError(
+                f"name: a sweep named {name!r} names its trials {name}_0, {name}_1, …, and job "
+                f"{clash!r} exists; choose another name"
+            )
+        return
+    match = re.fullmatch(r"(.+)_(\d+)", name)
+    if match is None:
+        return
+    from phalanx.workspace.trials import SWEEP_TARGET
+
+    try:
+        owner = ws.get_job(match[1])
+    except PhalanxError:
+        return
+    if owner.target == SWEEP_TARGET:
+        raise PhalanxError(
+            f"name: {name!r} is kept for trial {match[2]} of sweep {match[1]!r}; choose "
+            "another name"
+        )
 
 
 def request_stop(ws: Workspace, name: str) -> None:
@@ -390,6 +436,8 @@ def cancel(ws: Workspace, name: str, *, wait_s: float = 30.0) -> JobRecord:
     _unmount_leftovers(ws.paths(name).root)
     ws.set_status(name, JobStatus.CANCELED)
     _end_account(ws, name)
+    # A sweep whose controller was gone (or did not get to it) stops its trials here.
+    stop_trials(ws, name)
     return ws.get_job(name)
 
 

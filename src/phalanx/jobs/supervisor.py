@@ -144,10 +144,11 @@ class _Supervision:
             if isinstance(exc, PhalanxError):
                 message = str(exc)
             self.ws.set_status(self.name, JobStatus.FAILED, error=RootCause(message=message))
-            from phalanx.jobs.sweeps import stop_trials
+            status = JobStatus.FAILED
+        if status is not JobStatus.COMPLETED:
+            from phalanx.jobs.control import stop_trials
 
-            stop_trials(self.ws, self.name)  # a failed sweep leaves no trial running
-            return 1
+            stop_trials(self.ws, self.name)  # a sweep that did not complete leaves none running
         return 0 if status is JobStatus.COMPLETED else 1
 
     def _job(self, stopping: list[bool]) -> int:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from phalanx.errors import PhalanxError
-from phalanx.jobs.control import request_stop, submit
+from phalanx.jobs.control import request_stop, stop_trials, submit
 from phalanx.scheduler.bell import Bell, job_bell
 from phalanx.workspace import JobRecord, JobStatus, RootCause, Workspace
 from phalanx.workspace.leases import LeaseLost
@@ -49,7 +49,6 @@ from phalanx.workspace.trials import (
     add_trial,
     begin,
     set_outcome,
-    set_study,
     trials_of,
     update_trial,
 )
@@ -82,6 +81,8 @@ class SweepRunner:
         self._stop_reason: str | None = None
         self._failure: str | None = None
         self._study: dict[str, object] = {}
+        self._asked: set[str] = set()
+        """Trial jobs this controller asked to stop."""
 
     def run(self) -> JobStatus:
         from phalanx.search.study import Search
@@ -152,6 +153,11 @@ class SweepRunner:
             if record.state.is_over:
                 if child.status is JobStatus.CANCELED and child.error is None and record.reason:
                     self.ws.set_end_reason(child.name, RootCause(message=record.reason))
+                elif not child.status.is_terminal and child.name not in self._asked:
+                    # Stopped, but its job runs: the stop request was lost with the last
+                    # controller (killed between the two), or not heard yet. Once more.
+                    self._asked.add(child.name)
+                    request_stop(self.ws, child.name)
                 continue
             curve = self._curve(spec, child)
             if child.status.is_terminal:
@@ -174,6 +180,7 @@ class SweepRunner:
                              reason=reason, value=_last(curve), attrs=search.attrs(record.number),
                              curve=curve)  # fmt: skip
                 search.tell(record.number, TrialState.PRUNED, None)
+                self._asked.add(child.name)
                 request_stop(self.ws, child.name)
             elif new and search.attrs(record.number) != record.attrs:
                 update_trial(self.ws, self.name, record.number, attrs=search.attrs(record.number))
@@ -239,13 +246,13 @@ class SweepRunner:
             proposal = search.propose()
             if proposal.number != total:  # the study and the database disagree: a bug
                 raise RuntimeError(f"study numbered trial {proposal.number}, expected {total}")
+            # Its values, what the sampler keeps of it and of the whole search: one write,
+            # so a controller killed after it never draws these values again.
+            study = search.study_attrs()
             record = add_trial(self.ws, self.name, proposal.number, proposal.params,
-                               proposal.internal)  # fmt: skip
-            if proposal.attrs:
-                update_trial(self.ws, self.name, record.number, attrs=proposal.attrs)
-            if search.study_attrs() != self._study:
-                self._study = search.study_attrs()
-                set_study(self.ws, self.name, self._study)
+                               proposal.internal, attrs=proposal.attrs,
+                               study=study if study != self._study else None)  # fmt: skip
+            self._study = study
             self._start(spec, record)
             live, total, made = live + 1, total + 1, made + 1
         return made
@@ -290,9 +297,7 @@ class SweepRunner:
             return
         self._stop_reason = f"the sweep reached limits.timeout ({timeout} s)"
         self._say(f"{self._stop_reason}; stopping its running trials")
-        for record in records:
-            if not record.state.is_over:
-                request_stop(self.ws, record.job_name)
+        stop_trials(self.ws, self.name)
 
     def _done(self, spec: SweepSpec, search: Search, records: list[TrialRecord]) -> bool:
         return (
@@ -340,21 +345,18 @@ class SweepRunner:
         for record in live:
             update_trial(self.ws, self.name, record.number, state=TrialState.CANCELED,
                          reason=self._stop_reason)  # fmt: skip
-            try:
-                request_stop(self.ws, record.job_name)
-            except PhalanxError:  # its job was never made
-                continue
+        # Every trial job that runs, also those a controller killed meanwhile had
+        # marked canceled already: only this sweep's (by parent, never by name).
+        stop_trials(self.ws, self.name)
         deadline = time.monotonic() + STOP_WAIT_S
         while time.monotonic() < deadline:
             jobs = self.ws.list_jobs(parent=self.name, limit=10_000)
             if all(j.status.is_terminal for j in jobs):
                 break
             time.sleep(0.2)
-        for record in live:
-            try:
-                self.ws.set_end_reason(record.job_name, RootCause(message=self._stop_reason))
-            except PhalanxError:
-                continue
+        for job in self.ws.list_jobs(parent=self.name, limit=10_000):
+            if job.status is JobStatus.CANCELED:
+                self.ws.set_end_reason(job.name, RootCause(message=self._stop_reason))
         return self._end(JobStatus.CANCELED, None)
 
     def _say(self, text: str) -> None:
@@ -395,16 +397,6 @@ class SweepRunner:
             curve.append((step if step is not None else index, float(value)))
         self._curves[child.name] = (key, curve)
         return curve
-
-
-def stop_trials(ws: Workspace, sweep: str) -> None:
-    """Ask every trial job of ``sweep`` that has not ended to stop (a failed sweep's)."""
-    for job in ws.list_jobs(parent=sweep, limit=10_000):
-        if not job.status.is_terminal:
-            try:
-                request_stop(ws, job.name)
-            except PhalanxError:
-                log.exception("stopping trial %s of sweep %s failed", job.name, sweep)
 
 
 def best_trial(spec: SweepSpec, records: list[TrialRecord]) -> TrialRecord | None:

@@ -45,13 +45,15 @@ class _AzurePolicy(BasePruner):
     def explain(self, study: Study, trial: FrozenTrial) -> str | None:
         """Why the trial should stop at its last step; ``None`` to let it run."""
         step = trial.last_step
-        if step is None or not self._due(step):
+        if step is None or not self._due(len(trial.intermediate_values)):
             return None
         return self.judge(study, trial, step)
 
-    def _due(self, step: int) -> bool:
-        interval = self.policy.evaluation_interval
-        return step >= self.policy.delay_evaluation and (interval <= 1 or step % interval == 0)
+    def _due(self, reports: int) -> bool:
+        """As in Azure ML, intervals are the metric's reports: with ``evaluation_interval``
+        3 and ``delay_evaluation`` 5, the 6th, 9th, 12th … report is judged."""
+        interval = max(1, self.policy.evaluation_interval)
+        return reports >= max(1, self.policy.delay_evaluation) and reports % interval == 0
 
     def judge(self, study: Study, trial: FrozenTrial, step: int) -> str | None:
         raise NotImplementedError
@@ -83,7 +85,10 @@ class Bandit(_AzurePolicy):
         best = max(values) if self.maximize else min(values)
         factor, amount = self.policy.slack_factor, self.policy.slack_amount
         if factor is not None:
-            bound = best / (1 + factor) if self.maximize else best * (1 + factor)
+            # Azure ML's best / (1 + factor) and best × (1 + factor), for negative values
+            # too (a log-likelihood): the slack is a share of the best's size.
+            slack_of = abs(best) * (factor / (1 + factor) if self.maximize else factor)
+            bound = best - slack_of if self.maximize else best + slack_of
             slack = f"{factor * 100:g} %"
         else:
             assert amount is not None

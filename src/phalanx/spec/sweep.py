@@ -64,6 +64,7 @@ from phalanx.spec.values import (
     limited_tags,
     parse_duration,
     recorded,
+    render_literal,
     resolve_local,
     show,
     user_error,
@@ -99,6 +100,8 @@ class _Bounded(SpecModel):
                 f"max_value ({value}) must be greater than min_value ({low}); swap them or "
                 "widen the range"
             )
+        if info.field_name == "max_value" and low is not None and not math.isfinite(value - low):
+            raise user_error("the range is wider than a float holds; narrow it")
         return value
 
 
@@ -123,6 +126,20 @@ class Choice(SpecModel):
             )
         return value
 
+    @field_validator("values")
+    @classmethod
+    def _distinct(cls, value: list[Any]) -> list[Any]:
+        seen: list[Any] = []
+        for item in value:
+            if item in seen:  # 1, 1.0 and true are one value to the optimiser too
+                twin = seen[seen.index(item)]
+                raise user_error(
+                    f"lists {show(twin)} and {show(item)}, which are the same value; list "
+                    "each value once"
+                )
+            seen.append(item)
+        return value
+
 
 class RandInt(SpecModel):
     """An integer from 0 to ``upper`` - 1 (Azure ML's ``randint``)."""
@@ -137,7 +154,19 @@ class Uniform(_Bounded):
     type: Literal["uniform"] = "uniform"
 
 
-class LogUniform(_Bounded):
+class _LogBounded(_Bounded):
+    @field_validator("min_value", "max_value")
+    @classmethod
+    def _exp_fits(cls, value: float) -> float:
+        # The bounds are exponents: e**709 is near the largest float, e**-700 near 0.
+        if not -700 <= value <= 700:
+            raise user_error(
+                f"is a natural logarithm (the value is exp({value})); keep it within -700 and 700"
+            )
+        return value
+
+
+class LogUniform(_LogBounded):
     """``exp(uniform(min_value, max_value))``: the bounds are natural logarithms, as in
     Azure ML (``loguniform(-6, -1)`` spans 0.0025 to 0.37)."""
 
@@ -150,7 +179,7 @@ class QUniform(_Bounded, _Quantised):
     type: Literal["quniform"] = "quniform"
 
 
-class QLogUniform(_Bounded, _Quantised):
+class QLogUniform(_LogBounded, _Quantised):
     """``round(exp(uniform(min_value, max_value)) / q) * q``."""
 
     type: Literal["qloguniform"] = "qloguniform"
@@ -169,6 +198,10 @@ class LogNormal(Normal):
 
     type: Literal["lognormal"] = "lognormal"  # type: ignore[assignment]
 
+    @model_validator(mode="after")
+    def _exp_fits(self) -> Any:
+        return _exp_fits(self)
+
 
 class QNormal(Normal, _Quantised):
     """``round(normal(mu, sigma) / q) * q``."""
@@ -180,6 +213,25 @@ class QLogNormal(Normal, _Quantised):
     """``round(exp(normal(mu, sigma)) / q) * q``."""
 
     type: Literal["qlognormal"] = "qlognormal"  # type: ignore[assignment]
+
+    @model_validator(mode="after")
+    def _exp_fits(self) -> Any:
+        return _exp_fits(self)
+
+
+#: How far from its mean a normal value is drawn at most (phalanx.search.space clamps
+#: the quantile to 1e-9 … 1 - 1e-9: 6.0 deviations).
+MOST_DEVIATIONS = 6.1
+
+
+def _exp_fits(dist: Any) -> Any:
+    """A log-normal whose values all fit a float."""
+    if abs(dist.mu) + MOST_DEVIATIONS * dist.sigma > 700:
+        raise user_error(
+            f"exp(normal({dist.mu}, {dist.sigma})) may not fit a float; keep |mu| + 6 × "
+            "sigma within 700"
+        )
+    return dist
 
 
 SearchDistribution = Annotated[
@@ -248,9 +300,9 @@ class Objective(SpecModel):
 
 class _Policy(SpecModel):
     evaluation_interval: Annotated[StrictInt, Field(ge=0, le=10**9)] = 1
-    """Judge at steps that are a multiple of this (0 or 1: every step reported)."""
+    """Judge every this many reports of the primary metric (0 or 1: each), as Azure ML."""
     delay_evaluation: Annotated[StrictInt, Field(ge=0, le=10**9)] = 0
-    """Judge no step before this one."""
+    """Judge no report before this many have come."""
 
 
 class BanditPolicy(_Policy):
@@ -577,6 +629,13 @@ class SweepSpec(SpecModel):
                         f"{dist.type}: list its values as a choice, or use random or bayesian",
                         loc=("search_space", key),
                     )
+            if self.grid_size() > MAX_TRIALS and self.limits.max_total_trials is None:
+                raise user_error(
+                    f"the grid has {self.grid_size()} points, more than the {MAX_TRIALS} trials "
+                    "a sweep runs; list fewer values, or set limits.max_total_trials to run "
+                    "part of it",
+                    loc=("search_space",),
+                )
             if self.grid_size() > MAX_CHOICES:
                 raise user_error(
                     f"the grid has {self.grid_size()} points, more than {MAX_CHOICES}; list "
@@ -591,20 +650,30 @@ class SweepSpec(SpecModel):
                 f"max_total_trials ({total}); lower it",
                 loc=("limits", "max_concurrent_trials"),
             )
-        for match in _EXPRESSION_RE.finditer(self.trial.command):
-            found = _SEARCH_RE.fullmatch(match.group(0))
-            if found is not None and found[1] not in self.search_space:
-                raise user_error(
-                    f"{match.group(0)} names nothing in search_space (it has "
-                    f"{', '.join(sorted(self.search_space))}); add it or fix the name",
-                    loc=("trial", "command"),
-                )
+        places: dict[tuple[str, ...], str] = {("trial", "command"): self.trial.command}
+        for key, text in self.trial.environment_variables.items():
+            places[("trial", "environment_variables", key)] = text
+        for where, text in places.items():
+            for match in _EXPRESSION_RE.finditer(text):
+                found = _SEARCH_RE.fullmatch(match.group(0))
+                if found is not None and found[1] not in self.search_space:
+                    raise user_error(
+                        f"{match.group(0)} names nothing in search_space (it has "
+                        f"{', '.join(sorted(self.search_space))}); add it or fix the name",
+                        loc=where,
+                    )
+                if found is None and where[1] == "environment_variables":
+                    raise user_error(
+                        f"{match.group(0)}: an environment variable takes only "
+                        "${{search_space.<name>}}",
+                        loc=where,
+                    )
         try:
             self.template()
         except ValidationError as exc:
             first = exc.errors()[0]
-            where = (first.get("ctx") or {}).get("loc") or first["loc"]
-            field = ".".join(str(part) for part in where)
+            located = (first.get("ctx") or {}).get("loc") or first["loc"]
+            field = ".".join(str(part) for part in located)
             raise user_error(first["msg"], loc=_loc(field)) from None
         return self
 
@@ -637,6 +706,12 @@ class SweepSpec(SpecModel):
         record = self.to_record()
         trial = record.pop("trial")
         command = _SEARCH_RE.sub(lambda m: "${{inputs." + m[1] + "}}", trial.pop("command"))
+        # An environment variable gets the value itself (variables are not interpolated).
+        variables = trial.get("environment_variables") or {}
+        trial["environment_variables"] = {
+            k: _SEARCH_RE.sub(lambda m: render_literal(params[m[1]]), v)
+            for k, v in variables.items()
+        }
         job: dict[str, Any] = {
             "type": "command",
             "command": command,
@@ -716,8 +791,12 @@ def _representative(dist: Any) -> bool | int | float | str:
         return dist.values[0]
     if isinstance(dist, RandInt):
         return 0
+    if isinstance(dist, _LogBounded):
+        return math.exp((dist.min_value + dist.max_value) / 2)
     if isinstance(dist, _Bounded):
         return float((dist.min_value + dist.max_value) / 2)
+    if isinstance(dist, (LogNormal, QLogNormal)):
+        return math.exp(dist.mu)
     return float(dist.mu)
 
 

@@ -254,6 +254,14 @@ class Workspace:
             raise
         return self.get_job(final_name)
 
+    def names_with_prefix(self, prefix: str) -> list[str]:
+        """The job names that begin with ``prefix`` (compared as text: no wildcards)."""
+        rows = self.query(
+            "SELECT name FROM jobs WHERE substr(name, 1, :n) = :prefix",
+            {"n": len(prefix), "prefix": prefix},
+        )
+        return [row["name"] for row in rows]
+
     def _exists(self, name: str) -> bool:
         return bool(self.query("SELECT 1 AS found FROM jobs WHERE name = :name", {"name": name}))
 

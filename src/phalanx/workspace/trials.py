@@ -119,20 +119,6 @@ def _state(row: Any, restarts: int | None = None) -> SweepState:
     )
 
 
-def set_study(ws: Workspace, sweep: str, attrs: dict[str, Any]) -> None:
-    """Record what the sampler keeps of the whole search."""
-
-    def write() -> None:
-        with ws.transaction() as tx:
-            ws.fence(tx, sweep)
-            tx.execute(
-                "UPDATE sweeps SET study_json = :attrs WHERE name = :name",
-                {"attrs": json.dumps(attrs, sort_keys=True), "name": sweep},
-            )
-
-    ws.database.retrying(write)
-
-
 def trials_of(ws: Workspace, sweep: str) -> list[TrialRecord]:
     """The sweep's trials, by number."""
     rows = ws.query(
@@ -157,9 +143,18 @@ def trials_of(ws: Workspace, sweep: str) -> list[TrialRecord]:
 
 
 def add_trial(
-    ws: Workspace, sweep: str, number: int, params: dict[str, Any], internal: dict[str, Any]
+    ws: Workspace,
+    sweep: str,
+    number: int,
+    params: dict[str, Any],
+    internal: dict[str, Any],
+    *,
+    attrs: dict[str, Any] | None = None,
+    study: dict[str, Any] | None = None,
 ) -> TrialRecord:
-    """Record trial ``number`` (Pending) with its values; its job's name is fixed here."""
+    """Record trial ``number`` (Pending) with its values, what the sampler keeps of it
+    (``attrs``) and, when given, of the whole search (``study``), in one transaction;
+    its job's name is fixed here."""
     now = time.time()
     job_name = trial_job_name(sweep, number)
 
@@ -173,8 +168,8 @@ def add_trial(
                 return  # written before a lost answer: the same values
             tx.execute(
                 "INSERT INTO sweep_trials (sweep_name, number, job_name, params_json,"
-                " internal_json, state, created_at) VALUES (:sweep, :n, :job, :params,"
-                " :internal, :state, :now)",
+                " internal_json, state, attrs_json, created_at) VALUES (:sweep, :n, :job,"
+                " :params, :internal, :state, :attrs, :now)",
                 {
                     "sweep": sweep,
                     "n": number,
@@ -182,12 +177,20 @@ def add_trial(
                     "params": json.dumps(params),
                     "internal": json.dumps(internal),
                     "state": TrialState.PENDING.value,
+                    "attrs": json.dumps(attrs or {}, sort_keys=True),
                     "now": now,
                 },
             )
+            if study is not None:
+                tx.execute(
+                    "UPDATE sweeps SET study_json = :study WHERE name = :name",
+                    {"study": json.dumps(study, sort_keys=True), "name": sweep},
+                )
 
     ws.database.retrying(write)
-    return TrialRecord(number, job_name, params, internal, TrialState.PENDING, now)
+    return TrialRecord(
+        number, job_name, params, internal, TrialState.PENDING, now, attrs=attrs or {}
+    )
 
 
 def trial_job_name(sweep: str, number: int) -> str:
