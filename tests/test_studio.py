@@ -257,10 +257,10 @@ def test_a_failed_job_shows_its_root_cause_attempts_and_every_ranks_log(
     ]  # fmt: skip
     assert "rank 0 starting" in page.inner_text("#log")
     page.select_option("#rank", "1")
-    page.wait_for_function("document.querySelector('#log').innerText.includes('bad shard 7')")
+    page.wait_for_function("document.querySelector('#log')?.innerText.includes('bad shard 7')")
     page.select_option("#rank", "all")
     page.wait_for_function(
-        "(() => { const t = document.querySelector('#log').innerText;"
+        "(() => { const t = document.querySelector('#log')?.innerText || '';"
         " return t.includes('[0] rank 0 starting') && t.includes('[1] rank 1 starting'); })()"
     )
     # Search runs on the server, over the chosen rank's whole log.
@@ -276,7 +276,7 @@ def test_live_lines_show_without_a_reload_and_rank_text_is_only_text(
     studio: Studio, page: Any
 ) -> None:
     page.goto(f"{studio.url}/jobs/{studio.live}")
-    page.wait_for_function("document.querySelector('#log').innerText.includes('tick')")
+    page.wait_for_function("document.querySelector('#log')?.innerText.includes('tick')")
     log = page.inner_text("#log")
     assert "<script>window.pwned = 1</script>" in log
     assert '<img src=x onerror="window.pwned = 2">' in log
@@ -291,7 +291,7 @@ def test_live_lines_show_without_a_reload_and_rank_text_is_only_text(
         marker = f"marker-{k}-{time.time_ns()}"
         _poke(studio, marker)
         page.wait_for_function(
-            f"document.querySelector('#log').innerText.includes('poked {marker}')",
+            f"document.querySelector('#log')?.innerText.includes('poked {marker}')",
             timeout=10_000,
             polling=20,
         )
@@ -362,7 +362,7 @@ def test_a_log_of_a_million_lines_opens_tail_first_and_pages_back(
     # benchmarks/studio.py's figure: goal ≤ 1 s).
     page.goto(f"{studio.url}/jobs/{studio.done}")
     page.wait_for_function(
-        "document.querySelector('#log').innerText.includes('bulk line 0999999')", polling=20
+        "document.querySelector('#log')?.innerText.includes('bulk line 0999999')", polling=20
     )
     shown = page.locator("#log .ln").count()
     assert shown < 20_000  # the tail only
@@ -382,7 +382,7 @@ def test_all_ranks_interleaved_pages_back_to_each_ranks_first_line(
     page.wait_for_selector("#log .ln")
     page.select_option("#rank", "all")
     page.wait_for_function(
-        "document.querySelector('#log').innerText.includes('[1] rank 1 filler 019999')"
+        "document.querySelector('#log')?.innerText.includes('[1] rank 1 filler 019999')"
     )
     assert "rank 0 starting" not in page.inner_text("#log")  # the tails only, at first
     deadline = time.monotonic() + 30
@@ -867,6 +867,9 @@ def test_compute_grid_queue_table_and_phalanx_queue_at_80_columns(
     made: list[str] = []
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     try:
+        on_local = cli.create(cli.write("cpu.yml", "command: sleep 300\n"))
+        made.append(on_local)
+        cli.wait(on_local, ("Running",))
         first, second = cli.create(spec), cli.create(spec)
         made += [first, second]
         big = cli.create(spec, "resources.gpus_per_instance=2", "limits.timeout=7200")
@@ -907,9 +910,9 @@ def test_compute_grid_queue_table_and_phalanx_queue_at_80_columns(
         assert "0, 1, 2" in page.inner_text("dl.grid")
         _no_raw_json_and_no_sideways_scroll(page)
         page.goto(f"{studio.url}/compute")
-        # The studio's live job runs on `local`: a cell of its CPU slots says so.
+        # A job on `local` holds a CPU slot: a cell of its own says so.
         local = page.wait_for_selector(
-            f'.target[data-target="local"] .device[data-job="{studio.live}"]'
+            f'.target[data-target="local"] .device[data-job="{on_local}"]'
         )
         assert local is not None and "1 cpu slot" in local.inner_text().lower()
         _no_raw_json_and_no_sideways_scroll(page)
