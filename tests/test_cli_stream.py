@@ -158,3 +158,32 @@ def test_a_progress_bar_shows_its_latest_state_per_line_end(cli: Cli) -> None:
     assert [ln for ln in lines if ln.startswith("progress")] == ["progress 100%"]
     assert "done" in lines
     assert [ln for ln in lines if ln.startswith("saving")] == ["saving 3/3"]
+
+
+@LOCAL_AND_SERVER
+def test_a_waiting_job_streams_its_place_and_why_it_waits(cli: Cli) -> None:
+    tiny = ("--type", "local", "--name", "tiny", "--cpus", "1", "--gpus", "none")
+    cli.run("compute", "create", *tiny, check=True)
+    spec = cli.write("hold.yml", "command: sleep 120\ncompute: tiny\n")
+    first = cli.create(spec)
+    cli.wait(first, ("Running",))
+    second = cli.create(spec)
+    stream = cli.popen("job", "stream", second)
+    try:
+        deadline = time.monotonic() + 60
+        while not (cli.show(second)["queue"] or {}).get("reason"):
+            assert time.monotonic() < deadline, "the scheduler gave no reason"
+            time.sleep(0.2)
+        time.sleep(1.0)  # the stream looks every 0.2 s
+        cli.run("job", "cancel", first, check=True)
+        cli.run("job", "cancel", second, check=True)
+        out, _ = stream.communicate(timeout=60)
+    finally:
+        stream.kill()
+    waited = [ln for ln in out.splitlines() if ln.startswith("  #1 in the queue of tiny")]
+    assert waited, out
+    # The scheduler's own reason, as `phalanx queue` gives it.
+    assert (
+        waited[0]
+        == "  #1 in the queue of tiny: needs 1 CPU on 1 node; 0 CPUs free, 0 launchers free"
+    )

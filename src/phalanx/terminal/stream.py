@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.segment import Segment, Segments
 from rich.style import Style
+from rich.text import Text
 
 from phalanx.jobs.logs import LogLine
 from phalanx.service.jobs import Jobs
@@ -35,11 +36,18 @@ def stream_job(jobs: Jobs, name: str, console: Console, *, all_ranks: bool = Fal
         soft_wrap=True,
     )
     last_status: JobStatus | None = None
+    last_wait: tuple[object, object] | None = None
     while True:
         job = jobs.get(name)
         if job.status is not last_status:
             console.print(status_text(job.status), style="dim")
             last_status = job.status
+        wait = _waiting(job)
+        if wait is not None and wait != last_wait:  # where it stands and why, as it changes
+            place, reason = wait
+            shown = f"  #{place} in the queue of {job.target}" if place else "  in the queue"
+            console.print(Text(f"{shown}: {reason}" if reason else shown, style="dim"))
+        last_wait = wait
         # At the end, flush reads every file to its end, a bounded poll at a time.
         lines = follower.flush() if job.status.is_terminal else follower.poll()
         for line in lines:
@@ -50,6 +58,13 @@ def stream_job(jobs: Jobs, name: str, console: Console, *, all_ranks: bool = Fal
             time.sleep(POLL_S)
     _summary(console, job, remote=jobs.remote)
     return job
+
+
+def _waiting(job: JobRecord) -> tuple[object, object] | None:
+    """A queued job's place and the scheduler's reason it waits (``None`` otherwise)."""
+    if job.status is not JobStatus.QUEUED or not job.queue:
+        return None
+    return job.queue.get("position"), job.queue.get("reason")
 
 
 def _line(line: LogLine, all_ranks: bool, console: Console) -> list[Segment]:
