@@ -417,6 +417,11 @@ def test_cancel_needs_the_pages_csrf_value_and_the_button_cancels(
     bars = page.locator("#timeline .bar").all_inner_texts()
     assert bars[0] == "#1 preemption" and bars[1].startswith("#2"), bars
     assert "attempt 2" in page.inner_text("#attempts-table")
+    # The preempted attempt is shown as what it was, not as a failure.
+    first = page.locator("#attempts-table tbody tr").first
+    assert first.locator(".status").inner_text() == "Preempted"
+    assert page.locator("#timeline .bar.Preempted").count() == 1
+    assert page.locator("#attempts-table .status.Failed").count() == 0
     page.wait_for_selector("h1 .status.Running", timeout=60_000)
     page.click("#cancel")
     page.wait_for_selector("h1 .status.Canceled", timeout=60_000)

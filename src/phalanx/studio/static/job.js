@@ -112,12 +112,19 @@ function renderOverview(box, job) {
   ])));
 }
 
+// An attempt ended by a preemption or a cancel is shown as what it was, not as a failure.
+function attemptStatus(a) {
+  if (a.cause === "preemption") return "Preempted";
+  if (a.cause === "canceled") return "Canceled";
+  return a.status;
+}
+
 function renderAttempts(box, job) {
   if (!job.attempts.length) { box.replaceChildren(); return; }
   const rows = job.attempts.map((a, i) => {
     const next = job.attempts[i + 1];
     const followed = next ? `attempt ${next.number}` : (TERMINAL.has(job.status) ? `job ${job.status}` : "-");
-    return el("tr", {}, el("td", {}, String(a.number)), el("td", {}, badge(a.status)),
+    return el("tr", {}, el("td", {}, String(a.number)), el("td", {}, badge(attemptStatus(a))),
       el("td", {}, when(a.started_at)), el("td", {}, a.ended_at ? duration({started_at: a.started_at, ended_at: a.ended_at}) : "-"),
       el("td", {}, a.cause || "-"), el("td", {}, a.exit_code === null ? "-" : String(a.exit_code)),
       el("td", {}, a.note || (a.error ? a.error.message : "") || "-"), el("td", {}, followed));
@@ -128,8 +135,8 @@ function renderAttempts(box, job) {
   const line = el("div", {class: "timeline", id: "timeline"}, ...job.attempts.map((a) => {
     const left = (100 * (a.started_at - t0)) / (t1 - t0);
     const width = Math.max(1.5, (100 * ((a.ended_at || Date.now() / 1000) - a.started_at)) / (t1 - t0));
-    return el("div", {class: "bar status " + a.status, style: `left:${left}%;width:${width}%`,
-      title: `attempt ${a.number}: ${a.status}${a.cause ? " (" + a.cause + ")" : ""}`},
+    return el("div", {class: "bar status " + attemptStatus(a), style: `left:${left}%;width:${width}%`,
+      title: `attempt ${a.number}: ${attemptStatus(a)}${a.cause ? " (" + a.cause + ")" : ""}`},
     `#${a.number}${a.cause ? " " + a.cause : ""}`);
   }));
   box.replaceChildren(section("Attempts", line, el("table", {id: "attempts-table"},
