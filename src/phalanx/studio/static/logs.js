@@ -27,8 +27,15 @@ function logsPane(name) {
     const all = rank === "all";
     log.replaceChildren(); hits.replaceChildren(); starts = {};
     let pages;
-    try { pages = (await api(`${path}/page?rank=${rank}&kib=256`)).pages; }
-    catch (e) { state.textContent = e.message; return; }
+    // A server busy or restarting answers again a moment later: a few tries, not one.
+    for (let tries = 1; ; tries++) {
+      try { pages = (await api(`${path}/page?rank=${rank}&kib=256`)).pages; break; }
+      catch (e) {
+        state.textContent = e.message;
+        if (tries >= 5) return;
+        await new Promise((done) => setTimeout(done, 1000));
+      }
+    }
     const at = [];
     if (pages.some((page) => page.start > 0)) log.append(el("div", {class: "more"}, MORE));
     for (const page of pages) {
