@@ -65,6 +65,87 @@ _COMPUTE_RE = re.compile(r"^(ray://[^/\s]+:\d+|[^:/\s]+:\d+|(azureml:)?[A-Za-z0-
 # Azure ML job types that are not command jobs.
 _OTHER_JOB_TYPES = frozenset({"pipeline", "parallel", "spark", "automl", "import", "data_transfer"})
 
+
+def valid_job_name(value: str | None) -> str | None:
+    """``name`` of a command or sweep job, as Azure ML allows it."""
+    if value is not None and not NAME_RE.fullmatch(value):
+        raise user_error(
+            f"'{value}' is not a valid job name; start with a letter or digit, then use "
+            "only letters, digits, '_' and '-' (at most 255 characters)"
+        )
+    return value
+
+
+def valid_env_names(value: dict[str, str], field: str | None) -> dict[str, str]:
+    """``environment_variables`` whose names a shell takes (``field``: where an error
+    points, when the mapping is a top-level field)."""
+    for key in value:
+        if not ENV_VAR_RE.fullmatch(key):
+            raise user_error(
+                f"'{key}' is not a valid environment variable name; use letters, digits "
+                "and '_', not starting with a digit",
+                loc=None if field is None else (field, key),
+            )
+    return value
+
+
+def local_code_folder(value: str | None, info: ValidationInfo) -> str | None:
+    """``code``: a local folder, absolute once resolved against the spec file's folder."""
+    if value is None:
+        return None
+    if not value.strip() or is_remote(value):
+        raise user_error(f"must be a local folder; got {show(value)}")
+    base = base_dir_of(info)
+    if base is None:
+        return value
+    folder = resolve_local(value, base)
+    if not os.path.isdir(folder):
+        what = "is not a folder" if os.path.exists(folder) else "does not exist"
+        raise user_error(
+            f"code folder '{folder}' {what}; code: is relative to the spec file's folder"
+        )
+    return folder
+
+
+def lower_type(value: Any) -> Any:
+    """A mapping's ``type`` in lower case: Azure ML reads distribution types
+    case-insensitively ("PyTorch")."""
+    if isinstance(value, dict) and isinstance(value.get("type"), str):
+        return {**value, "type": value["type"].lower()}
+    return value
+
+
+class LocatedSpec(SpecModel):
+    """A spec read from a file: where it came from, its text, a line for every key."""
+
+    _source: str | None = PrivateAttr(default=None)
+    _lines: dict[tuple[str, ...], int] = PrivateAttr(default_factory=dict)
+    _text: str | None = PrivateAttr(default=None)
+
+    @property
+    def source(self) -> str | None:
+        """The file (or ``<string>``) the spec was loaded from."""
+        return self._source
+
+    @property
+    def text(self) -> str | None:
+        """The YAML exactly as it was read (before ``--set``), when loaded from text."""
+        return self._text
+
+    def line_of(self, field: str) -> int | None:
+        """1-based line of a dotted field (or its nearest parent) in the spec file."""
+        path = tuple(field.split("."))
+        while path:
+            if path in self._lines:
+                return self._lines[path]
+            path = path[:-1]
+        return None
+
+    def error(self, field: str, message: str) -> SpecError:
+        """A :class:`SpecError` about ``field`` that points at its line in the spec file."""
+        return SpecError(message, field=field, source=self._source, line=self.line_of(field))
+
+
 #: Tags of the two kinds of input; they appear in pydantic error locations.
 INPUT_TAGS = ("input", "literal")
 
@@ -119,7 +200,7 @@ Distribution = Annotated[
 ]
 
 
-class JobSpec(SpecModel):
+class JobSpec(LocatedSpec):
     """An Azure ML v2 command job, as phalanx runs it.
 
     Build one with :func:`phalanx.spec.load_spec`; that resolves local paths and
@@ -173,10 +254,6 @@ class JobSpec(SpecModel):
     services: dict[str, Any] | None = None
     """Azure ML interactive services (jupyter, ssh…); recorded (at most 16 KiB as JSON)."""
 
-    _source: str | None = PrivateAttr(default=None)
-    _lines: dict[tuple[str, ...], int] = PrivateAttr(default_factory=dict)
-    _text: str | None = PrivateAttr(default=None)
-
     # -- field rules -------------------------------------------------------
 
     @field_validator("type", mode="before")
@@ -192,12 +269,7 @@ class JobSpec(SpecModel):
     @field_validator("name")
     @classmethod
     def _azure_name(cls, value: str | None) -> str | None:
-        if value is not None and not NAME_RE.fullmatch(value):
-            raise user_error(
-                f"'{value}' is not a valid job name; start with a letter or digit, then use "
-                "only letters, digits, '_' and '-' (at most 255 characters)"
-            )
-        return value
+        return valid_job_name(value)
 
     @field_validator("command")
     @classmethod
@@ -239,14 +311,7 @@ class JobSpec(SpecModel):
     @field_validator("environment_variables")
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if not ENV_VAR_RE.fullmatch(key):
-                raise user_error(
-                    f"'{key}' is not a valid environment variable name; use letters, digits "
-                    "and '_', not starting with a digit",
-                    loc=("environment_variables", key),
-                )
-        return value
+        return valid_env_names(value, "environment_variables")
 
     @field_validator("inputs", "outputs", mode="before")
     @classmethod
@@ -276,20 +341,7 @@ class JobSpec(SpecModel):
     @field_validator("code")
     @classmethod
     def _code_folder(cls, value: str | None, info: ValidationInfo) -> str | None:
-        if value is None:
-            return None
-        if not value.strip() or is_remote(value):
-            raise user_error(f"must be a local folder; got {show(value)}")
-        base = base_dir_of(info)
-        if base is None:
-            return value
-        folder = resolve_local(value, base)
-        if not os.path.isdir(folder):
-            what = "is not a folder" if os.path.exists(folder) else "does not exist"
-            raise user_error(
-                f"code folder '{folder}' {what}; code: is relative to the spec file's folder"
-            )
-        return folder
+        return local_code_folder(value, info)
 
     @field_validator("compute", mode="before")
     @classmethod
@@ -307,10 +359,7 @@ class JobSpec(SpecModel):
     @field_validator("distribution", mode="before")
     @classmethod
     def _lower_type(cls, value: Any) -> Any:
-        # Azure ML reads distribution types case-insensitively ("PyTorch").
-        if isinstance(value, dict) and isinstance(value.get("type"), str):
-            return {**value, "type": value["type"].lower()}
-        return value
+        return lower_type(value)
 
     @model_validator(mode="after")
     def _references(self) -> JobSpec:
@@ -372,16 +421,6 @@ class JobSpec(SpecModel):
         """``code`` as a :class:`~pathlib.Path`."""
         return None if self.code is None else Path(self.code)
 
-    @property
-    def source(self) -> str | None:
-        """The file (or ``<string>``) the spec was loaded from."""
-        return self._source
-
-    @property
-    def text(self) -> str | None:
-        """The YAML exactly as it was read (before ``--set``), when loaded from text."""
-        return self._text
-
     def data_inputs(self) -> dict[str, InputSpec]:
         """The inputs that are data (given as a mapping), by name."""
         return {k: v for k, v in self.inputs.items() if isinstance(v, InputSpec)}
@@ -389,19 +428,6 @@ class JobSpec(SpecModel):
     def literal_inputs(self) -> dict[str, LiteralValue]:
         """The inputs that are plain values, by name."""
         return {k: v for k, v in self.inputs.items() if not isinstance(v, InputSpec)}
-
-    def line_of(self, field: str) -> int | None:
-        """1-based line of a dotted field (or its nearest parent) in the spec file."""
-        path = tuple(field.split("."))
-        while path:
-            if path in self._lines:
-                return self._lines[path]
-            path = path[:-1]
-        return None
-
-    def error(self, field: str, message: str) -> SpecError:
-        """A :class:`SpecError` about ``field`` that points at its line in the spec file."""
-        return SpecError(message, field=field, source=self._source, line=self.line_of(field))
 
     def check_supported(self) -> None:
         """Refuse what the schema accepts but phalanx cannot run.

@@ -17,14 +17,12 @@ which is how a sweep is checked (reach, inputs, environment) before it runs.
 from __future__ import annotations
 
 import math
-import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     Field,
-    PrivateAttr,
     StrictBool,
     StrictFloat,
     StrictInt,
@@ -44,6 +42,11 @@ from phalanx.spec.job import (
     EnvironmentValue,
     InputValue,
     JobSpec,
+    LocatedSpec,
+    local_code_folder,
+    lower_type,
+    valid_env_names,
+    valid_job_name,
 )
 from phalanx.spec.parts import (
     InputSpec,
@@ -54,22 +57,17 @@ from phalanx.spec.parts import (
     SpecModel,
 )
 from phalanx.spec.values import (
-    ENV_VAR_RE,
     IDENTIFIER_RE,
     MAX_URL,
-    base_dir_of,
     coerce_str_mapping,
-    is_remote,
     limited,
     limited_tags,
     parse_duration,
     recorded,
     render_literal,
-    resolve_local,
     show,
     user_error,
 )
-from phalanx.workspace.names import NAME_RE
 
 #: The most trials one sweep may run (Azure ML's cap too).
 MAX_TRIALS = 1000
@@ -423,20 +421,7 @@ class TrialSpec(SpecModel):
     @classmethod
     def _code_folder(cls, value: str | None, info: ValidationInfo) -> str | None:
         # As a command job's code: the trials run a snapshot taken when the sweep is made.
-        if value is None:
-            return None
-        if not value.strip() or is_remote(value):
-            raise user_error(f"must be a local folder; got {show(value)}")
-        base = base_dir_of(info)
-        if base is None:
-            return value
-        folder = resolve_local(value, base)
-        if not os.path.isdir(folder):
-            what = "is not a folder" if os.path.exists(folder) else "does not exist"
-            raise user_error(
-                f"code folder '{folder}' {what}; code: is relative to the spec file's folder"
-            )
-        return folder
+        return local_code_folder(value, info)
 
     @field_validator("environment_variables", mode="before")
     @classmethod
@@ -446,20 +431,12 @@ class TrialSpec(SpecModel):
     @field_validator("environment_variables")
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if not ENV_VAR_RE.fullmatch(key):
-                raise user_error(
-                    f"'{key}' is not a valid environment variable name; use letters, digits "
-                    "and '_', not starting with a digit"
-                )
-        return value
+        return valid_env_names(value, None)
 
     @field_validator("distribution", mode="before")
     @classmethod
     def _lower_type(cls, value: Any) -> Any:
-        if isinstance(value, dict) and isinstance(value.get("type"), str):
-            return {**value, "type": value["type"].lower()}
-        return value
+        return lower_type(value)
 
 
 #: The trial's fields that a command job has at its top level.
@@ -467,7 +444,7 @@ TRIAL_FIELDS = ("command", "code", "environment", "environment_variables", "dist
                 "resources")  # fmt: skip
 
 
-class SweepSpec(SpecModel):
+class SweepSpec(LocatedSpec):
     """An Azure ML v2 sweep job. Build one with :func:`phalanx.spec.load_spec_text`."""
 
     schema_: str | None = Field(default=None, alias="$schema")
@@ -496,20 +473,12 @@ class SweepSpec(SpecModel):
     identity: dict[str, Any] | None = None
     services: dict[str, Any] | None = None
 
-    _source: str | None = PrivateAttr(default=None)
-    _lines: dict[tuple[str, ...], int] = PrivateAttr(default_factory=dict)
-    _text: str | None = PrivateAttr(default=None)
-
     # -- field rules -------------------------------------------------------
 
     @field_validator("name")
     @classmethod
     def _azure_name(cls, value: str | None) -> str | None:
-        if value is not None and not NAME_RE.fullmatch(value):
-            raise user_error(
-                f"'{value}' is not a valid job name; start with a letter or digit, then use "
-                "only letters, digits, '_' and '-' (at most 255 characters)"
-            )
+        value = valid_job_name(value)
         if value is not None and len(value) > 240:
             raise user_error("a sweep's name must leave room for its trials' (at most 240)")
         return value
@@ -747,26 +716,6 @@ class SweepSpec(SpecModel):
     def code_path(self) -> Path | None:
         """``trial.code`` as a :class:`~pathlib.Path`: snapshotted with the sweep."""
         return None if self.trial.code is None else Path(self.trial.code)
-
-    @property
-    def source(self) -> str | None:
-        return self._source
-
-    @property
-    def text(self) -> str | None:
-        return self._text
-
-    def line_of(self, field: str) -> int | None:
-        path = tuple(field.split("."))
-        while path:
-            if path in self._lines:
-                return self._lines[path]
-            path = path[:-1]
-        return None
-
-    def error(self, field: str, message: str) -> SpecError:
-        """A :class:`SpecError` about ``field`` that points at its line in the spec file."""
-        return SpecError(message, field=field, source=self._source, line=self.line_of(field))
 
     def check_supported(self) -> None:
         """Refuse what the schema accepts but phalanx cannot run (as for the trial)."""

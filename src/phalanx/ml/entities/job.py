@@ -79,6 +79,22 @@ class JobResourceConfiguration:
         return _present(self)
 
 
+def fill_block(owner: object, key: str, cls: type, given: dict[str, Any]) -> None:
+    """Set the given (not ``None``) fields of ``owner``'s block ``key`` (a ``cls`` made
+    when it has none, or a plain mapping): what ``set_limits``-like calls share."""
+    block = getattr(owner, key)
+    if block is None:
+        block = cls()
+        setattr(owner, key, block)
+    for name, value in given.items():
+        if value is None:
+            continue
+        if isinstance(block, dict):
+            block[name] = value
+        else:
+            setattr(block, name, value)
+
+
 @checked_keywords
 @dataclass(kw_only=True)
 class CommandJobLimits:
@@ -336,17 +352,7 @@ class Command:
     def _set(self, key: str, cls: type, given: dict[str, Any]) -> None:
         from phalanx.ml.specdict import validate
 
-        block = getattr(self, key)
-        if block is None:
-            block = cls()
-            setattr(self, key, block)
-        for name, value in given.items():
-            if value is None:
-                continue
-            if isinstance(block, dict):
-                block[name] = value
-            else:
-                setattr(block, name, value)
+        fill_block(self, key, cls, given)
         validate(self)
 
     @property

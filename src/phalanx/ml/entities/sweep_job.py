@@ -171,19 +171,10 @@ class SweepJob:
         self._set_block("objective", Objective, {"goal": goal, "primary_metric": primary_metric})
 
     def _set_block(self, key: str, cls: type, given: dict[str, Any]) -> None:
+        from phalanx.ml.entities.job import fill_block
         from phalanx.ml.sweepdict import validate
 
-        block = getattr(self, key)
-        if block is None:
-            block = cls()
-            setattr(self, key, block)
-        for field, value in given.items():
-            if value is None:
-                continue
-            if isinstance(block, dict):
-                block[field] = value
-            else:
-                setattr(block, field, value)
+        fill_block(self, key, cls, given)
         validate(self)
 
     @property
