@@ -28,7 +28,6 @@ canceled. Canceling the sweep cancels its trials.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from collections.abc import Callable
@@ -42,7 +41,7 @@ from phalanx.jobs.control import request_stop, stop_trials, submit
 from phalanx.scheduler.bell import Bell, job_bell
 from phalanx.workspace import JobRecord, JobStatus, RootCause, Workspace
 from phalanx.workspace.leases import LeaseLost
-from phalanx.workspace.metrics import read_metrics
+from phalanx.workspace.metrics import curve
 from phalanx.workspace.trials import (
     TrialRecord,
     TrialState,
@@ -389,14 +388,9 @@ class SweepRunner:
         cached = self._curves.get(child.name)
         if cached is not None and cached[0] == key:
             return cached[1]
-        points = read_metrics(Path(child.job_dir)).get(spec.objective.primary_metric, [])
-        curve: list[tuple[int, float]] = []
-        for index, (step, value) in enumerate(points):
-            if value is None or not math.isfinite(value):
-                continue
-            curve.append((step if step is not None else index, float(value)))
-        self._curves[child.name] = (key, curve)
-        return curve
+        points = curve(Path(child.job_dir), spec.objective.primary_metric)
+        self._curves[child.name] = (key, points)
+        return points
 
 
 def best_trial(spec: SweepSpec, records: list[TrialRecord]) -> TrialRecord | None:

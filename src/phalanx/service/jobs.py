@@ -215,15 +215,10 @@ def load_for_run(
 
 
 def _points(ws: Workspace, name: str, metric: str) -> list[tuple[int, float]]:
-    """A running trial's points of its sweep's primary metric (unstepped ones numbered)."""
-    from phalanx.workspace.metrics import read_metrics
+    """A running trial's points of its sweep's primary metric."""
+    from phalanx.workspace.metrics import curve
 
-    points = read_metrics(Path(ws.get_job(name).job_dir)).get(metric, [])
-    return [
-        (step if step is not None else k, value)
-        for k, (step, value) in enumerate(points)
-        if value is not None
-    ]
+    return curve(Path(ws.get_job(name).job_dir), metric)
 
 
 def _sweep_fields(message: str) -> str:

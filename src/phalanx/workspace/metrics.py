@@ -50,6 +50,16 @@ def read_metrics(job_dir: Path, file: str = METRICS_FILE) -> History:
     return history
 
 
+def curve(job_dir: Path, name: str) -> list[tuple[int, float]]:
+    """Metric ``name``'s finite ``(step, value)`` points in step order, a point logged
+    without a step numbered by its place (what a sweep judges a trial by)."""
+    return [
+        (step if step is not None else index, float(value))
+        for index, (step, value) in enumerate(read_metrics(job_dir).get(name, []))
+        if value is not None and math.isfinite(value)
+    ]
+
+
 def node_metrics_file(attempt: int, node: int) -> str:
     """The file a Ray node samples its machine into during one attempt."""
     return f"system_metrics_attempt{attempt}_node{node}.jsonl"
