@@ -1,7 +1,7 @@
 """Bringing a workspace database to the schema this phalanx knows, once.
 
 Alembic keeps the revision in ``alembic_version``; revisions are numbered as
-the schema versions were (``0001`` … ``0013``), so a revision is also a
+the schema versions were (``0001`` … ``0014``), so a revision is also a
 version to compare. Opening a workspace reads that one row; only a database
 that is behind loads Alembic:
 
@@ -29,8 +29,8 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 from phalanx.errors import PhalanxError
 from phalanx.workspace.database import Database, Tx
 
-SCHEMA_VERSION = 13
-"""The newest schema, and the newest revision in ``migrations/versions`` (``0013``)."""
+SCHEMA_VERSION = 14
+"""The newest schema, and the newest revision in ``migrations/versions`` (``0014``)."""
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 

@@ -67,6 +67,23 @@ jobs = Table(
 Index("jobs_created", jobs.c.created_at)
 Index("jobs_status", jobs.c.status)
 Index("jobs_parent", jobs.c.parent_name)
+# Schema 14: the job list's filters, each with the default order after it.
+Index("jobs_experiment", jobs.c.experiment_name, jobs.c.created_at)
+Index("jobs_user", jobs.c.created_by, jobs.c.created_at)
+Index("jobs_status_created", jobs.c.status, jobs.c.created_at)
+
+job_tags = Table(  # schema 14: a job's tags (its spec's `tags`), one row each, to filter by
+    "job_tags",
+    metadata,
+    Column("job_name", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    Column("value", Text, nullable=False),
+    PrimaryKeyConstraint("job_name", "key", name="pk_job_tags"),
+    ForeignKeyConstraint(
+        ["job_name"], ["jobs.name"], name="fk_job_tags_job_name", ondelete="CASCADE"
+    ),
+)
+Index("job_tags_key_value", job_tags.c.key, job_tags.c.value)
 
 attempts = Table(
     "attempts",

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from phalanx.errors import DatabaseUnavailable, JobNotFoundError, PhalanxError
 from phalanx.workspace import leases
+from phalanx.workspace.joblist import tag_rows
 from phalanx.workspace.layout import JobPaths, phalanx_home
 from phalanx.workspace.names import NAME_RE, generate_name
 from phalanx.workspace.records import (
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from sqlalchemy import RowMapping
 
     from phalanx.workspace.database import Database, Tx
+    from phalanx.workspace.joblist import JobPage, JobQuery
 
 
 def _dumps(value: Any) -> str | None:
@@ -313,6 +315,11 @@ class Workspace:
                     "parent": parent,
                 },
             )
+            for key, value in tag_rows(spec.get("tags") or {}):
+                tx.execute(
+                    "INSERT INTO job_tags (job_name, key, value) VALUES (:name, :key, :value)",
+                    {"name": candidate, "key": key, "value": value},
+                )
             return candidate
         raise RuntimeError("could not generate a unique job name in 20 tries")
 
@@ -320,7 +327,7 @@ class Workspace:
         rows = self.query("SELECT * FROM jobs WHERE name = :name", {"name": name})
         if not rows:
             raise JobNotFoundError(name)
-        return self._job_from_row(rows[0], self.list_attempts(name))
+        return self.job_from_row(rows[0], self.list_attempts(name))
 
     def list_jobs(
         self,
@@ -346,7 +353,14 @@ class Workspace:
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created_at DESC LIMIT :limit"
-        return [self._job_from_row(row, ()) for row in self.query(sql, args)]
+        return [self.job_from_row(row, ()) for row in self.query(sql, args)]
+
+    def page_jobs(self, query: JobQuery) -> JobPage:
+        """A page of the job list: filtered, sorted, after or before a cursor
+        (:mod:`phalanx.workspace.joblist`); each job with its latest attempt."""
+        from phalanx.workspace.joblist import read_page
+
+        return read_page(self, query)
 
     def experiments(self) -> list[tuple[str, float, float]]:
         """Each experiment: the names jobs carry and those made before any job named them,
@@ -381,7 +395,7 @@ class Workspace:
         marks = ",".join(f":{key}" for key in live)
         return bool(self.query(f"SELECT 1 FROM jobs WHERE status IN ({marks}) LIMIT 1", live))
 
-    def _job_from_row(self, row: RowMapping, attempts: Any) -> JobRecord:
+    def job_from_row(self, row: RowMapping, attempts: Any) -> JobRecord:
         return JobRecord(
             name=row["name"],
             status=JobStatus(row["status"]),
@@ -665,6 +679,9 @@ class Workspace:
         rows = self.query(
             "SELECT * FROM attempts WHERE job_name = :name ORDER BY number", {"name": name}
         )
+        return self.attempts_from_rows(rows)
+
+    def attempts_from_rows(self, rows: list[RowMapping]) -> list[AttemptRecord]:
         return [
             AttemptRecord(
                 job_name=row["job_name"],
