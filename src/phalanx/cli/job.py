@@ -16,6 +16,7 @@ from phalanx.service.jobs import Jobs, SpecText
 from phalanx.terminal.render import job_json, list_jobs, show_job
 from phalanx.terminal.stream import stream_job
 from phalanx.workspace import JobStatus
+from phalanx.workspace.joblist import SORTS, JobQuery
 
 console = Console()
 err_console = Console(stderr=True)
@@ -150,28 +151,61 @@ def show_cmd(name: str, as_json: bool) -> int:
 
 
 @job_group.command("list")
-@click.option("--limit", default=50, show_default=True, help="How many jobs, newest first.")
+@click.option("--limit", default=50, show_default=True, help="How many jobs (one page).")
 @click.option(
     "--status",
+    "statuses",
+    multiple=True,
     type=click.Choice([s.value for s in JobStatus], case_sensitive=False),
-    help="Only jobs in this state.",
+    help="Only jobs in this state (repeat for several).",
 )
 @click.option("--experiment", help="Only jobs of this experiment.")
+@click.option("--user", help="Only jobs this server user created.")
+@click.option("--tag", "tags", multiple=True, help="Only jobs with tag KEY or KEY=VALUE.")
+@click.option("--search", help="Only jobs whose name, display name, experiment or user has this.")
+@click.option(
+    "--sort",
+    type=click.Choice(list(SORTS)),
+    default="created",
+    show_default=True,
+    help="Order by this (created, started and duration: the latest or longest first).",
+)
+@click.option("--order", type=click.Choice(["asc", "desc"]), help="Reverse the sort's order.")
+@click.option("--cursor", help="The page a previous listing named (its `--cursor …`).")
 @click.option("--parent", help="Only the trials of this sweep job.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def list_cmd(
-    limit: int, status: str | None, experiment: str | None, parent: str | None, as_json: bool
+    limit: int,
+    statuses: tuple[str, ...],
+    experiment: str | None,
+    user: str | None,
+    tags: tuple[str, ...],
+    search: str | None,
+    sort: str,
+    order: str | None,
+    cursor: str | None,
+    parent: str | None,
+    as_json: bool,
 ) -> int:
-    """The newest jobs."""
-    wanted = (
-        next((s for s in JobStatus if s.value.lower() == status.lower()), None) if status else None
+    """A page of jobs, newest first; filtered and sorted over the whole workspace."""
+    query = JobQuery.parse(
+        status=statuses,
+        experiment=experiment,
+        user=user,
+        tag=tags,
+        text=search,
+        parent=parent,
+        sort=sort,
+        order=order,
+        limit=limit,
+        cursor=cursor,
     )
     backend = jobs_backend()
-    jobs = backend.list_jobs(limit=limit, status=wanted, experiment=experiment, parent=parent)
+    page = backend.page(query)
     if as_json:
-        click.echo(json.dumps([job_json(j, remote=backend.remote) for j in jobs], indent=2))
+        click.echo(json.dumps([job_json(j, remote=backend.remote) for j in page.jobs], indent=2))
     else:
-        list_jobs(console, jobs)
+        list_jobs(console, page)
     return 0
 
 

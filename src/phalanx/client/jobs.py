@@ -14,9 +14,10 @@ from phalanx.client.logs import RemoteLogFollower
 from phalanx.service.jobfiles import Landed
 from phalanx.service.jobs import SpecText, Submission
 from phalanx.workspace import JobRecord, JobStatus
+from phalanx.workspace.joblist import JobPage, JobQuery
 from phalanx.workspace.metrics import History
 from phalanx.workspace.trials import SweepView, view_from_wire
-from phalanx.workspace.wire import job_from_wire
+from phalanx.workspace.wire import job_from_wire, page_from_wire
 
 # Cancel waits for the job's processes to end (up to 30 s on the server).
 CANCEL_TIMEOUT_S = 90.0
@@ -82,6 +83,16 @@ class RemoteJobs:
             params["parent"] = parent
         answer = self.client.request("GET", "/jobs", params=params)
         return [job_from_wire(item) for item in answer["jobs"]]
+
+    def page(self, query: JobQuery) -> JobPage:
+        params: dict[str, Any] = {"limit": query.limit, "sort": query.sort}
+        params["order"] = "desc" if query.descending else "asc"
+        params["status"] = [s.value for s in query.statuses]
+        params["tag"] = [key if value is None else f"{key}={value}" for key, value in query.tags]
+        for key in ("experiment", "user", "text", "parent", "cursor"):
+            if getattr(query, key) is not None:
+                params[key] = getattr(query, key)
+        return page_from_wire(self.client.request("GET", "/jobs", params=params))
 
     def sweep(self, name: str) -> SweepView:
         return view_from_wire(self.client.request("GET", f"/jobs/{name}/sweep"))

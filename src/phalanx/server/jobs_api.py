@@ -23,10 +23,11 @@ from phalanx.server.logread import parse_offsets, read_logs
 from phalanx.server.settings import ServerSettings, request_workspace, settings_of, workspace
 from phalanx.service.access import Caller
 from phalanx.service.jobs import LocalJobs, SpecText
-from phalanx.workspace import JobRecord, JobStatus
+from phalanx.workspace import JobRecord
+from phalanx.workspace.joblist import MAX_LIMIT, JobQuery
 from phalanx.workspace.layout import JobPaths
 from phalanx.workspace.trials import view_to_wire
-from phalanx.workspace.wire import job_to_wire
+from phalanx.workspace.wire import job_to_wire, page_to_wire
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
@@ -128,16 +129,34 @@ def create_job(body: JobCreate, request: Request, who: User) -> dict[str, Any]:
 def list_jobs(
     request: Request,
     who: User,
-    limit: Annotated[int, Query(ge=1, le=10000)] = 50,
-    status: JobStatus | None = None,
-    experiment: str | None = None,
-    parent: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
+    status: Annotated[list[str], Query(max_length=20)] = [],  # noqa: B006 (FastAPI copies it)
+    experiment: Annotated[str | None, Query(max_length=1000)] = None,
+    user: Annotated[str | None, Query(max_length=1000)] = None,
+    tag: Annotated[list[str], Query(max_length=20)] = [],  # noqa: B006
+    text: Annotated[str | None, Query(max_length=1000)] = None,
+    parent: Annotated[str | None, Query(max_length=1000)] = None,
+    sort: str | None = None,
+    order: str | None = None,
+    cursor: Annotated[str | None, Query(max_length=10_000)] = None,
 ) -> dict[str, Any]:
-    """The newest jobs first; with ``parent``, the trials of that sweep."""
-    jobs = _jobs(request, who).list_jobs(
-        limit=limit, status=status, experiment=experiment, parent=parent
+    """A page of jobs (newest first unless ``sort``/``order`` say otherwise), with how
+    many match in all and the cursors of the pages around it (see
+    :mod:`phalanx.workspace.joblist`). ``status`` and ``tag`` may repeat; a tag is
+    ``key`` or ``key=value``; ``text`` matches name, display name, experiment, user."""
+    query = JobQuery.parse(
+        status=status,
+        experiment=experiment,
+        user=user,
+        tag=tag,
+        text=text,
+        parent=parent,
+        sort=sort,
+        order=order,
+        limit=limit,
+        cursor=cursor,
     )
-    return {"jobs": [job_to_wire(j) for j in jobs]}
+    return page_to_wire(_jobs(request, who).page(query))
 
 
 @router.get("/{name}/sweep")

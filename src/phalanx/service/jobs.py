@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from phalanx.jobs.logs import LogFollower
 from phalanx.service.access import LOCAL, Caller
 from phalanx.workspace import JobRecord, JobStatus, Workspace
+from phalanx.workspace.joblist import JobPage, JobQuery
 from phalanx.workspace.layout import JobPaths
 from phalanx.workspace.metrics import History
 from phalanx.workspace.trials import SweepView
@@ -135,6 +136,7 @@ class Jobs(Protocol):
         experiment: str | None,
         parent: str | None = None,
     ) -> list[JobRecord]: ...
+    def page(self, query: JobQuery) -> JobPage: ...
     def sweep(self, name: str) -> SweepView: ...
     def cancel(self, name: str) -> tuple[bool, JobRecord]: ...
     def preempt(self, name: str, nodes: list[int] | None) -> JobRecord: ...
@@ -327,6 +329,13 @@ class LocalJobs:
 
         jobs = self.ws.list_jobs(limit=limit, status=status, experiment=experiment, parent=parent)
         return [refresh(self.ws, j) for j in jobs]
+
+    def page(self, query: JobQuery) -> JobPage:
+        """A page of the job list (:meth:`Workspace.page_jobs`)."""
+        from phalanx.jobs.control import refresh
+
+        found = self.ws.page_jobs(query)
+        return replace(found, jobs=[refresh(self.ws, j) for j in found.jobs])
 
     def sweep(self, name: str) -> SweepView:
         """Sweep ``name``'s state and trials, running trials with their points so far.

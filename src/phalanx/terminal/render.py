@@ -12,10 +12,12 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from phalanx.terminal.columns import fit_table, short_duration
 from phalanx.terminal.places import download_command, in_job_folder, output_uris
-from phalanx.terminal.termsafe import rank_text
+from phalanx.terminal.termsafe import rank_text, sanitize
 from phalanx.tracking.protocol import OUTSIDE_TARGET
 from phalanx.workspace import JobRecord, JobStatus, RootCause
+from phalanx.workspace.joblist import JobPage
 from phalanx.workspace.layout import JobPaths
 from phalanx.workspace.trials import SWEEP_TARGET
 
@@ -269,24 +271,30 @@ def queue_place(job: JobRecord) -> str:
     return f"#{job.queue['position']}"
 
 
-def list_jobs(console: Console, jobs: list[JobRecord]) -> None:
-    table = Table(show_edge=False)
-    # Names and states are never cut short; descriptive columns give way first.
-    table.add_column("name", no_wrap=True, min_width=max((len(j.name) for j in jobs), default=4))
-    table.add_column("status", no_wrap=True, min_width=12)
-    table.add_column("queue", no_wrap=True)
-    table.add_column("display name", overflow="ellipsis", no_wrap=True)
-    table.add_column("experiment", overflow="ellipsis", no_wrap=True)
-    table.add_column("created", no_wrap=True, min_width=19)
-    table.add_column("duration", no_wrap=True)
-    for job in jobs:
-        table.add_row(
+def list_jobs(console: Console, page: JobPage) -> None:
+    """The page as a table that fits the terminal (whole columns give way, never a word),
+    then which jobs of how many it shows and the cursor of the next page."""
+    headers = ["name", "status", "queue", "user", "experiment", "display name", "created",
+               "duration"]  # fmt: skip
+    rows = [
+        [
             job.name,
-            status_text(job.status),
+            job.status.value,
             queue_place(job),
-            Text(job.display_name or ""),  # a user's text, not rich markup
-            Text(job.experiment_name),
-            local_time(job.created_at),
-            duration(job.duration),
-        )
-    console.print(table)
+            sanitize(job.created_by or "-"),  # users' text: shown, never obeyed
+            sanitize(job.experiment_name),
+            sanitize(job.display_name or "-"),
+            local_time(job.created_at)[:16],
+            short_duration(job.duration),
+        ]
+        for job in page.jobs
+    ]
+    optional = ["display name", "queue", "user", "created", "experiment"]
+    for i, line in enumerate(fit_table(headers, rows, console.width, optional=optional)):
+        console.print(line, style="bold" if i == 0 else None, markup=False, highlight=False,
+                      overflow="ignore", crop=False, soft_wrap=True)  # fmt: skip
+    shown = f"{page.start + 1}-{page.start + len(page.jobs)}" if page.jobs else "none"
+    console.print(f"{shown} of {page.total:,} jobs", style="dim", highlight=False)
+    if page.next is not None:
+        console.print(f"next page: --cursor {page.next}", style="dim", highlight=False,
+                      soft_wrap=True)  # fmt: skip

@@ -140,15 +140,13 @@ class JobQuery:
                 descending=bool(data["d"]),
             )
         except (ValueError, KeyError, TypeError, binascii.Error, UnicodeError):
-            raise PhalanxError(
-                "cursor: not a cursor this server gave; start again without it"
-            ) from None
+            raise PhalanxError("cursor: not one a job list gave; start again without it") from None
         if (place.sort, place.descending) != (self.sort, self.descending):
             raise PhalanxError(
                 "cursor: it belongs to another sort or order; start again without it"
             )
         if (place.name is None) != (place.key is None) or (place.name is None and not place.before):
-            raise PhalanxError("cursor: not a cursor this server gave; start again without it")
+            raise PhalanxError("cursor: not one a job list gave; start again without it")
         return place
 
 
@@ -175,7 +173,8 @@ class Place:
             "s": self.sort,
             "d": self.descending,
         }
-        return base64.urlsafe_b64encode(json.dumps(data).encode()).decode("ascii")
+        text = json.dumps(data, separators=(",", ":"))
+        return base64.urlsafe_b64encode(text.encode()).decode("ascii")
 
 
 @dataclass(frozen=True)

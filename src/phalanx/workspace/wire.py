@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from phalanx.workspace.joblist import JobPage
 from phalanx.workspace.records import (
     AttemptRecord,
     AttemptStatus,
@@ -112,4 +113,29 @@ def job_from_wire(data: dict[str, Any]) -> JobRecord:
         logs=data.get("logs"),
         params=data.get("params"),
         run_tags=data.get("run_tags"),
+    )
+
+
+def page_to_wire(page: JobPage) -> dict[str, Any]:
+    """A page of the job list (:class:`phalanx.workspace.joblist.JobPage`)."""
+    return {
+        "jobs": [job_to_wire(j) for j in page.jobs],
+        "total": page.total,
+        "start": page.start,
+        "next": page.next,
+        "prev": page.prev,
+        "last": page.last,
+    }
+
+
+def page_from_wire(data: dict[str, Any]) -> JobPage:
+    """The page a server sent (one from before pages: its jobs, as one page)."""
+    jobs = [job_from_wire(item) for item in data["jobs"]]
+    return JobPage(
+        jobs=jobs,
+        total=int(data.get("total", len(jobs))),
+        start=int(data.get("start", 0)),
+        next=data.get("next"),
+        prev=data.get("prev"),
+        last=data.get("last"),
     )
