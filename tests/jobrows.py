@@ -11,14 +11,14 @@ USERS = ("ann", "bob", "cyd")
 ENDS = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELED)
 
 
-def write_jobs(home: Path, count: int) -> list[str]:
+def write_jobs(home: Path, count: int, first: int = 0) -> list[str]:
     """``count`` ended jobs ``job-00000``…, oldest first (each Queued, then ended at once:
     nothing runs them); each with a display name, one of five experiments, one of three
     users and tags ``team`` and ``seed``."""
     ws = Workspace(home)
     names = []
     try:
-        for i in range(count):
+        for i in range(first, first + count):
             spec = {
                 "command": "python train.py",
                 "experiment_name": f"exp-{i % 5}",

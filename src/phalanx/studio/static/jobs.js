@@ -106,9 +106,15 @@ function jobsView() {
   next.addEventListener("click", () => go(answer && answer.next));
   last.addEventListener("click", () => go(answer && answer.last));
   first.addEventListener("click", () => { cursor = null; load(); });
-  // A new filter starts at the first page; typing waits for a pause before asking.
+  // A new filter starts at the first page; typing waits for a pause before asking. A
+  // pause that changed nothing (its value was already asked for) leaves the page alone.
   let typing = null;
-  function refilter() { cursor = null; load(); }
+  const filters = () => JSON.stringify([status, experiment, user, tag, text].map((f) => f.value.trim()));
+  let askedFor = filters();
+  function refilter() {
+    if (filters() === askedFor) return;
+    askedFor = filters(); cursor = null; load();
+  }
   status.addEventListener("change", refilter);
   for (const field of [experiment, user, tag, text]) {
     field.addEventListener("input", () => { clearTimeout(typing); typing = setTimeout(refilter, 250); });
