@@ -51,17 +51,17 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Many]:
                 proc.kill()
 
 
-def _names(page: Any) -> list[str]:
-    return page.eval_on_selector_all("#jobs tr", "rows => rows.map(r => r.dataset.job)")
+def _names(tab: Any) -> list[str]:
+    return tab.eval_on_selector_all("#jobs tr", "rows => rows.map(r => r.dataset.job)")
 
 
-def _count_is(page: Any, text: str) -> None:
+def _count_is(tab: Any, text: str) -> None:
     try:
-        page.wait_for_function(
+        tab.wait_for_function(
             "text => document.getElementById('count').textContent === text", arg=text
         )
     except Exception:
-        raise AssertionError(f"count {page.text_content('#count')!r}, not {text!r}") from None
+        raise AssertionError(f"count {tab.text_content('#count')!r}, not {text!r}") from None
 
 
 def test_ten_thousand_jobs_page_sort_filter_and_follow(many: Many, page: Any) -> None:  # noqa: F811
