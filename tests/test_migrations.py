@@ -12,6 +12,7 @@ from alembic.script import ScriptDirectory
 from phalanx.scheduler import ledger
 from phalanx.workspace import JobStatus, Workspace
 from phalanx.workspace.database import Database, resolve_url
+from phalanx.workspace.joblist import JobQuery
 from phalanx.workspace.migrate import MIGRATIONS, SCHEMA_VERSION, _alembic, revision
 from phalanx.workspace.schema import metadata
 
@@ -102,3 +103,21 @@ def test_tokens_of_a_schema_9_workspace_become_admins_and_records_have_no_owner(
     assert identity is not None and (identity.user, identity.role) == ("alice", "admin")
     assert ws.query("SELECT owner FROM datastores") == [{"owner": None}]
     assert ws.query("SELECT lease_generation FROM jobs") == []
+
+
+def test_the_upgrade_to_14_gives_old_jobs_their_tag_rows(tmp_path: Path, db: str | None) -> None:
+    database = _database(tmp_path / "home")
+    with database.transaction() as tx:
+        _alembic(tx.connection, "upgrade", "0013")
+        for name, tags in (("tagged", {"team": "nlp", "epochs": 3}), ("bare", {})):
+            tx.execute(
+                "INSERT INTO jobs (name, experiment_name, status, created_at, spec_json,"
+                " tags_json) VALUES (:name, 'exp', 'Completed', 1.25, '{}', :tags)",
+                {"name": name, "tags": json.dumps(tags)},
+            )
+    database.close()
+    ws = Workspace(tmp_path / "home")
+    found = ws.page_jobs(JobQuery.parse(tag=["team=nlp", "epochs=3"]))
+    assert [j.name for j in found.jobs] == ["tagged"] and found.total == 1
+    assert ws.page_jobs(JobQuery.parse(tag=["team"])).total == 1
+    assert ws.page_jobs(JobQuery.parse()).total == 2
