@@ -100,6 +100,15 @@ def test_filters_narrow_on_each_backend(tmp_path: Path, db: str | None) -> None:
     )
 
 
+def test_each_listed_job_carries_its_latest_attempt_only(tmp_path: Path) -> None:
+    write_jobs(tmp_path / "home", 100)
+    ws = Workspace(tmp_path / "home")
+    listed = {j.name: j for j in ws.page_jobs(JobQuery.parse(limit=100)).jobs}
+    [latest] = listed["job-00099"].attempts
+    assert latest.number == 2 and [n["gpus"] for n in latest.nodes] == [["0", "1"], ["2"]]
+    assert all(j.attempts == () for n, j in listed.items() if n != "job-00099")
+
+
 def test_a_cursor_of_another_sort_or_made_up_is_refused() -> None:
     for asked, field in (
         ({"sort": "size"}, "sort"),

@@ -95,6 +95,9 @@ def test_ten_thousand_jobs_page_sort_filter_and_follow(many: Many, page: Any) ->
     page.click("#page-prev")
     _count_is(page, "9,901–9,950 of 10,000")
     assert _names(page)[0] == "job-00099"
+    # GPUs: those of its latest attempt (3, on two nodes), read with the page.
+    assert page.inner_text('tr[data-job="job-00099"] td.gpus') == "3"
+    assert page.inner_text('tr[data-job="job-00098"] td.gpus') == "-"
     # Compare still takes jobs picked in the table.
     page.check('tr[data-job="job-00099"] input.pick')
     page.check('tr[data-job="job-00098"] input.pick')
