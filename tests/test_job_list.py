@@ -7,6 +7,7 @@ their rows, none of them runs.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -109,6 +110,12 @@ def test_each_listed_job_carries_its_latest_attempt_only(tmp_path: Path) -> None
     assert all(j.attempts == () for n, j in listed.items() if n != "job-00099")
 
 
+def _forged(**fields: Any) -> str:
+    """A cursor made up by a client, for the newest-first sort."""
+    data = {"b": False, "t": 1.0, "s": "created", "d": True, **fields}
+    return base64.urlsafe_b64encode(json.dumps(data).encode()).decode()
+
+
 def test_a_cursor_of_another_sort_or_made_up_is_refused() -> None:
     for asked, field in (
         ({"sort": "size"}, "sort"),
@@ -117,6 +124,9 @@ def test_a_cursor_of_another_sort_or_made_up_is_refused() -> None:
         ({"limit": 0}, "limit"),
         ({"tag": ["=x"]}, "tag"),
         ({"cursor": "not-base64!"}, "cursor"),
+        ({"cursor": _forged(k="x", n="job-1")}, "cursor"),  # a text key for a time
+        ({"cursor": _forged(k=1.5, n=7)}, "cursor"),
+        ({"cursor": _forged(k=None, n=None, b=False)}, "cursor"),
     ):
         with pytest.raises(PhalanxError, match=f"^{field}: "):
             JobQuery.parse(**asked)
@@ -197,11 +207,15 @@ def test_bad_list_parameters_are_4xx_one_liners_naming_them(listed: Listed) -> N
         ({"cursor": "%%%"}, "cursor"),
         ({"cursor": other, "sort": "user"}, "cursor"),
         ({"tag": "=v"}, "tag"),
+        ({"cursor": _forged(k="'; DROP TABLE jobs; --", n="x")}, "cursor"),
+        ({"text": "x" * 1001}, "text"),
     ):
         answer = _get(listed, **params)
         assert 400 <= answer.status_code < 500, (params, answer.text)
         message = answer.json()["error"]
         assert field in message and "\n" not in message and "Traceback" not in message
+    assert _get(listed, text="'; DROP TABLE jobs; --").json()["total"] == 0  # only text
+    assert _get(listed).json()["total"] == COUNT  # every job still there
 
 
 def test_job_list_through_the_server_filters_sorts_and_fits_80_columns(listed: Listed) -> None:

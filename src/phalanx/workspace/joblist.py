@@ -44,6 +44,9 @@ SORTS: dict[str, str] = {
 NEWEST_FIRST = frozenset({"created", "started", "duration"})
 """Keys whose natural order is descending (the latest, the longest first)."""
 
+NUMERIC = frozenset({"created", "started", "duration"})
+"""Keys whose values are numbers (the others are text)."""
+
 MAX_LIMIT = 10_000
 
 
@@ -145,7 +148,18 @@ class JobQuery:
             raise PhalanxError(
                 "cursor: it belongs to another sort or order; start again without it"
             )
-        if (place.name is None) != (place.key is None) or (place.name is None and not place.before):
+        numeric = self.sort in NUMERIC
+        typed = place.key is None or (
+            isinstance(place.key, (int, float)) and not isinstance(place.key, bool)
+            if numeric
+            else isinstance(place.key, str)
+        )
+        if (
+            not typed  # a key of another type would be an error of the database's
+            or (place.name is None) != (place.key is None)
+            or (place.name is None and not place.before)
+            or not isinstance(place.name, (str, type(None)))
+        ):
             raise PhalanxError("cursor: not one a job list gave; start again without it")
         return place
 
