@@ -170,7 +170,11 @@ def show_cmd(name: str, as_json: bool) -> int:
     show_default=True,
     help="Order by this (created, started and duration: the latest or longest first).",
 )
-@click.option("--order", type=click.Choice(["asc", "desc"]), help="Reverse the sort's order.")
+@click.option(
+    "--order",
+    type=click.Choice(["asc", "desc"]),
+    help="asc or desc (default: desc for created, started and duration, else asc).",
+)
 @click.option("--cursor", help="The page a previous listing named (its `--cursor …`).")
 @click.option("--parent", help="Only the trials of this sweep job.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")

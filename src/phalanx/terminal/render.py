@@ -274,6 +274,9 @@ def queue_place(job: JobRecord) -> str:
 def list_jobs(console: Console, page: JobPage) -> None:
     """The page as a table that fits the terminal (whole columns give way, never a word),
     then which jobs of how many it shows and the cursor of the next page."""
+    if not page.jobs:
+        console.print("no jobs" if page.total == 0 else f"none here of {page.total:,} jobs")
+        return
     headers = ["name", "status", "queue", "user", "experiment", "display name", "created",
                "duration"]  # fmt: skip
     rows = [
@@ -293,7 +296,7 @@ def list_jobs(console: Console, page: JobPage) -> None:
     for i, line in enumerate(fit_table(headers, rows, console.width, optional=optional)):
         console.print(line, style="bold" if i == 0 else None, markup=False, highlight=False,
                       overflow="ignore", crop=False, soft_wrap=True)  # fmt: skip
-    shown = f"{page.start + 1}-{page.start + len(page.jobs)}" if page.jobs else "none"
+    shown = f"{page.start + 1}-{page.start + len(page.jobs)}"
     console.print(f"{shown} of {page.total:,} jobs", style="dim", highlight=False)
     if page.next is not None:
         console.print(f"next page: --cursor {page.next}", style="dim", highlight=False,
