@@ -2,7 +2,8 @@
 
 Against a ``phalanx server`` process on a workspace made for the benchmark:
 
-* **Jobs page with ``--jobs`` (1,000) jobs:** from navigation to every row drawn
+* **Jobs page with ``--jobs`` (1,000) jobs:** from navigation to its first page
+  drawn (50 rows; every row before issue 27 paged the list on the server)
   (median of ``--rounds``). Goal: ≤ 1 s.
 * **A job page whose rank log holds ``--lines`` (1,000,000) lines:** from
   navigation to the log's last line shown (tail-first). Goal: ≤ 1 s.
@@ -131,7 +132,8 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 page.goto("about:blank")
                 t0 = time.perf_counter()
                 page.goto(url + "/")
-                page.wait_for_selector(f"#jobs tr:nth-child({args.jobs})", timeout=60_000)
+                # The page shows one page of 50 (the server pages the list; issue 27).
+                page.wait_for_selector(f"#jobs tr:nth-child({min(args.jobs, 50)})", timeout=60_000)
                 times.append(time.perf_counter() - t0)
             out["jobs_page_first_render_s"] = _median_s(times)
 
