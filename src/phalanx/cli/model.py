@@ -19,6 +19,7 @@ from phalanx.client.backends import models
 from phalanx.errors import PhalanxError
 from phalanx.sizes import human_size
 from phalanx.storage.uri import is_uri
+from phalanx.terminal.columns import print_table, short_time
 from phalanx.terminal.termsafe import rank_text
 
 console = Console()
@@ -81,19 +82,19 @@ def list_cmd(name: str | None, as_json: bool) -> int:
     if not listed:
         console.print("no models registered (phalanx model create --name … --path …)")
         return 0
-    table = Table(box=None, header_style="bold")
-    for column in ("NAME", "VERSION", "FILES", "SIZE", "JOB", "CREATED"):
-        table.add_column(column)
-    for m in listed:
-        table.add_row(
+    rows = [
+        (
             m["name"],
             m["version"],
             str(len(m["files"])),
             human_size(m["size"]),
-            m["job"] or "",
-            m["created_at"],
+            m["job"] or "-",
+            short_time(m["created_at"]),
         )
-    console.print(table)
+        for m in listed
+    ]
+    headers = ("NAME", "VERSION", "FILES", "SIZE", "JOB", "CREATED")
+    print_table(console, headers, rows, optional=("FILES", "JOB", "CREATED"))
     return 0
 
 
