@@ -163,14 +163,15 @@ def completed(shown: dict[str, Any]) -> dict[str, Any]:
     return shown
 
 
-def spec(command: str, *, gpus: int, env: dict[str, str] | None = None, code: str = ".") -> str:
+def spec(command: str, *, gpus: int, code: str) -> str:
+    """A 1-node × 1-process job; ``code`` is its snapshot (never the check's own folder,
+    which holds the workspace)."""
     doc = {
         "command": command,
         "code": code,
         "compute": "local",
         "resources": {"instance_count": 1, "gpus_per_instance": gpus},
         "distribution": {"type": "pytorch", "process_count_per_instance": 1},
-        "environment_variables": env or {},
     }
     return json.dumps(doc)  # JSON is YAML
 
@@ -191,7 +192,8 @@ def stage_machine(c: Check) -> dict[str, Any]:
     }
     if torch.cuda.is_available():
         facts["gpu"] = torch.cuda.get_device_name(0)
-        facts["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        nccl = torch.cuda.nccl.version()  # a tuple in torch >= 1.12, an int before
+        facts["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
     smi = shutil.which("nvidia-smi", path=c.env["PATH"])
     if smi:
         query = "--query-gpu=name,driver_version,memory.total"
@@ -307,7 +309,8 @@ def stage_synthetic(c: Check) -> dict[str, Any]:
                "-m", "phalanx.bench.workload", *args, "--out", str(out)])  # fmt: skip
         figures["torchrun"].append(json.loads(out.read_text())["img_per_sec_total"])
         command = " ".join(["python", "-m", "phalanx.bench.workload", *args])
-        shown = completed(c.job(spec(command, gpus=0 if c.dry else 1), f"synthetic{r}"))
+        job = spec(command, gpus=0 if c.dry else 1, code=str(c.work / "code"))
+        shown = completed(c.job(job, f"synthetic{r}"))
         result = json.loads((Path(shown["outputs_dir"]) / "bench.json").read_text())
         figures["phalanx"].append(result["img_per_sec_total"])
         round_s = time.monotonic() - began
@@ -427,7 +430,8 @@ def stage_container(c: Check) -> dict[str, Any]:
         image = next((i for i in listed.split() if "<none>" not in i), None)
     if not image:
         return {"ran": False, "note": f"{why}, but no local image (none can be pulled here)"}
-    job = json.dumps({**json.loads(spec("nvidia-smi -L", gpus=1)), "environment": {"image": image}})
+    doc = json.loads(spec("nvidia-smi -L", gpus=1, code=str(c.work / "code")))
+    job = json.dumps({**doc, "environment": {"image": image}})
     shown = completed(c.job(job, "container"))
     log = Path(shown["user_logs"][0]).read_text()
     return {"ran": True, "engine": why, "image": image, "gpus_seen": tail(log, 2)}
