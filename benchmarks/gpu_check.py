@@ -574,6 +574,8 @@ def main(argv: list[str] | None = None) -> int:
         env.update(GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
         args.budget_s = min(args.budget_s, 240)
     c = Check(args=args, work=work, env=env)
+    mode = "dry run on CPU (no GPU here)" if args.dry_run else f"on {what}"
+    header = f"## gpu-check, {mode}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     end = time.monotonic() + args.budget_s
     saved = 0.0  # what earlier stages left of their shares goes to the next ones
     try:
@@ -592,11 +594,10 @@ def main(argv: list[str] | None = None) -> int:
             saved = max(0.0, saved + share - r["seconds"])
             c.results[stage] = r
             print(f"gpu-check: {stage}: {figure(stage, r)}", flush=True)
+            write(c, header + " (so far)")  # a call cut short still leaves its figures
     finally:
         stop_workspace(env["PHALANX_HOME"])
         shutil.rmtree(work, ignore_errors=True)
-    mode = "dry run on CPU (no GPU here)" if args.dry_run else f"on {what}"
-    header = f"## gpu-check, {mode}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     out = write(c, header)
     print("\n" + table(c, header))
     print(f"gpu-check: results in {out}/gpu_check.json and gpu_check.md")
