@@ -184,6 +184,7 @@ def stage_machine(c: Check) -> dict[str, Any]:
     import torch
 
     facts: dict[str, Any] = {
+        "command": " ".join(["python", *sys.argv]),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,

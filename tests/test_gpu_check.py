@@ -29,6 +29,8 @@ STAGES = ("machine", "capacity", "batch", "synthetic", "shards", "checkpoint", "
 def run_check(tmp_path: Path, *args: str, timeout: float = 280) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env.update(OUT=str(tmp_path / "out"), TMPDIR=str(tmp_path), OMP_NUM_THREADS="1")
+    # No GPU for torch even on a machine that has one: this is the path without.
+    env["CUDA_VISIBLE_DEVICES"] = ""
     for name in ("PHALANX_HOME", "PHALANX_SERVER", "PHALANX_DB", "PHALANX_TOKEN"):
         env.pop(name, None)
     # The interpreter's folder first, as `make gpu-check` has it: phalanx and torchrun.
