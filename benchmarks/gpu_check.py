@@ -6,6 +6,8 @@ stage that fails or runs out of time is recorded as such and the next one goes
 on, so the run always ends with a table:
 
 1. **machine**: the card, driver, torch, CUDA and NCCL versions, cores;
+   then **nccl**: the line ``phalanx.train.init`` prints with NCCL (version and
+   transport from NCCL's INFO output), on a one-rank NCCL group;
 2. **capacity**: ``phalanx queue`` lists the GPU read from ``nvidia-smi``; two
    1-GPU jobs submitted together run one after the other (their attempts'
    start and end times do not overlap) and each is given the GPU;
@@ -63,16 +65,19 @@ REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 BIN = Path(PYTHON).parent
 TERMINAL = ("Completed", "Failed", "Canceled")
-STAGES = ("machine", "capacity", "batch", "synthetic", "shards", "checkpoint", "container")
+STAGES = (
+    "machine", "nccl", "capacity", "batch", "synthetic", "shards", "checkpoint", "container",
+)  # fmt: skip
 # Seconds of the whole budget each stage may use at most (the rest goes on).
 SHARES = {
     "machine": 0.04,
-    "capacity": 0.1,
+    "nccl": 0.05,
+    "capacity": 0.08,
     "batch": 0.1,
     "synthetic": 0.3,
     "shards": 0.3,
-    "checkpoint": 0.12,
-    "container": 0.06,
+    "checkpoint": 0.1,
+    "container": 0.03,
 }
 BATCHES = (512, 384, 256, 192, 128)
 """Per-GPU batch sizes tried, largest first (ResNet-50 bf16 at 224 px)."""
@@ -200,6 +205,49 @@ def stage_machine(c: Check) -> dict[str, Any]:
         query = "--query-gpu=name,driver_version,memory.total"
         facts["nvidia_smi"] = c.run([smi, query, "--format=csv,noheader"], timeout=20).strip()
     return facts
+
+
+NCCL_LINE = textwrap.dedent(
+    """
+    import os, sys, torch
+    import torch.distributed as dist
+    from phalanx.train.dist import nccl_version
+    from phalanx.train.nccl import describe, finish_capture, start_capture
+    backend = sys.argv[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2])
+    capture = start_capture(os.environ)
+    device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
+    dist.init_process_group(backend, rank=0, world_size=1,
+                            device_id=device if backend == "nccl" else None)
+    t = torch.ones(1, device=device)
+    dist.all_reduce(t)
+    path = finish_capture(os.environ, capture)
+    print(describe(nccl_version() if backend == "nccl" else "(gloo: none)", path))
+    print("LEFT", sorted(k for k in os.environ if k.startswith("NCCL_DEBUG")))
+    dist.destroy_process_group()
+    """
+)
+
+
+def stage_nccl(c: Check) -> dict[str, Any]:
+    """The NCCL line of phalanx.train.init, on a one-rank NCCL group (one GPU: a group of
+    several would need a GPU each); the dry run goes through it with gloo."""
+    import socket
+
+    script = c.work / "nccl_line.py"
+    script.write_text(NCCL_LINE)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    backend = "gloo" if c.dry else "nccl"
+    out = c.run([PYTHON, str(script), backend, str(port)], timeout=60)
+    line = next((ln for ln in out.splitlines() if ln.startswith("phalanx: NCCL")), None)
+    if line is None:
+        raise StageFailed(f"no 'phalanx: NCCL' line: {tail(out)}")
+    left = next(ln for ln in out.splitlines() if ln.startswith("LEFT"))
+    if left != "LEFT []":
+        raise StageFailed(f"the NCCL_DEBUG variables it set were not taken back: {left}")
+    return {"line": line, "backend": backend}
 
 
 def stage_capacity(c: Check) -> dict[str, Any]:
@@ -441,6 +489,7 @@ def stage_container(c: Check) -> dict[str, Any]:
 
 RUNNERS: dict[str, Callable[[Check], dict[str, Any]]] = {
     "machine": stage_machine,
+    "nccl": stage_nccl,
     "capacity": stage_capacity,
     "batch": stage_batch,
     "synthetic": stage_synthetic,
@@ -461,6 +510,8 @@ def figure(stage: str, r: dict[str, Any]) -> str:
     if stage == "machine":
         versions = f"torch {r['torch']}, CUDA {r['cuda']}, NCCL {r.get('nccl')}"
         return f"{r.get('nvidia_smi') or 'no GPU'}; {versions}, {r['cores']} cores"
+    if stage == "nccl":
+        return f"`{r['line']}` ({r['backend']}, one rank)"
     if stage == "capacity":
         order = f"{r['job1'][2][11:19]} ≤ {r['job2'][1][11:19]}"
         gpus = ",".join(r["gpus_in_queue"])

@@ -23,7 +23,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "benchmarks" / "gpu_check.py"
-STAGES = ("machine", "capacity", "batch", "synthetic", "shards", "checkpoint", "container")
+STAGES = (
+    "machine", "nccl", "capacity", "batch", "synthetic", "shards", "checkpoint", "container",
+)  # fmt: skip
 
 
 def run_check(tmp_path: Path, *args: str, timeout: float = 280) -> subprocess.CompletedProcess[str]:
@@ -64,6 +66,8 @@ def test_without_a_gpu_every_stage_runs_tiny_and_it_exits_0(tmp_path: Path) -> N
     assert list(results) == list(STAGES)
     for stage in STAGES:
         assert "error" not in results[stage], (stage, results[stage])
+    # Without NCCL the line still comes, through the same functions, and says so.
+    assert results["nccl"]["line"].startswith("phalanx: NCCL (gloo: none) · transport")
     capacity = results["capacity"]
     assert capacity["gpus_in_queue"] == ["0"] and capacity["one_after_the_other"]
     assert capacity["job1"][3] == capacity["job2"][3] == ["0"]  # each was given the GPU
