@@ -99,9 +99,9 @@ async function benchView() {
     if (run.kind === "data") dataRun(box, run); else trainRun(box, run);
     const host = run.machine || {};
     box.append(section("How it was measured", grid([
-      ["run", run.run], ["when", when(run.created_at)], ["command", el("pre", {id: "bench-command"}, run.command || "-")],
+      ["run", run.run], ["when", ago(run.created_at)], ["command", el("pre", {id: "bench-command"}, run.command || "-")],
       ["machine", `${host.arch || "?"}, ${host.cores || "?"} cores (${host.cpu || "?"}), python ${host.python || "?"}, torch ${host.torch || "?"}`],
-      ["set-up", el("pre", {}, JSON.stringify(run.config || run.args || {}, null, 2))],
+      ["set-up", fieldTable(run.config || run.args || {})],
     ])));
   }
   picker.addEventListener("change", show);

@@ -1,12 +1,5 @@
 "use strict";
 // ---------------------------------------------------------------- files and spec
-function size(bytes) {
-  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
-  let k = 0;
-  while (bytes >= 1024 && k < units.length - 1) { bytes /= 1024; k += 1; }
-  return `${k ? bytes.toFixed(1) : bytes} ${units[k]}`;
-}
-
 // A folder's files as a tree: folders collapsed, each with its size and file count,
 // opened on a click; a folder's entries are made only when it is first opened, and
 // at most TREE_PAGE at a time ("N more"), so thousands of files cost nothing until asked.
@@ -90,7 +83,7 @@ function specPane(name) {
     try {
       const spec = await api(`/jobs/${encodeURIComponent(name)}/spec`);
       pane.replaceChildren(section("Spec as submitted", el("pre", {id: "spec-submitted"}, spec.submitted || "-")),
-        section("Spec as resolved", el("pre", {id: "spec-resolved"}, JSON.stringify(spec.resolved, null, 2))));
+        section("Spec as resolved", el("pre", {id: "spec-resolved"}, yamlText(spec.resolved))));
     } catch (e) { pane.replaceChildren(el("div", {class: "error"}, e.message)); }
   };
   return pane;
