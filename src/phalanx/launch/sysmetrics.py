@@ -125,10 +125,12 @@ class SystemSampler:
         if self._thread is not None:
             self._thread.join(timeout=10)
 
-    def next_wait(self) -> float:
-        """Seconds until the next sample: short during the first minute (the default
-        schedule), the interval after."""
-        if self._ramp and time.monotonic() - self._started < FAST_PERIOD_S:
+    def next_wait(self, now: float | None = None) -> float:
+        """Seconds until the next sample at ``now`` (``time.monotonic()``'s; by default
+        this moment): short during the first minute (the default schedule), the
+        interval after."""
+        now = time.monotonic() if now is None else now
+        if self._ramp and now - self._started < FAST_PERIOD_S:
             return min(FAST_INTERVAL_S, self._interval)
         return self._interval
 
