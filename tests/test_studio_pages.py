@@ -100,8 +100,11 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pages]:
     sized = workdir / "sized"
     sized.mkdir()
     (sized / "weights.bin").write_bytes(b"\0" * (MIB + MIB // 2))
-    cli.run("model", "create", "--name", "pages-sized", "--path", str(sized),
-            "--tag", "team=vision", "--description", "a model of 1.5 MiB", check=True)  # fmt: skip
+    # Long words and many tags: what made the models page wider than the window.
+    described = "a model of 1.5 MiB, " + "described at length " * 12
+    tags = [f"--tag=key{i}=a-rather-long-value-{i}" for i in range(8)]
+    cli.run("model", "create", "--name", "pages-sized", "--path", str(sized), "--tag",
+            "team=vision", *tags, "--description", described, check=True)  # fmt: skip
     shared = home / "datastore" / "pages-shared"
     shared.mkdir(parents=True)
     (shared / "part-0.csv").write_text("a,b\n1,2\n")
@@ -192,7 +195,8 @@ def test_sizes_times_and_tags_read_as_people_write_them(pages: Pages, page: Any)
     row = '#items tr[data-name="pages-sized"]'
     page.wait_for_selector(row)
     assert page.inner_text(f'{row} td[data-col="size"]') == "1.5 MiB"
-    assert page.inner_text(f'{row} td[data-col="tags"]') == "team=vision"
+    tags = page.locator(f'{row} td[data-col="tags"] .chip').all_inner_texts()
+    assert tags[0] == "team=vision" and "key7=a-rather-long-value-7" in tags
     headers = page.locator("#items th").all_inner_texts()
     assert "CREATED_AT" not in headers and "created_at" not in headers
     assert any(h.lower() == "created" for h in headers)

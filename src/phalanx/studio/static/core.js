@@ -171,7 +171,7 @@ function humane(key, value) {
   }
   if (typeof value === "object") {
     const flat = Object.values(value).every((v) => v === null || typeof v !== "object");
-    return flat && Object.keys(value).length <= 8 ? chips(value) : fieldTable(value);
+    return flat ? chips(value) : fieldTable(value);
   }
   if (typeof value === "boolean") return value ? "yes" : "no";
   return plain(value);
