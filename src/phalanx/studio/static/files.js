@@ -77,13 +77,23 @@ function filesPane(name) {
   return pane;
 }
 
+// The resolved spec names its code and inputs by where the server keeps them; those
+// paths mean nothing to the reader (serverPath), so each is named instead.
+function withoutServerPaths(value, key) {
+  if (Array.isArray(value)) return value.map((v) => withoutServerPaths(v, key));
+  if (value !== null && typeof value === "object") {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, withoutServerPaths(v, k)]));
+  }
+  return (key === "code" || key === "path") && serverPath(value) ? "a folder on the server" : value;
+}
+
 function specPane(name) {
   const pane = el("div", {id: "spec"});
   pane.load = async () => {
     try {
       const spec = await api(`/jobs/${encodeURIComponent(name)}/spec`);
       pane.replaceChildren(section("Spec as submitted", el("pre", {id: "spec-submitted"}, spec.submitted || "-")),
-        section("Spec as resolved", el("pre", {id: "spec-resolved"}, yamlText(spec.resolved))));
+        section("Spec as resolved", el("pre", {id: "spec-resolved"}, yamlText(withoutServerPaths(spec.resolved)))));
     } catch (e) { pane.replaceChildren(el("div", {class: "error"}, e.message)); }
   };
   return pane;
