@@ -53,12 +53,32 @@ print("trained", flush=True)
 """
 
 
+# Two trials of a sweep, for its page.
+TRIAL = """
+import sys
+from phalanx.train import log_metric
+log_metric("score", float(sys.argv[1]), step=0)
+"""
+SWEEP = """
+type: sweep
+experiment_name: pages-sweep
+trial:
+  code: src
+  command: python trial.py ${{search_space.x}}
+sampling_algorithm: {type: grid}
+search_space: {x: {type: choice, values: [0.25, 0.75]}}
+objective: {primary_metric: score, goal: maximize}
+limits: {max_total_trials: 2, max_concurrent_trials: 2, timeout: 5m}
+"""
+
+
 @dataclass
 class Pages:
     cli: Cli
     server: servers.PhalanxServer
     trained: str
     quiet: str
+    sweep: str
 
     @property
     def url(self) -> str:
@@ -96,6 +116,8 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pages]:
     )
     trained = _job(cli, "train", TRAIN, more=outputs)
     quiet = _job(cli, "quiet", "print('nothing to log')\n")
+    cli.write("src/trial.py", TRIAL)
+    sweep = cli.create(cli.write("sweep.yml", SWEEP))
     # Rows that only need to exist: through the CLI.
     sized = workdir / "sized"
     sized.mkdir()
@@ -128,7 +150,8 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pages]:
     try:
         assert cli.wait(trained, ("Completed", "Failed"))["status"] == "Completed"
         assert cli.wait(quiet, ("Completed", "Failed"))["status"] == "Completed"
-        yield Pages(cli, server, trained, quiet)
+        assert cli.wait(sweep, ("Completed", "Failed"))["status"] == "Completed"
+        yield Pages(cli, server, trained, quiet, sweep)
     finally:
         servers.kill_phalanx_server(server)
         for proc in [*job_processes_under(home), *workspace_processes(home)]:
@@ -168,6 +191,7 @@ def test_every_page_reads_as_text_and_fits_a_1280_px_window(
         ("job-logs", f"/jobs/{job}#logs", "#log .ln"),
         ("job-files", f"/jobs/{job}#files", '.tree[data-folder="outputs"]'),
         ("job-spec", f"/jobs/{job}#spec", "#spec-resolved"),
+        ("sweep", f"/jobs/{pages.sweep}", "#trials tbody tr"),
         ("compare", f"/compare?jobs={job},{pages.quiet}&metric=loss", "#compare-chart canvas"),
         ("models", "/models", '#items tr[data-name="pages-sized"]'),
         ("model", "/models/pages-net", "#files"),
