@@ -234,6 +234,9 @@ def test_sizes_times_and_tags_read_as_people_write_them(pages: Pages, page: Any)
     page.click(f"{row} a")
     page.wait_for_selector("#files")
     assert "1.5 MiB" in page.inner_text("#files")
+    # Copied from a folder here: named, its path (and the registry's) not shown.
+    assert "a local folder, copied into the registry" in page.inner_text("dl.grid")
+    assert str(pages.cli.workdir) not in page.evaluate("document.body.innerText")
     got = httpx.get(pages.url + (page.get_attribute("#files a", "href") or ""))
     assert got.status_code == 200 and len(got.content) == MIB + MIB // 2
     # The job's overview: tags as chips, times relative with their ISO title.

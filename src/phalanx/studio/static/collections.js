@@ -33,6 +33,8 @@ function place(value) {
 }
 
 function valueCell(kind, key, value) {
+  // Where a model was copied from: a folder of the machine that registered it.
+  if (key === "source" && serverPath(value)) return el("span", {class: "muted"}, "a local folder, copied into the registry");
   if (serverPath(value)) return el("span", {class: "muted"}, "a folder on the server's disk");
   if (key === "job" && value) return el("a", {href: "/jobs/" + encodeURIComponent(value)}, value);
   if (key === "path" || key === "where" || key === "source") return place(value);
