@@ -12,7 +12,6 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from phalanx.client.backends import models
@@ -108,7 +107,8 @@ def show_cmd(name: str, version: str, as_json: bool) -> int:
     if as_json:
         click.echo(json.dumps(model, indent=2))
         return 0
-    console.print(f"[bold]{model['name']}:{model['version']}[/bold]  {model['created_at']}")
+    made = short_time(model["created_at"])
+    console.print(f"[bold]{model['name']}:{model['version']}[/bold]  {made}")
     console.print(f"  source   {model['source']}")
     if model["job"]:
         console.print(f"  job      {model['job']}")
@@ -120,13 +120,9 @@ def show_cmd(name: str, version: str, as_json: bool) -> int:
     for metric, number in sorted(model["metrics"].items()):
         shown = "nan/inf" if number is None else f"{number:.6g}"
         console.print(Text("  metric   ").append_text(rank_text(f"{metric} = {shown}")))
-    table = Table(box=None, header_style="bold")
-    table.add_column("FILE", overflow="fold")
-    table.add_column("SIZE", no_wrap=True)
-    table.add_column("SHA256", no_wrap=True, min_width=64)
-    for f in model["files"]:
-        table.add_row(f["path"], human_size(f["size"]), f["sha256"])
-    console.print(table)
+    rows = [(f["path"], human_size(f["size"]), f["sha256"]) for f in model["files"]]
+    # A whole hash is 64 characters: under its file's row when the terminal is narrow.
+    print_table(console, ("FILE", "SIZE", "SHA256"), rows, under="SHA256")
     return 0
 
 

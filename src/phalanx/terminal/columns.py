@@ -31,6 +31,7 @@ def fit_table(
     optional: Sequence[str] = (),
     notes: Sequence[str | None] | None = None,
     under: str | None = None,
+    left_out: list[str] | None = None,
 ) -> list[str]:
     """Lines of a table no wider than ``width`` (unless its kept columns alone are wider).
 
@@ -44,6 +45,7 @@ def fit_table(
         under: The header of a long column that, when the table is too wide, goes
             under its row as that row's note (whose own note, if any, follows it) before
             any optional column is left out.
+        left_out: A list the headers of the optional columns left out are added to.
 
     Returns:
         The header line, then each row's line and its note's lines.
@@ -67,6 +69,8 @@ def fit_table(
         if total() <= width:
             break
         keep.remove(headers.index(header))
+        if left_out is not None:
+            left_out.append(header)
     sizes = widths()
 
     def line(cells: Sequence[str]) -> str:
@@ -120,21 +124,25 @@ def print_table(
     notes: Sequence[str | None] | None = None,
     under: str | None = None,
     indent: int = 0,
-) -> None:
+) -> list[str]:
     """A table fitted to ``out``'s width (see :func:`fit_table`), its header in bold.
 
     Cells are printed as plain text: neither rich markup nor a control character in a
     name or a user's words reaches the terminal (each control character shows as ``?``).
+
+    Returns:
+        The headers of the optional columns left out, to say so.
     """
     clean = [[_CONTROL.sub("?", cell) for cell in row] for row in rows]
     tidy = None if notes is None else [None if n is None else _CONTROL.sub("?", n) for n in notes]
-    lines = fit_table(
-        headers, clean, out.width - indent, optional=optional, notes=tidy, under=under
-    )
+    left_out: list[str] = []
+    lines = fit_table(headers, clean, out.width - indent, optional=optional, notes=tidy,
+                      under=under, left_out=left_out)  # fmt: skip
     pad = " " * indent
     for i, line in enumerate(lines):
         out.print((pad + line).rstrip(), style="bold" if i == 0 else None, markup=False,
                   highlight=False, overflow="ignore", crop=False, soft_wrap=True)  # fmt: skip
+    return left_out
 
 
 def short_time(value: float | str | None, *, now: float | None = None) -> str:
