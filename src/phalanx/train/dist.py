@@ -153,18 +153,20 @@ def init(backend: str | None = None, timeout_s: float = 1800) -> DistContext:
     if world_size > 1 and not dist.is_initialized():
         nccl = backend == "nccl"
         capture = start_capture(os.environ) if nccl else None
-        dist.init_process_group(
-            backend=backend,
-            init_method="env://",
-            timeout=timedelta(seconds=timeout_s),
-            # Binding NCCL to the device up front lets it connect eagerly and
-            # spares the "guessing device" warning on the first barrier.
-            device_id=device if nccl else None,
-        )
+        try:
+            dist.init_process_group(
+                backend=backend,
+                init_method="env://",
+                timeout=timedelta(seconds=timeout_s),
+                # Binding NCCL to the device up front lets it connect eagerly and
+                # spares the "guessing device" warning on the first barrier.
+                device_id=device if nccl else None,
+            )
+        finally:
+            path = finish_capture(os.environ, capture)  # its variables gone even on failure
         if nccl:
             # One line per rank, in its own log: which NCCL, over which network.
             # Untested on a GPU so far (see phalanx.train.nccl).
-            path = finish_capture(os.environ, capture)
             print(describe(nccl_version(), path), flush=True)
     return DistContext(
         rank=rank,
