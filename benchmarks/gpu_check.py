@@ -162,7 +162,8 @@ class Check:
 
 
 def tail(text: str, lines: int = 6) -> str:
-    return " | ".join(text.strip().splitlines()[-lines:])[-600:]
+    # Not "|": the text may land in a Markdown table cell.
+    return " ¶ ".join(text.strip().splitlines()[-lines:])[-600:]
 
 
 def completed(shown: dict[str, Any]) -> dict[str, Any]:
@@ -581,7 +582,8 @@ def table(c: Check, header: str) -> str:
     for stage in STAGES:
         if stage in c.results:
             r = c.results[stage]
-            rows.append(f"| {stage} | {r.get('seconds', 0):.0f} | {figure(stage, r)} |")
+            cell = figure(stage, r).replace("|", "\\|").replace("\n", " ")
+            rows.append(f"| {stage} | {r.get('seconds', 0):.0f} | {cell} |")
     return "\n".join(rows) + "\n"
 
 
