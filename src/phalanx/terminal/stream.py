@@ -23,12 +23,16 @@ _RANK = Style(color="blue")
 _DIM = Style(dim=True)
 
 
-def stream_job(jobs: Jobs, name: str, console: Console, *, all_ranks: bool = False) -> JobRecord:
+def stream_job(
+    jobs: Jobs, name: str, console: Console, *, all_ranks: bool = False, timestamps: bool = False
+) -> JobRecord:
     """Print the job's logs as they are written; return the job once it has ended.
 
+    With every rank, each poll's lines come in the order they were written (the logs'
+    time indexes); ``timestamps`` begins each line with its time (``-`` where unknown).
     Ctrl-C (KeyboardInterrupt) propagates to the caller; the job is not touched.
     """
-    follower = jobs.follower(name, all_ranks=all_ranks)
+    follower = jobs.follower(name, all_ranks=all_ranks, timed=all_ranks or timestamps)
     paths = JobPaths(Path(name))
     which = "every rank" if all_ranks else f"{paths.rank_log(0).relative_to(paths.root)}"
     console.print(
@@ -51,7 +55,7 @@ def stream_job(jobs: Jobs, name: str, console: Console, *, all_ranks: bool = Fal
         # At the end, flush reads every file to its end, a bounded poll at a time.
         lines = follower.flush() if job.status.is_terminal else follower.poll()
         for line in lines:
-            console.print(Segments(_line(line, all_ranks, console)), soft_wrap=True)
+            console.print(Segments(_line(line, all_ranks, console, timestamps)), soft_wrap=True)
         if job.status.is_terminal:
             break
         if not follower.behind:  # a rank that writes faster than one poll reads is caught up
@@ -67,16 +71,26 @@ def _waiting(job: JobRecord) -> tuple[object, object] | None:
     return job.queue.get("position"), job.queue.get("reason")
 
 
-def _line(line: LogLine, all_ranks: bool, console: Console) -> list[Segment]:
-    """A log line as printed: ``[rank N]`` first with every rank, ``…`` before a continuation.
+def _line(line: LogLine, all_ranks: bool, console: Console, timestamps: bool) -> list[Segment]:
+    """A log line as printed: its time with ``timestamps``, ``[rank N]`` with every rank,
+    ``…`` before a continuation.
 
     The rank's text goes through :mod:`phalanx.terminal.termsafe`: no escape
     sequence of its own reaches the terminal, only its colours.
     """
-    head = [Segment(f"[rank {line.rank}] ", _RANK)] if all_ranks else []
+    head = [Segment(f"{_clock(line.time)} ", _DIM)] if timestamps else []
+    if all_ranks:
+        head.append(Segment(f"[rank {line.rank}] ", _RANK))
     if line.cont:
         head.append(Segment("… ", _DIM))
     return [*head, *rank_segments(line.text, console), Segment.line()]
+
+
+def _clock(when: float | None) -> str:
+    """``HH:MM:SS.mmm`` in local time; ``-`` padded to the same width when unknown."""
+    if when is None:
+        return "-".ljust(12)
+    return time.strftime("%H:%M:%S", time.localtime(when)) + f".{int(when % 1 * 1000):03d}"
 
 
 def _summary(console: Console, job: JobRecord, *, remote: bool) -> None:
