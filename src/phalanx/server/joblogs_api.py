@@ -58,12 +58,16 @@ def log_page(
     kib: Annotated[int, Query(ge=1, le=4096)] = 256,
 ) -> dict[str, Any]:
     """The lines of a rank's log (or of each rank's) ending before byte ``before``
-    (default: the end), about ``kib`` KiB in all: the newest first, then older pages."""
+    (default: the end), about ``kib`` KiB in all: the newest first, then older pages;
+    ``times`` beside ``lines``: when each was written (``null`` where unknown)."""
     paths = LocalJobs(request_workspace(request), who).paths(name)
     ranks = _ranks(paths, rank)
     share = max(4 << 10, (kib << 10) // max(1, len(ranks)))
-    pages = [read_back(paths.rank_log(r), r, before=before, nbytes=share) for r in ranks]
-    for page in pages:
+    pages = [
+        read_back(paths.rank_log(r), r, before=before, nbytes=share, timed=True) for r in ranks
+    ]
+    for page in pages:  # each line's time (Unix seconds, or null where unknown) beside it
+        page["times"] = [line.time for line in page["lines"]]
         page["lines"] = [line.text for line in page["lines"]]
     return {"pages": pages}
 
