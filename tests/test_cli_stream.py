@@ -184,10 +184,11 @@ def test_a_waiting_job_streams_its_place_and_why_it_waits(cli: Cli) -> None:
         stream.kill()
     waited = [ln for ln in out.splitlines() if ln.startswith("  #1 in the queue of tiny")]
     assert waited, out
-    # The scheduler's own reason, as `phalanx queue` gives it.
-    assert (
-        waited[0]
-        == "  #1 in the queue of tiny: needs 1 CPU on 1 node; 0 CPUs free, 0 launchers free"
+    # The scheduler's own reason, as `phalanx queue` gives it, and its estimate: none, as
+    # the job ahead has no time limit.
+    assert waited[0] == (
+        "  #1 in the queue of tiny: needs 1 CPU on 1 node; 0 CPUs free, 0 launchers free"
+        " · start unknown"
     )
 
 

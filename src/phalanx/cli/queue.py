@@ -6,6 +6,7 @@ With ``PHALANX_SERVER`` set, the queues are the server's scheduler's.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,7 +14,7 @@ import click
 from rich.console import Console
 
 from phalanx.scheduler.model import gib
-from phalanx.terminal.columns import fit_table, short_duration
+from phalanx.terminal.columns import fit_table, short_duration, starts_in
 
 console = Console()
 
@@ -53,8 +54,19 @@ def render_queue(out: Console, view: dict[str, Any]) -> None:
         _print_table(out, headers, rows, RUNNING_OPTIONAL, notes)
     out.print("  queue" if view["queued"] else "  nothing queued", highlight=False)
     if view["queued"]:
-        headers = ("#", "JOB", "USER", "PRIORITY", "TIER", "ASKS", "LIMIT", "WAITING")
-        rows = [
+        queued_headers = (
+            "#",
+            "JOB",
+            "USER",
+            "PRIORITY",
+            "TIER",
+            "ASKS",
+            "LIMIT",
+            "WAITING",
+            "START",
+        )
+        now = time.time()
+        queued_rows = [
             (
                 str(q["position"] or "-"),
                 q["job"],
@@ -64,18 +76,19 @@ def render_queue(out: Console, view: dict[str, Any]) -> None:
                 asks(q.get("request")),
                 short_duration(q.get("time_limit_s")),
                 short_duration(q["waiting_s"]),
+                starts_in(q.get("start"), now),
             )
             for q in view["queued"]
         ]
         # Why it waits goes under its row: a sentence, wrapped at spaces, never squeezed.
         notes = [q["reason"] for q in view["queued"]]
-        _print_table(out, headers, rows, QUEUED_OPTIONAL, notes)
+        _print_table(out, queued_headers, queued_rows, QUEUED_OPTIONAL, notes)
 
 
 # Left out first when a terminal is too narrow for every column (whole columns, never
 # part of a name).
 RUNNING_OPTIONAL = ("LIMIT", "CPUS", "NODE", "HOST", "FOR", "USER")
-QUEUED_OPTIONAL = ("LIMIT", "TIER", "ASKS", "WAITING", "PRIORITY", "USER")
+QUEUED_OPTIONAL = ("LIMIT", "TIER", "ASKS", "WAITING", "PRIORITY", "USER", "START")
 
 
 def _print_table(

@@ -60,10 +60,10 @@ def estimate_starts(
     """
     free = Free.of(capacity, [job.nodes for job in holding])
     ends: list[tuple[float, int, tuple[NodeGrant, ...]]] = []
-    for i, job in enumerate(holding):
-        end = now if job.name in leaving_now else job.ends_by
+    for i, held in enumerate(holding):
+        end = now if held.name in leaving_now else held.ends_by
         if math.isfinite(end):
-            heapq.heappush(ends, (end, i, job.nodes))
+            heapq.heappush(ends, (end, i, held.nodes))
     out: dict[str, float | None] = {}
     at = now
     known = True

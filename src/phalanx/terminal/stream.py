@@ -12,6 +12,7 @@ from rich.text import Text
 
 from phalanx.jobs.logs import LogLine
 from phalanx.service.jobs import Jobs
+from phalanx.terminal.columns import starts_in
 from phalanx.terminal.places import download_command
 from phalanx.terminal.render import duration, error_panel, status_text
 from phalanx.terminal.termsafe import rank_segments
@@ -40,7 +41,7 @@ def stream_job(
         soft_wrap=True,
     )
     last_status: JobStatus | None = None
-    last_wait: tuple[object, object] | None = None
+    last_wait: tuple[object, object, object] | None = None
     while True:
         job = jobs.get(name)
         if job.status is not last_status:
@@ -48,9 +49,12 @@ def stream_job(
             last_status = job.status
         wait = _waiting(job)
         if wait is not None and wait != last_wait:  # where it stands and why, as it changes
-            place, reason = wait
+            place, reason, start = wait
             shown = f"  #{place} in the queue of {job.target}" if place else "  in the queue"
-            console.print(Text(f"{shown}: {reason}" if reason else shown, style="dim"))
+            shown = f"{shown}: {reason}" if reason else shown
+            if reason:  # the scheduler has looked: its estimate, or that it has none
+                shown += f" · {_start_words(start)}"
+            console.print(Text(shown, style="dim"))
         last_wait = wait
         # At the end, flush reads every file to its end, a bounded poll at a time.
         lines = follower.flush() if job.status.is_terminal else follower.poll()
@@ -64,11 +68,21 @@ def stream_job(
     return job
 
 
-def _waiting(job: JobRecord) -> tuple[object, object] | None:
-    """A queued job's place and the scheduler's reason it waits (``None`` otherwise)."""
+def _waiting(job: JobRecord) -> tuple[object, object, object] | None:
+    """A queued job's place, the scheduler's reason it waits and its estimated start
+    (``None`` otherwise)."""
     if job.status is not JobStatus.QUEUED or not job.queue:
         return None
-    return job.queue.get("position"), job.queue.get("reason")
+    return job.queue.get("position"), job.queue.get("reason"), job.queue.get("start")
+
+
+def _start_words(start: object) -> str:
+    """``starts about 14:05:10 (in 12m)``, or ``start unknown`` (a job ahead, or one
+    holding what it needs, has no time limit)."""
+    if not isinstance(start, (int, float)):
+        return "start unknown"
+    clock = time.strftime("%H:%M:%S", time.localtime(start))
+    return f"starts about {clock} ({starts_in(start, time.time())})"
 
 
 def _line(line: LogLine, all_ranks: bool, console: Console, timestamps: bool) -> list[Segment]:
