@@ -991,6 +991,9 @@ def test_compute_grid_queue_table_and_phalanx_queue_at_80_columns(
             row = shown.nth(i)
             assert row.locator('td[data-col="reason"]').inner_text() == q["reason"]
             assert row.locator('td[data-col="position"]').inner_text() == str(q["position"])
+            start = row.locator('td[data-col="start"]').inner_text()
+            assert start == "unknown" if q["start"] is None else start.startswith("in "), start
+        assert view["queued"][0]["start"] is not None  # urgent: behind 10-minute limits
         cells = shown.nth(0).locator("td").all_inner_texts()
         assert cells[1:7] == [urgent, "this machine", "high", "premium", "1 node × 2 GPUs", "10m"]
         assert cells[7] == "just now" or cells[7].endswith(" ago"), cells
@@ -1007,21 +1010,19 @@ def test_compute_grid_queue_table_and_phalanx_queue_at_80_columns(
         lines = text.splitlines()
         assert max(len(line) for line in lines) <= 80, text
         header = next(line for line in lines if line.strip().startswith("#"))
-        assert header.split() == [
-            "#",
-            "JOB",
-            "USER",
-            "PRIORITY",
-            "TIER",
-            "ASKS",
-            "LIMIT",
-            "WAITING",
-        ]
+        # Every column but the tier (left out first when the job names are long).
+        kept = header.split()
+        assert [c for c in kept if c != "TIER"] == [
+            "#", "JOB", "USER", "PRIORITY", "ASKS", "LIMIT", "WAITING", "START",
+        ]  # fmt: skip
         words = text.split()
         for name in (first, second, urgent, big):
             assert name in words, text  # whole, never wrapped or elided mid-name
         urgent_row = next(line for line in lines if urgent in line).split()
-        assert urgent_row[:7] == ["1", urgent, "-", "high", "premium", "1×2", "GPU"], urgent_row
+        tier = ["premium"] if "TIER" in kept else []
+        assert urgent_row[: 6 + len(tier)] == ["1", urgent, "-", "high", *tier, "1×2", "GPU"]
+        # It starts when the first of the two holders' 10-minute limits is up.
+        assert re.fullmatch(r"in (9|10)m", " ".join(urgent_row[-2:])), urgent_row
         for q in view["queued"]:  # why it waits: under its row, wrapped at spaces only
             assert " ".join(q["reason"].split()) in " ".join(words), text
         assert "2h" in next(line for line in lines if big in line)

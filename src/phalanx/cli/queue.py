@@ -88,7 +88,8 @@ def render_queue(out: Console, view: dict[str, Any]) -> None:
 # Left out first when a terminal is too narrow for every column (whole columns, never
 # part of a name).
 RUNNING_OPTIONAL = ("LIMIT", "CPUS", "NODE", "HOST", "FOR", "USER")
-QUEUED_OPTIONAL = ("LIMIT", "TIER", "ASKS", "WAITING", "PRIORITY", "USER", "START")
+# A job's tier goes first (most jobs are "standard"); its estimated start goes last.
+QUEUED_OPTIONAL = ("TIER", "LIMIT", "ASKS", "WAITING", "PRIORITY", "USER", "START")
 
 
 def _print_table(
