@@ -62,7 +62,7 @@ class TimesWriter:
     """
 
     def __init__(self, log: Path, size: int) -> None:
-        self.fd = os.open(times_path(log), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.fd = os.open(times_path(log), os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         self.end = size
         self.last = 0.0
         self.count = 0
@@ -105,7 +105,7 @@ def stamp_appended(log: Path, before: int, after: int, when: float) -> None:
     (the supervisor writing a shipped node's log)."""
     if after <= before:
         return
-    fd = os.open(times_path(log), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(times_path(log), os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         last = _last(fd)
         data = b""
