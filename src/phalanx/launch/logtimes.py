@@ -34,7 +34,11 @@ import struct
 from collections.abc import Sequence
 from pathlib import Path
 
+from phalanx.nofollow import open_file
+
 ENTRY = struct.Struct("<Qd")
+# Never through a link: the supervisor writes a shipped log's index as root.
+_WRITE = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 FREE_ENTRIES = 4096
 BYTES_PER_ENTRY = 64
 _UNKNOWN = float("nan")
@@ -62,7 +66,7 @@ class TimesWriter:
     """
 
     def __init__(self, log: Path, size: int) -> None:
-        self.fd = os.open(times_path(log), os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        self.fd = os.open(times_path(log), _WRITE, 0o644)
         self.end = size
         self.last = 0.0
         self.count = 0
@@ -105,7 +109,7 @@ def stamp_appended(log: Path, before: int, after: int, when: float) -> None:
     (the supervisor writing a shipped node's log)."""
     if after <= before:
         return
-    fd = os.open(times_path(log), os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(times_path(log), _WRITE, 0o644)
     try:
         last = _last(fd)
         data = b""
@@ -121,8 +125,8 @@ def stamp_appended(log: Path, before: int, after: int, when: float) -> None:
 def entries(log: Path, start: int, end: int, cap: int = 1 << 16) -> list[tuple[int, float]]:
     """The index's entries for bytes ``start..end`` of ``log``: from the first entry at
     or after ``start`` to the first at or after ``end`` (at most ``cap``)."""
-    try:
-        fd = os.open(times_path(log), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:  # as the log itself is read: never through a link, only a regular file
+        fd = open_file(times_path(log))
     except OSError:
         return []
     try:
