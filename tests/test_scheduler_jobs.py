@@ -446,6 +446,7 @@ def test_waiting_jobs_get_a_start_from_the_time_limit_ahead_or_unknown(cli: Cli)
     running = cli.wait(limited, ("Running",))
     unlimited = cli.create(cli.write("unlimited.yml", "command: sleep 300\ncompute: tiny\n"))
     last = cli.create(cli.write("last.yml", "command: sleep 300\ncompute: tiny\n"))
+    stream = cli.popen("job", "stream", unlimited)
     try:
         deadline = time.monotonic() + 60
         while not all("start" in (cli.show(n)["queue"] or {}) for n in (unlimited, last)):
@@ -468,7 +469,15 @@ def test_waiting_jobs_get_a_start_from_the_time_limit_ahead_or_unknown(cli: Cli)
         first_row = next(line for line in lines if unlimited in line).split()
         assert re.fullmatch(r"in \d+[sm]", " ".join(first_row[-2:])), first_row
         assert next(line for line in lines if last in line).split()[-1] == "-"
+        # job stream's waiting line says it too (it looks every 0.2 s).
+        cli.run("job", "cancel", unlimited, check=True)
+        out, _ = stream.communicate(timeout=60)
+        waited = [ln for ln in out.splitlines() if ln.startswith("  #1 in the queue of tiny")]
+        assert waited and re.search(r" · starts about \d\d:\d\d:\d\d \(in \d+[sm]\)$", waited[0]), (
+            out
+        )
     finally:
+        stream.kill()
         cli.env.pop("COLUMNS", None)
         for name in (last, unlimited, limited):
             cli.run("job", "cancel", name, timeout=60)
