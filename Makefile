@@ -81,7 +81,7 @@ UNIT_TESTS := tests/test_access.py tests/test_cache.py tests/test_eviction.py te
 	tests/test_logpages.py tests/test_logs.py tests/test_migrations.py tests/test_nets.py \
 	tests/test_redact.py tests/test_rootcause.py tests/test_scheduler_policy.py \
 	tests/test_ship.py tests/test_spec.py tests/test_store.py tests/test_sweep_search.py \
-	tests/test_tracking.py
+	tests/test_tracking.py tests/test_columns.py tests/test_gpudecode.py
 
 ## check: the edit-test loop: lint, type-check and the unit tests (a few minutes at most)
 check: lint typecheck

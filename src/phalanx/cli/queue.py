@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import click
 from rich.console import Console
 
 from phalanx.scheduler.model import gib
-from phalanx.terminal.columns import fit_table, short_duration, starts_in
+from phalanx.terminal.columns import print_table, short_duration, starts_in
 
 console = Console()
 
@@ -51,7 +50,7 @@ def render_queue(out: Console, view: dict[str, Any]) -> None:
             for r in view["running"]
         ]
         notes = ["leaving (preempted)" if r["leaving"] else None for r in view["running"]]
-        _print_table(out, headers, rows, RUNNING_OPTIONAL, notes)
+        print_table(out, headers, rows, optional=RUNNING_OPTIONAL, notes=notes, indent=2)
     out.print("  queue" if view["queued"] else "  nothing queued", highlight=False)
     if view["queued"]:
         queued_headers = (
@@ -82,7 +81,9 @@ def render_queue(out: Console, view: dict[str, Any]) -> None:
         ]
         # Why it waits goes under its row: a sentence, wrapped at spaces, never squeezed.
         notes = [q["reason"] for q in view["queued"]]
-        _print_table(out, queued_headers, queued_rows, QUEUED_OPTIONAL, notes)
+        print_table(
+            out, queued_headers, queued_rows, optional=QUEUED_OPTIONAL, notes=notes, indent=2
+        )
 
 
 # Left out first when a terminal is too narrow for every column (whole columns, never
@@ -90,20 +91,6 @@ def render_queue(out: Console, view: dict[str, Any]) -> None:
 RUNNING_OPTIONAL = ("LIMIT", "CPUS", "NODE", "HOST", "FOR", "USER")
 # A job's tier goes first (most jobs are "standard"); its estimated start goes last.
 QUEUED_OPTIONAL = ("TIER", "LIMIT", "ASKS", "WAITING", "PRIORITY", "USER", "START")
-
-
-def _print_table(
-    out: Console,
-    headers: tuple[str, ...],
-    rows: Sequence[Sequence[str]],
-    optional: tuple[str, ...],
-    notes: Sequence[str | None],
-) -> None:
-    """The table indented by two, fitted to the terminal (see :func:`fit_table`)."""
-    lines = fit_table(headers, rows, out.width - 2, optional=optional, notes=notes)
-    for i, line in enumerate(lines):
-        out.print(("  " + line).rstrip(), style="bold" if i == 0 else None, markup=False,
-                  highlight=False, overflow="ignore", crop=False, soft_wrap=True)  # fmt: skip
 
 
 def asks(request: dict[str, Any] | None) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -197,17 +198,22 @@ def job_metrics(
     request: Request,
     who: User,
     points: Annotated[int | None, Query(ge=10, le=1_000_000)] = None,
+    elapsed: bool = False,
 ) -> dict[str, Any]:
     """Every metric's history (``[step, value]`` pairs), the job's and the system's;
     with ``points``, each series downsampled on the server to about that many (a
-    chart of 100,000 steps draws from 2,000 that show its shape, spikes included)."""
+    chart of 100,000 steps draws from 2,000 that show its shape, spikes included);
+    with ``elapsed``, the system's as ``[seconds since the job started, value]``."""
     from phalanx.workspace.metrics import downsample
 
-    def wire(history: dict[str, list[tuple[int | None, float | None]]]) -> dict[str, Any]:
+    def wire(history: Mapping[str, list[tuple[Any, float | None]]]) -> dict[str, Any]:
         return {
             k: list(map(list, v if points is None else downsample(v, points)))
             for k, v in history.items()
         }
 
-    metrics, system = _jobs(request, who).metrics(name)
+    jobs = _jobs(request, who)
+    metrics, system = jobs.metrics(name)
+    if elapsed:
+        return {"metrics": wire(metrics), "system": wire(jobs.system_timeline(name))}
     return {"metrics": wire(metrics), "system": wire(system)}

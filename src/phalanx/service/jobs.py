@@ -30,7 +30,7 @@ from phalanx.jobs.logs import LogFollower
 from phalanx.service.access import LOCAL, Caller
 from phalanx.workspace import JobRecord, JobStatus, Workspace
 from phalanx.workspace.layout import JobPaths
-from phalanx.workspace.metrics import History
+from phalanx.workspace.metrics import History, Timeline
 from phalanx.workspace.trials import SweepView
 
 if TYPE_CHECKING:
@@ -393,6 +393,14 @@ class LocalJobs:
 
         job_dir = Path(self.ws.get_job(name).job_dir)
         return read_metrics(job_dir), read_system_metrics(job_dir)
+
+    def system_timeline(self, name: str) -> Timeline:
+        """The system metrics against the seconds since the job started (the studio's
+        charts)."""
+        from phalanx.workspace.metrics import read_system_timeline
+
+        job = self.ws.get_job(name)
+        return read_system_timeline(Path(job.job_dir), job.started_at)
 
     def follower(self, name: str, *, all_ranks: bool, timed: bool = False) -> LogFollower:
         return LogFollower(self.ws.paths(name), all_ranks=all_ranks, timed=timed)

@@ -12,6 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from phalanx.terminal.columns import print_table
 from phalanx.terminal.places import download_command, in_job_folder, output_uris
 from phalanx.terminal.termsafe import rank_text
 from phalanx.tracking.protocol import OUTSIDE_TARGET
@@ -232,21 +233,17 @@ def show_job(console: Console, job: JobRecord, *, remote: bool = False) -> None:
         head.add_row("outputs", str(paths.outputs))
     console.print(head)
     if job.attempts:
-        table = Table(title="attempts", title_justify="left", show_edge=False)
-        for col in ("#", "status", "cause", "exit code", "started", "duration", "then"):
-            table.add_column(col)
+        console.print("attempts", highlight=False)
+        rows = []
         for a in job.attempts:
             end = a.ended_at if a.ended_at is not None else time.time()
-            table.add_row(
-                str(a.number),
-                a.status.value,
-                a.cause.value if a.cause else "-",
-                "-" if a.exit_code is None else str(a.exit_code),
-                local_time(a.started_at),
-                duration(end - a.started_at),
-                a.note or "",
-            )
-        console.print(table)
+            rows.append((str(a.number), a.status.value, a.cause.value if a.cause else "-",
+                         "-" if a.exit_code is None else str(a.exit_code),
+                         local_time(a.started_at), duration(end - a.started_at)))  # fmt: skip
+        # What came next (resumed, retried, …) is a sentence: under its attempt's row.
+        notes = [a.note or None for a in job.attempts]
+        headers = ("#", "STATUS", "CAUSE", "EXIT", "STARTED", "DURATION")
+        print_table(console, headers, rows, optional=("EXIT", "CAUSE"), notes=notes, indent=2)
     panel = error_panel(job, remote=remote)
     if panel is not None:
         console.print(panel)
