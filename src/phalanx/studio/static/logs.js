@@ -5,7 +5,7 @@ const MORE = "… earlier lines load as you scroll up";
 const RANK_COLOURS = 8;  // rank r is drawn in colour r % 8 (studio.css: .rk-0 … .rk-7)
 
 // A line's time as the page shows it: local, to the millisecond; "-" where unknown.
-function clock(ts) {
+function lineClock(ts) {
   if (ts === null || ts === undefined) return "-";
   const d = new Date(ts * 1000);
   const two = (n) => String(n).padStart(2, "0");
@@ -32,7 +32,7 @@ function logsPane(name) {
 
   function line(rank, text, all, ts) {
     const div = el("div", {class: "ln", "data-rank": String(rank)},
-      el("span", {class: "ts"}, clock(ts) + " "));
+      el("span", {class: "ts"}, lineClock(ts) + " "));
     if (all) {
       div.classList.add("rk-" + (rank % RANK_COLOURS));
       if (hidden.has(String(rank))) div.classList.add("off");
