@@ -180,14 +180,16 @@ def job_logs(
     who: User,
     all_ranks: bool = False,
     at: Annotated[str, Query(max_length=100_000, pattern=r"^[0-9:,]*$")] = "",
+    times: bool = False,
 ) -> dict[str, Any]:
-    """Bytes of rank 0's log (or every rank's) from the offsets ``at`` (``rank:offset,…``)."""
+    """Bytes of rank 0's log (or every rank's) from the offsets ``at`` (``rank:offset,…``),
+    with ``times``: the entries of each log's time index for them."""
     paths = _jobs(request, who).paths(name)
     try:
         offsets = parse_offsets(at)
     except ValueError:
         raise PhalanxError("at: give rank:offset pairs, e.g. at=0:1200,1:0") from None
-    return {"files": read_logs(paths, all_ranks=all_ranks, offsets=offsets)}
+    return {"files": read_logs(paths, all_ranks=all_ranks, offsets=offsets, timed=times)}
 
 
 @router.get("/{name}/metrics")

@@ -139,7 +139,7 @@ class Jobs(Protocol):
     def cancel(self, name: str) -> tuple[bool, JobRecord]: ...
     def preempt(self, name: str, nodes: list[int] | None) -> JobRecord: ...
     def metrics(self, name: str) -> tuple[History, History]: ...
-    def follower(self, name: str, *, all_ranks: bool) -> LogFollower: ...
+    def follower(self, name: str, *, all_ranks: bool, timed: bool = False) -> LogFollower: ...
     def download(self, name: str, rel: str, dest: Path) -> Landed | None: ...
 
 
@@ -402,8 +402,8 @@ class LocalJobs:
         job = self.ws.get_job(name)
         return read_system_timeline(Path(job.job_dir), job.started_at)
 
-    def follower(self, name: str, *, all_ranks: bool) -> LogFollower:
-        return LogFollower(self.ws.paths(name), all_ranks=all_ranks)
+    def follower(self, name: str, *, all_ranks: bool, timed: bool = False) -> LogFollower:
+        return LogFollower(self.ws.paths(name), all_ranks=all_ranks, timed=timed)
 
     def download(self, name: str, rel: str, dest: Path) -> Landed | None:
         """Copy ``rel`` of job ``name``'s folder into the folder ``dest`` (links left out,

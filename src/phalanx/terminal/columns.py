@@ -9,6 +9,7 @@ that would have to be squeezed.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 import textwrap
 import time
@@ -91,6 +92,23 @@ def fit_table(
             for part in textwrap.wrap(note, room, break_long_words=False, break_on_hyphens=False):
                 lines.append(lead + part)
     return lines
+
+
+def starts_in(start: float | None, now: float) -> str:
+    """An estimated start from ``now``: ``in 45s``, ``in 12m``, ``in 2.5h``, ``in 3d``;
+    ``now`` once it is due, ``-`` when unknown. Rounded up: never sooner than said."""
+    if start is None:
+        return "-"
+    left = start - now
+    if left <= 0:
+        return "now"
+    if left < 60:
+        return f"in {math.ceil(left)}s"
+    if left < 3600:
+        return f"in {math.ceil(left / 60)}m"
+    if left < 86400:
+        return f"in {math.ceil(left / 360) / 10:g}h"
+    return f"in {math.ceil(left / 8640) / 10:g}d"
 
 
 def short_duration(seconds: float | None) -> str:
