@@ -49,6 +49,12 @@ def times_path(log: Path) -> Path:
     return log.with_name(f".{log.stem}.times")
 
 
+def is_index(name: str) -> bool:
+    """Whether a file's ``name`` is a log's time index (phalanx's, not the job's: left out
+    of the files a user lists and downloads)."""
+    return name.startswith(".std_log") and name.endswith(".times")
+
+
 def _last(fd: int) -> tuple[int, float] | None:
     size = os.fstat(fd).st_size
     if size < ENTRY.size:
