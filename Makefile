@@ -10,7 +10,7 @@ AZURITE_VERSION := 3.37.0
 TOOLS := .tools
 AZURITE := $(TOOLS)/node_modules/.bin/azurite-blob
 
-.PHONY: demo test check test-hosts lint format typecheck pytest bench clean fuse mpi postgresql chromium \
+.PHONY: gpu-check gpu-wheels demo test check test-hosts lint format typecheck pytest bench clean fuse mpi postgresql chromium \
 	containers test-image
 
 $(STAMP): pyproject.toml constraints.txt | mpi
@@ -81,7 +81,7 @@ UNIT_TESTS := tests/test_access.py tests/test_cache.py tests/test_eviction.py te
 	tests/test_logpages.py tests/test_logs.py tests/test_migrations.py tests/test_nets.py \
 	tests/test_redact.py tests/test_rootcause.py tests/test_scheduler_policy.py \
 	tests/test_ship.py tests/test_spec.py tests/test_store.py tests/test_sweep_search.py \
-	tests/test_tracking.py
+	tests/test_tracking.py tests/test_columns.py tests/test_gpudecode.py tests/test_nccl.py
 
 ## check: the edit-test loop: lint, type-check and the unit tests (a few minutes at most)
 check: lint typecheck
@@ -113,6 +113,27 @@ pytest: $(STAMP) $(AZURITE) fuse mpi postgresql chromium test-image
 ## bench: phalanx's launch overhead against bare torchrun
 bench: $(STAMP)
 	$(BIN)/python benchmarks/launch_overhead.py
+
+## gpu-check: the GPU path measured in one call (benchmarks/gpu_check.py); without a GPU, a dry run
+gpu-check:
+	sh benchmarks/gpu_check.sh
+
+# The wheels the GPU machine lacks (benchmarks/gpu_wheels.txt), for its Python 3.12 on
+# manylinux x86-64, into .whl/ (ignored; the device call carries it). Their total size
+# counts towards the 64 MiB that travels with the working tree.
+GPU_PY ?= 3.12
+gpu-wheels:
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version $(GPU_PY) \
+	  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  --platform manylinux1_x86_64 -d .whl -r benchmarks/gpu_wheels.txt
+	@$(PYTHON) -c 'import pathlib, subprocess; \
+	  w = sum(f.stat().st_size for f in pathlib.Path(".whl").glob("*.whl")); \
+	  t = sum(pathlib.Path(f).stat().st_size for f in subprocess.run(["git", "ls-files", "-co", \
+	    "--exclude-standard"], capture_output=True, text=True).stdout.split() \
+	    if pathlib.Path(f).is_file()); \
+	  print(f"gpu-wheels: {w / 2**20:.1f} MiB of wheels + {t / 2**20:.1f} MiB of working tree" \
+	    f" = {(w + t) / 2**20:.1f} MiB of the 64 MiB a device call carries")'
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache

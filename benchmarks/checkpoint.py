@@ -14,17 +14,21 @@ exist), plus the RNG states: about 205 MB. Each round, in one process:
 The stall is the time from calling ``save()`` to its return. Reported: the
 median over ``--saves`` rounds after one warm-up round, the ratio async/sync
 (goal ≤ 0.2) and the median left-over wait. Both Checkpointers write to the
-same disk (``--dir``, default a temporary folder).
+same disk (``--dir``, default a temporary folder). ``--device cuda`` keeps
+the model on the GPU, as in training there: a save then starts with the copy
+from GPU memory (``make gpu-check`` runs it so). ``--json PATH`` also writes
+the figures there.
 
 Usage::
 
     .venv/bin/python benchmarks/checkpoint.py [--saves 7] [--steps 1] [--batch 8]
-        [--image-size 112] [--dir PATH]
+        [--image-size 112] [--dir PATH] [--device cpu|cuda] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import platform
@@ -39,17 +43,20 @@ from typing import Any
 import torch
 from torch import nn
 
-from phalanx.nets import resnet50
+from phalanx.nets import ARCHS, build_model
 from phalanx.train import Checkpointer, rng_state
 
 
 def train(model: nn.Module, opt: torch.optim.Optimizer, steps: int, batch: int, size: int) -> None:
+    device = next(model.parameters()).device
     for _ in range(steps):
-        x = torch.randn(batch, 3, size, size)
-        y = torch.randint(0, 1000, (batch,))
+        x = torch.randn(batch, 3, size, size, device=device)
+        y = torch.randint(0, 1000, (batch,), device=device)
         opt.zero_grad(set_to_none=True)
         nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # the stall is the save's, not the steps' still queued
 
 
 def state_of(model: nn.Module, opt: torch.optim.Optimizer, step: int) -> dict[str, Any]:
@@ -74,11 +81,14 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--image-size", type=int, default=112)
     parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a tmp)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--arch", default="resnet50", choices=sorted(ARCHS), help="the model")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
     logging.getLogger("phalanx.checkpoint").setLevel(logging.WARNING)
 
     torch.manual_seed(0)
-    model = resnet50()
+    model = build_model(args.arch, 1000).to(args.device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
     train(model, opt, 1, args.batch, args.image_size)
 
@@ -119,7 +129,7 @@ def main() -> None:
         f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
         f"python {platform.python_version()}"
     )
-    print(f"\ncheckpoint stall, ResNet-50 + SGD momentum, {size_mb:.0f} MB state ({machine})\n")
+    print(f"\ncheckpoint stall, {args.arch} + SGD momentum, {size_mb:.0f} MB state ({machine})\n")
     print("| save() | stall median (s) | min (s) | max (s) |")
     print("|---|---|---|---|")
     for mode in ("sync", "async"):
@@ -133,6 +143,19 @@ def main() -> None:
     )
     command = " ".join(shlex.quote(a) for a in [".venv/bin/python", *sys.argv])
     print(f"\ncommand: {command}")
+    if args.json is not None:
+        figures = {
+            "device": args.device,
+            "state_mb": size_mb,
+            "saves": args.saves,
+            "sync_stall_s": med["sync"],
+            "async_stall_s": med["async"],
+            "async_over_sync": ratio,
+            "async_left_to_wait_s": statistics.median(left),
+            "first_async_s": first_async,
+            "command": command,
+        }
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
 
 
 if __name__ == "__main__":

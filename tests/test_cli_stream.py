@@ -3,11 +3,13 @@ bounded memory whatever a rank writes."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
 import time
 
+import turns
 from conftest import LOCAL_AND_SERVER, PHALANX, Cli
 
 TALK = """
@@ -182,8 +184,28 @@ def test_a_waiting_job_streams_its_place_and_why_it_waits(cli: Cli) -> None:
         stream.kill()
     waited = [ln for ln in out.splitlines() if ln.startswith("  #1 in the queue of tiny")]
     assert waited, out
-    # The scheduler's own reason, as `phalanx queue` gives it.
-    assert (
-        waited[0]
-        == "  #1 in the queue of tiny: needs 1 CPU on 1 node; 0 CPUs free, 0 launchers free"
+    # The scheduler's own reason, as `phalanx queue` gives it, and its estimate: none, as
+    # the job ahead has no time limit.
+    assert waited[0] == (
+        "  #1 in the queue of tiny: needs 1 CPU on 1 node; 0 CPUs free, 0 launchers free"
+        " · start unknown"
     )
+
+
+@LOCAL_AND_SERVER
+def test_stream_all_ranks_with_timestamps_shows_lines_in_the_order_written(cli: Cli) -> None:
+    """Ranks that take turns come out in turn order, each line with its time."""
+    cli.write("src/turns.py", turns.SCRIPT)
+    name = cli.create(cli.write("job.yml", turns.SPEC))
+    proc = cli.run("job", "stream", name, "--all-ranks", "--timestamps")
+    assert proc.returncode == 0, proc.stderr
+    shown = [ln for ln in proc.stdout.splitlines() if " turn " in ln]
+    assert [ln.split("] ", 1)[1] for ln in shown] == turns.EXPECTED, proc.stdout
+    clocks = [ln.split(" ", 1)[0] for ln in shown]
+    assert all(re.fullmatch(r"\d\d:\d\d:\d\d\.\d{3}", c) for c in clocks), shown
+    assert [ln.split(" ", 1)[1] for ln in shown] == [
+        f"[rank {t % 2}] {text}" for t, text in enumerate(turns.EXPECTED)
+    ]
+    # Without --timestamps a line is as it was before: no time in front.
+    plain = cli.run("job", "stream", name, "--all-ranks")
+    assert "[rank 0] turn 0 of rank 0" in plain.stdout.splitlines()

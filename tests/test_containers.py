@@ -62,7 +62,8 @@ dist.init_process_group("gloo")
 t = torch.ones(1) * (dist.get_rank() + 1)
 dist.all_reduce(t)
 seen = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK",
-        "PHALANX_JOB_NAME", "PHALANX_ATTEMPT", "GREETING", "PHALANX_CHECKPOINT_DIR")}
+        "PHALANX_JOB_NAME", "PHALANX_ATTEMPT", "GREETING", "PHALANX_CHECKPOINT_DIR",
+        "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA")}
 seen.update(python=os.path.realpath(sys.executable), version=sys version_placeholder, sum=t.item(),
             container=os.path.exists("/run/.containerenv"), torch=torch.__file__)
 out = os.path.join(os.environ["PHALANX_OUTPUTS_DIR"], f"rank_{dist.get_rank()}.json")
@@ -87,7 +88,8 @@ def _spec(
         command: python ranks.py
         code: src
         environment: {{image: {image}}}
-        environment_variables: {{GREETING: hi, FAIL_RANK: '{fail}', LOG_MLFLOW: '{mlflow}'}}
+        environment_variables: {{GREETING: hi, FAIL_RANK: '{fail}', LOG_MLFLOW: '{mlflow}',
+                                NCCL_SOCKET_IFNAME: eth0, NCCL_IB_HCA: mlx5_0}}
         resources: {{instance_count: {nodes}}}
         distribution: {{type: pytorch, process_count_per_instance: {procs}}}
         """,
@@ -115,6 +117,7 @@ def test_two_nodes_of_two_ranks_run_in_the_image(cli: Cli, engine: Engine) -> No
             str(rank // 2),
         )
         assert seen["LOCAL_RANK"] == str(rank % 2) and seen["GREETING"] == "hi"
+        assert (seen["NCCL_SOCKET_IFNAME"], seen["NCCL_IB_HCA"]) == ("eth0", "mlx5_0")
         assert seen["PHALANX_JOB_NAME"] == name and seen["PHALANX_ATTEMPT"] == "1"
         assert seen["PHALANX_CHECKPOINT_DIR"] == str(job_dir / "checkpoints")
         log = (job_dir / "user_logs" / f"std_log_process_{rank}.txt").read_text()
@@ -156,6 +159,7 @@ def test_mpi_job_runs_on_the_images_open_mpi(cli: Cli, engine: Engine) -> None:
         assert seen["total"] == 10 and seen["mpi_size"] == 4 and seen["mpi_rank"] == rank
         assert (seen["RANK"], seen["NODE_RANK"]) == (str(rank), str(rank // 2))
         assert (seen["PHALANX_JOB_NAME"], seen["EXTRA"]) == (name, "forwarded")
+        assert (seen["NCCL_SOCKET_IFNAME"], seen["NCCL_IB_HCA"]) == ("eth0", "mlx5_0")
         where = json.loads((job_dir / "outputs" / f"where_{rank}.json").read_text())
         assert where["container"] is True and where["python"].startswith("/usr/bin/python3")
         # The image's own mpi4py on the image's Open MPI, not phalanx's lent copy.

@@ -15,7 +15,8 @@ from mpi4py import MPI
 comm = MPI.COMM_WORLD
 total = comm.allreduce(comm.Get_rank() + 1)
 keys = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
-        "MASTER_PORT", "PHALANX_JOB_NAME", "PHALANX_ATTEMPT", "EXTRA"]
+        "MASTER_PORT", "PHALANX_JOB_NAME", "PHALANX_ATTEMPT", "EXTRA", "NCCL_SOCKET_IFNAME",
+        "NCCL_IB_HCA"]
 keys += [k for k in os.environ if k.startswith("OMPI_COMM_WORLD_")]
 seen = {k: os.environ.get(k) for k in keys}
 seen.update(mpi_rank=comm.Get_rank(), mpi_size=comm.Get_size(), total=total)
@@ -31,7 +32,7 @@ command: python mpi_job.py
 code: src
 resources: {instance_count: 2}
 distribution: {type: mpi, process_count_per_instance: 2}
-environment_variables: {EXTRA: forwarded}
+environment_variables: {EXTRA: forwarded, NCCL_SOCKET_IFNAME: eth0, NCCL_IB_HCA: mlx5_0}
 limits: {timeout: 120}
 """
 
@@ -55,6 +56,8 @@ def test_mpi_job_runs_allreduce_over_two_nodes_of_two(cli: Cli) -> None:
         assert (seen["LOCAL_RANK"], seen["NODE_RANK"]) == (str(rank % 2), str(rank // 2))
         assert seen["MASTER_ADDR"] == "127.0.0.1" and int(seen["MASTER_PORT"]) > 0
         assert (seen["PHALANX_JOB_NAME"], seen["EXTRA"]) == (name, "forwarded")
+        # mpirun forwards the NCCL settings to every rank on every node (-x).
+        assert (seen["NCCL_SOCKET_IFNAME"], seen["NCCL_IB_HCA"]) == ("eth0", "mlx5_0")
         log = (job_dir / "user_logs" / f"std_log_process_{rank}.txt").read_text()
         assert f"rank {rank} allreduce 10" in log
     node_log = (job_dir / "system_logs" / "node_0.txt").read_text()

@@ -6,11 +6,14 @@ of the server's disk; the studio link is printed only where something serves it.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import subprocess
+import tarfile
 from pathlib import Path
 
+import httpx
 import pytest
 
 import servers
@@ -140,6 +143,16 @@ def test_through_a_server_no_path_of_its_disk_reaches_the_terminal(cli: Cli) -> 
     assert data["job_dir"] is None and data["outputs_dir"] is None
     assert data["outputs"]["checkpoints"] == f"azureml://jobs/{name}/outputs/checkpoints"
     assert data["user_logs"] == ["user_logs/std_log_process_0.txt"]
+    # The logs' time indexes are phalanx's, not the job's: in neither listing nor tar.
+    listed_logs = httpx.get(f"{cli.server.url}/api/v1/jobs/{name}/tree",
+                            params={"path": "user_logs"}, timeout=30).json()  # fmt: skip
+    assert [f["path"] for f in listed_logs["files"]] == ["user_logs/std_log_process_0.txt"]
+    packed = httpx.get(f"{cli.server.url}/api/v1/jobs/{name}/files/user_logs", timeout=30)
+    with tarfile.open(fileobj=io.BytesIO(packed.content)) as tar:
+        assert [m.name for m in tar.getmembers() if m.isfile()] == [
+            "user_logs/std_log_process_0.txt"
+        ]
+    assert (Path(home) / "jobs" / name / "user_logs" / ".std_log_process_0.times").is_file()
     assert data["download"] == f"phalanx job download {name}"
     # The server serves the studio: its link is the job's page there.
     assert data["studio_url"] == f"{cli.server.url}/jobs/{name}"

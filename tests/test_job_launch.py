@@ -12,7 +12,8 @@ ENV_SCRIPT = """
 import json, os, sys
 keys = ["MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
         "NODE_RANK", "PHALANX_JOB_NAME", "PHALANX_ATTEMPT", "PHALANX_CHECKPOINT_DIR",
-        "PHALANX_OUTPUTS_DIR", "PHALANX_INPUT_GREETING", "PHALANX_OUTPUT_RESULT", "MY_VAR"]
+        "PHALANX_OUTPUTS_DIR", "PHALANX_INPUT_GREETING", "PHALANX_OUTPUT_RESULT", "MY_VAR",
+        "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA"]
 seen = {k: os.environ.get(k) for k in keys}
 seen["cwd"] = os.getcwd()
 seen["argv"] = sys.argv[1:]
@@ -39,6 +40,9 @@ outputs:
     type: uri_folder
 environment_variables:
   MY_VAR: "42"
+  # What a cluster's NCCL needs (docs/deploy.md); no NCCL here, only that they arrive.
+  NCCL_SOCKET_IFNAME: "=eth0"
+  NCCL_IB_HCA: "mlx5_0:1,mlx5_1:1"
 resources:
   instance_count: 2
 distribution:
@@ -79,6 +83,7 @@ def test_two_nodes_two_processes_each_rank_sees_its_environment(cli: Cli, db: st
         assert env["PHALANX_INPUT_GREETING"] == "hi"
         assert env["PHALANX_OUTPUT_RESULT"] == str(result_dir)
         assert env["MY_VAR"] == "42"
+        assert (env["NCCL_SOCKET_IFNAME"], env["NCCL_IB_HCA"]) == ("=eth0", "mlx5_0:1,mlx5_1:1")
         assert env["argv"] == ["hi", str(result_dir), job["checkpoint_dir"]]
         assert env["cwd"] == str(Path(job["job_dir"]) / "code")
 

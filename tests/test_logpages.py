@@ -3,10 +3,12 @@ and metric downsampling."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from phalanx.jobs.logs import LINE_CAP, LogFollower, decode_block
-from phalanx.server.logread import read_back, search
+from phalanx.launch.logtimes import ENTRY, TimesWriter, stamp_appended, times_path
+from phalanx.server.logread import read_back, read_merged, search
 from phalanx.workspace.layout import JobPaths
 from phalanx.workspace.metrics import downsample
 
@@ -23,11 +25,11 @@ def test_pages_backward_from_the_end_give_every_line_once_in_order(tmp_path: Pat
     log = _log(tmp_path, ("\n".join(lines) + "\n").encode())
     page = read_back(log, 0, before=None, nbytes=4096)
     assert page["end"] == page["size"] == log.stat().st_size
-    got = page["lines"]
+    got = [ln.text for ln in page["lines"]]
     while page["start"] > 0:
         page = read_back(log, 0, before=page["start"], nbytes=4096)
         assert page["lines"], "a page before the start made no progress"
-        got = page["lines"] + got
+        got = [ln.text for ln in page["lines"]] + got
     assert got == lines
 
 
@@ -36,9 +38,9 @@ def test_a_page_of_an_unterminated_last_line_and_of_a_line_longer_than_a_page(
 ) -> None:
     log = _log(tmp_path, b"first\n" + b"x" * 10_000 + b"\nlast without end")
     page = read_back(log, 0, before=None, nbytes=100)
-    assert page["lines"] == ["last without end"]
+    assert [ln.text for ln in page["lines"]] == ["last without end"]
     page = read_back(log, 0, before=page["start"], nbytes=100)
-    assert page["lines"] == ["x" * 99]  # the tail of a line longer than a page
+    assert [ln.text for ln in page["lines"]] == ["x" * 99]  # the tail of a line longer than a page
     assert read_back(tmp_path / "none.txt", 3, before=None, nbytes=10)["lines"] == []
 
 
@@ -85,3 +87,49 @@ def test_downsampling_keeps_the_ends_the_spikes_and_the_order() -> None:
     steps = [s for s, _ in small]
     assert steps == sorted(steps)
     assert downsample(points[:50], 2000) == points[:50]
+
+
+def test_a_times_index_swapped_for_a_link_gives_no_times_and_leaks_nothing(
+    tmp_path: Path,
+) -> None:
+    """A walled job owns user_logs: a link to a secret in place of its time index (read
+    as root by the server) is never followed, and writing through it is refused too."""
+    secret = tmp_path / "secret"
+    secret.write_bytes(ENTRY.pack(5, 123.0) * 4)  # would read as valid entries
+    log = _log(tmp_path, b"line one\nline two\n")
+    times_path(log).symlink_to(secret)
+    page = read_back(log, 0, before=None, nbytes=4096, timed=True)
+    assert [ln.time for ln in page["lines"]] == [None, None]
+    merged = read_merged(JobPaths(tmp_path / "job"), None, nbytes=4096)
+    assert [ts for _, _, ts in merged["lines"]] == [None, None]
+    with contextlib.suppress(OSError):
+        stamp_appended(log, 0, 18, 1.0)
+    assert secret.read_bytes() == ENTRY.pack(5, 123.0) * 4  # nothing appended through it
+
+
+def test_merged_pages_back_by_time_across_ranks(tmp_path: Path) -> None:
+    """Rank 0 writes often, rank 1 seldom: paging back a few bytes at a time, every line
+    comes once and in time order, though one rank's page spans far more time."""
+    paths = JobPaths(tmp_path / "job")
+    paths.user_logs.mkdir(parents=True)
+    written: list[tuple[float, int, str]] = []
+    for rank, every in ((0, 1.0), (1, 7.0)):
+        log = paths.rank_log(rank)
+        writer = TimesWriter(log, 0)
+        with open(log, "ab") as f:
+            for i in range(200 if rank == 0 else 30):
+                text = f"rank {rank} line {i}"
+                written.append((i * every + rank / 10, rank, text))
+                writer.note(len(text) + 1, i * every + rank / 10)
+                f.write(text.encode() + b"\n")
+        writer.close()
+    got: list[list[object]] = []
+    before = None
+    while True:
+        page = read_merged(paths, before, nbytes=300)
+        got = page["lines"] + got
+        left = {r: s for r, s in page["starts"].items() if s > 0}
+        if not left:
+            break
+        before = left
+    assert [text for _, text, _ in got] == [text for _, _, text in sorted(written)]

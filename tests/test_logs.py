@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 import time
 import tracemalloc
 from pathlib import Path
 
 from phalanx.jobs.logs import LINE_CAP, PARTIAL_AFTER_S, READ_BYTES, LogFollower, LogLine
+from phalanx.launch.logtimes import BYTES_PER_ENTRY, FREE_ENTRIES, TimesWriter, entries, lookup
 from phalanx.workspace.layout import JobPaths
 
 
@@ -75,10 +81,12 @@ def test_a_line_longer_than_the_cap_comes_in_marked_pieces(tmp_path: Path) -> No
     follower = LogFollower(paths)
     paths.rank_log(0).write_text("a" * LINE_CAP + "b" * LINE_CAP + "tail")
     # Without waiting for the line's end or PARTIAL_AFTER_S.
-    assert follower.poll() == [LogLine(0, "a" * LINE_CAP), LogLine(0, "b" * LINE_CAP, cont=True)]
+    got = [ln[:3] for ln in follower.poll()]  # rank, text, cont (not where the pieces end)
+    assert got == [LogLine(0, "a" * LINE_CAP)[:3], LogLine(0, "b" * LINE_CAP, cont=True)[:3]]
     with open(paths.rank_log(0), "a") as f:
         f.write(" end\nnext\n")
-    assert follower.poll() == [LogLine(0, "tail end", cont=True), LogLine(0, "next")]
+    got = [ln[:3] for ln in follower.poll()]
+    assert got == [LogLine(0, "tail end", cont=True)[:3], LogLine(0, "next")[:3]]
 
 
 def test_reads_are_bounded_and_characters_stay_whole_across_them(tmp_path: Path) -> None:
@@ -119,3 +127,52 @@ def test_memory_stays_bounded_on_a_bar_that_never_ends_its_line(tmp_path: Path) 
         tracemalloc.stop()
     assert texts(shown)[-1] == (0, f"{1_999_999:>8}%")
     assert peak < 8 << 20, f"following a bar held {peak >> 20} MiB"
+
+
+def test_the_worker_copies_output_as_written_times_each_line_and_leaves_a_daemon(
+    tmp_path: Path,
+) -> None:
+    """The rank's wrapper: its log is exactly what the command printed, each line has
+    the time it was printed, and a process the command left holding its output does not
+    keep the wrapper from ending."""
+    pid_file = tmp_path / "daemon.pid"
+    command = f"echo one; sleep 0.5; echo two; (sleep 60 & echo $! > {pid_file}); echo three"
+    env = {**os.environ, "RANK": "0", "PHALANX_JOB_DIR": str(tmp_path)}
+    (tmp_path / "user_logs").mkdir()
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "phalanx.launch.worker", command], env=env, timeout=60
+        )
+        took = time.monotonic() - started
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    assert proc.returncode == 0
+    assert took < 30  # not the daemon's 60 s
+    log = tmp_path / "user_logs" / "std_log_process_0.txt"
+    assert log.read_bytes() == b"one\ntwo\nthree\n"  # no time written into the log
+    ends = [4, 8, 14]
+    one, two, three = lookup(entries(log, 0, 14), ends)
+    assert one is not None and two is not None and three is not None
+    assert two - one >= 0.4 and three >= two
+    # The follower gives the same times, and the live API's lines carry them.
+    follower = LogFollower(JobPaths(tmp_path), timed=True)
+    assert [(ln.text, ln.time) for ln in follower.flush()] == [
+        ("one", one), ("two", two), ("three", three)
+    ]  # fmt: skip
+
+
+def test_a_times_index_marks_untimed_bytes_and_stays_within_its_budget(tmp_path: Path) -> None:
+    log = tmp_path / "std_log_process_0.txt"
+    log.write_bytes(b"written before any index\n")
+    writer = TimesWriter(log, log.stat().st_size)
+    for i in range(FREE_ENTRIES * 3):  # a burst of one-byte writes
+        writer.note(1, 1000.0 + i / 1e6)
+    writer.close()
+    size = 25 + FREE_ENTRIES * 3
+    found = entries(log, 0, size, cap=1 << 20)
+    assert found[0][0] == 25 and lookup(found, [25]) == [None]  # unknown, never invented
+    assert FREE_ENTRIES < len(found) <= FREE_ENTRIES + 3 * FREE_ENTRIES // BYTES_PER_ENTRY + 2
+    assert found[-1] == (size, 1000.0 + (FREE_ENTRIES * 3 - 1) / 1e6)  # the last byte's time
+    assert [o for o, _ in found] == sorted(o for o, _ in found)

@@ -10,6 +10,8 @@ import socket
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import LOCAL_AND_SERVER, Cli
 
 SCRIPT = """
@@ -259,3 +261,45 @@ def test_each_ray_nodes_samples_read_back_named_by_node_across_attempts(tmp_path
     sampled("system_metrics.jsonl", [5.0], "server")
     assert read_system_metrics(tmp_path)["system/cpu_percent"] == [(0, 5.0)]
     assert read_system_metrics(tmp_path / "missing") == {}
+
+
+def test_system_samples_read_against_the_seconds_since_the_job_started(tmp_path: Path) -> None:
+    """What the studio's system charts draw: each sample at its time since the job's start
+    (the supervisor's and each Ray node's, named as read_system_metrics names them), in
+    time order; a line without a time is left out."""
+    from phalanx.workspace.metrics import node_metrics_file, read_system_timeline
+
+    def sampled(file: str, samples: list[tuple[float | None, float]]) -> None:
+        lines = [{"name": "system/cpu_percent", "value": v, "step": i, "time": t}
+                 for i, (t, v) in enumerate(samples)]  # fmt: skip
+        (tmp_path / file).write_text("".join(json.dumps(r) + "\n" for r in lines))
+
+    sampled("system_metrics.jsonl", [(1000.0, 5.0), (1002.5, 6.0), (None, 7.0), (1001.0, 4.0)])
+    sampled(node_metrics_file(1, 0), [(1003.0, 30.0)])
+    timeline = read_system_timeline(tmp_path, since=999.0)
+    assert timeline == {
+        "system/cpu_percent": [(1.0, 5.0), (2.0, 4.0), (3.5, 6.0)],
+        "system/node0/cpu_percent": [(4.0, 30.0)],
+    }
+    # Without the job's start: from its first sample.
+    assert read_system_timeline(tmp_path)["system/cpu_percent"][0] == (0.0, 5.0)
+    assert read_system_timeline(tmp_path / "missing") == {}
+
+
+def test_the_sampler_takes_the_first_minute_fast_unless_an_interval_is_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from phalanx.launch import sysmetrics
+
+    monkeypatch.delenv(sysmetrics.INTERVAL_ENV, raising=False)
+    start = time.monotonic()
+    sampler = sysmetrics.SystemSampler(tmp_path)  # its first minute counts from here
+    assert sampler.next_wait(start) == sysmetrics.FAST_INTERVAL_S == 2.0
+    assert sampler.next_wait(start + 59) == 2.0
+    # Past the first minute: the bound a long job's samples keep.
+    assert sampler.next_wait(start + 61) == sysmetrics.DEFAULT_INTERVAL_S == 15.0
+    monkeypatch.setenv(sysmetrics.INTERVAL_ENV, "0.5")
+    assert sysmetrics.SystemSampler(tmp_path).next_wait(start) == 0.5
+    monkeypatch.setenv(sysmetrics.INTERVAL_ENV, "30")
+    assert sysmetrics.SystemSampler(tmp_path).next_wait(start) == 30.0
+    assert sysmetrics.SystemSampler(tmp_path, interval=7).next_wait(start) == 7

@@ -16,6 +16,7 @@ import pytest
 import servers
 from conftest import Cli, blob_datastore
 from phalanx.bench.raycluster import RayCluster
+from phalanx.launch.logtimes import entries, lookup
 from phalanx.tracking.runfiles import read_run_data
 
 pytestmark = pytest.mark.slow
@@ -114,6 +115,13 @@ def test_nodes_keep_their_own_files_and_ship_them_back(
     for rank in range(2):
         log = _text(job_dir / "user_logs" / f"std_log_process_{rank}.txt")
         assert f"halfway {rank}" in log and f"finished {rank}" in log
+        # Its lines were timed as they arrived here (the node's own index stayed there).
+        path = job_dir / "user_logs" / f"std_log_process_{rank}.txt"
+        size = path.stat().st_size
+        found = entries(path, 0, size)
+        assert found and found[-1][0] == size, found
+        (when,) = lookup(found, [size])
+        assert when is not None and abs(time.time() - when) < 600
     assert (job_dir / "system_logs" / "node_1.txt").is_file()
     metrics = [json.loads(x) for x in _text(job_dir / "metrics.jsonl").splitlines()]
     assert sorted((m["name"], m["value"]) for m in metrics) == [

@@ -97,6 +97,21 @@ def test_a_data_root_without_train_is_a_one_line_user_error(tmp_path: Path) -> N
     assert not (tmp_path / "o").exists()
 
 
+def test_gpu_decode_without_a_gpu_is_a_one_line_user_error(tmp_path: Path) -> None:
+    """``--decode gpu`` on a machine without CUDA (as this one): refused before any work."""
+    data = tmp_path / "data" / "train"
+    data.mkdir(parents=True)
+    (data / "index.json").write_text("{}")
+    for root, why in ((tmp_path / "data", "needs CUDA"), (tmp_path, "needs --data with phalanx")):
+        cmd = [sys.executable, str(TRAIN), "--data", str(root), "--decode", "gpu",
+               "--output-dir", str(tmp_path / "o")]  # fmt: skip
+        proc = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith("train.py: --decode gpu: ") and why in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert not (tmp_path / "o").exists()
+
+
 def test_demo_job_runs_through_phalanx(cli: Cli) -> None:
     """The README's demo: its dataset made as shards in the default datastore, then the
     spec, shrunk by --set, runs as 2 nodes x 1 process, learns and reports accuracy."""

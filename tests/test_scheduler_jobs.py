@@ -17,6 +17,7 @@ import random
 import re
 import signal
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -432,3 +433,51 @@ def test_a_spot_job_is_preempted_for_a_higher_one_and_resumes_losing_nothing(
     expected = _weights(baseline)
     for key, tensor in _weights(job).items():
         assert torch.equal(tensor, expected[key]), key
+
+
+@LOCAL_AND_SERVER
+def test_waiting_jobs_get_a_start_from_the_time_limit_ahead_or_unknown(cli: Cli) -> None:
+    """Behind a job with limits.timeout 60, the next job should start about 60 s after
+    it did; behind that one (which has no limit), the time is unknown: never invented."""
+    tiny = ("--type", "local", "--name", "tiny", "--cpus", "1", "--gpus", "none")
+    cli.run("compute", "create", *tiny, check=True)
+    limited = cli.create(cli.write("limited.yml", "command: sleep 300\ncompute: tiny\n"
+                                   "limits: {timeout: 60}\n"))  # fmt: skip
+    running = cli.wait(limited, ("Running",))
+    unlimited = cli.create(cli.write("unlimited.yml", "command: sleep 300\ncompute: tiny\n"))
+    last = cli.create(cli.write("last.yml", "command: sleep 300\ncompute: tiny\n"))
+    stream = cli.popen("job", "stream", unlimited)
+    try:
+        deadline = time.monotonic() + 60
+        while not all("start" in (cli.show(n)["queue"] or {}) for n in (unlimited, last)):
+            assert time.monotonic() < deadline, "the scheduler gave no estimate"
+            time.sleep(0.2)
+        began = datetime.fromisoformat(running["started_at"]).timestamp()
+        start = cli.show(unlimited)["queue"]["start"]
+        assert abs(start - (began + 60)) <= 5, (start, began)
+        assert cli.show(last)["queue"]["start"] is None
+        # The queue's answer (the API's, through a server) and its table at 80 columns.
+        view = json.loads(cli.run("queue", "--compute", "tiny", "--json", check=True).stdout)[0]
+        shown = [(q["job"], q["start"]) for q in view["queued"]]
+        assert shown == [(unlimited, start), (last, None)]
+        cli.env["COLUMNS"] = "80"
+        text = cli.run("queue", "--compute", "tiny", check=True).stdout
+        lines = text.splitlines()
+        assert max(map(len, lines)) <= 80, text
+        header = next(line for line in lines if line.strip().startswith("#")).split()
+        assert header[-1] == "START", text
+        first_row = next(line for line in lines if unlimited in line).split()
+        assert re.fullmatch(r"in \d+[sm]", " ".join(first_row[-2:])), first_row
+        assert next(line for line in lines if last in line).split()[-1] == "-"
+        # job stream's waiting line says it too (it looks every 0.2 s).
+        cli.run("job", "cancel", unlimited, check=True)
+        out, _ = stream.communicate(timeout=60)
+        waited = [ln for ln in out.splitlines() if ln.startswith("  #1 in the queue of tiny")]
+        assert waited and re.search(r" · starts about \d\d:\d\d:\d\d \(in \d+[sm]\)$", waited[0]), (
+            out
+        )
+    finally:
+        stream.kill()
+        cli.env.pop("COLUMNS", None)
+        for name in (last, unlimited, limited):
+            cli.run("job", "cancel", name, timeout=60)

@@ -438,3 +438,33 @@ def test_a_low_priority_target_counts_only_the_nodes_that_carry_its_marker() -> 
     assert (count_nodes(reading, spot), count_nodes(reading, dedicated)) == (2, 1)
     with pytest.raises(ValidationError, match="tier"):
         RayTarget(name="x", address="ray://h:1", tier="gold")
+
+
+def test_every_waiting_job_gets_a_start_from_the_time_limits_ahead_or_unknown() -> None:
+    holding = [
+        running("limited", "0,1,2,3", ends_by=160.0),  # started at 100 with timeout 60
+        running("forever", "4,5,6,7"),  # no time limit: holds its GPUs for good
+    ]
+    jobs = [
+        queued("four", gpus(4), 1, timeout=30.0),  # gets limited's GPUs at 160
+        queued("two", gpus(2), 2, timeout=30.0),  # after four (in order), when four ends
+        queued("eight", gpus(8), 3),  # needs forever's GPUs: unknown
+        queued("one", gpus(1), 4),  # behind an unknown: unknown too
+        queued("huge", gpus(9), 0),  # never fits: skipped, no estimate
+    ]
+    decision = decide(EIGHT, holding, jobs, now=120.0)
+    assert decision.starts == {
+        "four": 160.0, "two": 190.0, "eight": None, "one": None, "huge": None,
+    }  # fmt: skip
+
+
+def test_a_preempted_job_frees_its_devices_for_the_estimate_at_once() -> None:
+    holding = [running("spot", "0,1,2,3,4,5,6,7", tier=TIERS["spot"])]
+    jobs = [
+        queued("urgent", gpus(8), 1, priority=PRIORITIES["high"]),
+        queued("next", gpus(8), 2, timeout=100.0),
+    ]
+    decision = decide(EIGHT, holding, jobs, now=50.0)
+    assert decision.preempt == {"spot": "urgent"}
+    # urgent has no time limit: it holds the box for good once it starts, so next is unknown.
+    assert decision.starts == {"urgent": 50.0, "next": None}

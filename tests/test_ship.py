@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from phalanx.compute.ship import Scanner, apply
+from phalanx.launch.logtimes import entries, lookup, times_path
 
 
 def _pair(tmp_path: Path) -> tuple[Path, Path, Scanner]:
@@ -147,3 +149,29 @@ def test_seeded_files_are_not_sent_back_and_paths_stay_inside(tmp_path: Path) ->
     bad = [Change("job", "../escape.txt", b"no"), Change("job", "/abs.txt", b"no")]
     assert apply(bad, {"job": ws}) == []
     assert not (tmp_path / "escape.txt").exists() and not Path("/abs.txt").exists()
+
+
+def test_a_shipped_rank_log_is_timed_on_arrival_and_the_nodes_index_stays(
+    tmp_path: Path,
+) -> None:
+    node, ws, scanner = _pair(tmp_path)
+    (ws / "user_logs").mkdir()
+    shipped = ws / "user_logs" / "std_log_process_0.txt"
+    shipped.write_text("before any index\n")  # an earlier attempt, never timed
+    (node / "user_logs").mkdir()
+    log = node / "user_logs" / "std_log_process_0.txt"
+    log.write_text("node line 1\n")
+    times_path(log).write_bytes(b"node offsets: not the workspace's")
+    t0 = time.time()
+    _ship(scanner, ws)
+    assert not times_path(shipped).exists() or times_path(shipped).read_bytes()[:4] != b"node"
+    with open(log, "a") as f:
+        f.write("node line 2\n")
+    _ship(scanner, ws)
+    size = shipped.stat().st_size
+    found = entries(shipped, 0, size)
+    # The earlier attempt's bytes are of unknown time; each shipped piece has its arrival.
+    first = len("before any index\n")
+    assert lookup(found, [first, first + 12, size]) == [None, found[1][1], found[2][1]]
+    assert [o for o, _ in found] == [first, first + 12, size]
+    assert t0 <= found[1][1] <= found[2][1] <= time.time()

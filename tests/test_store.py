@@ -136,7 +136,8 @@ def test_a_decision_is_applied_once_and_devices_come_back(ws: Workspace) -> None
     assert ledger.apply(ws, "local", decision, {}) == [big]  # a canceled job never starts
     assert ledger.apply(ws, "local", decision, {}) == []  # nor does one started already
     assert ledger.grant_of(ws, big) == grant
-    assert ws.get_job(small).queue == {"position": 1, "reason": "waits for 2 GPUs"}
+    # No start estimate was given: unknown (None), never invented.
+    assert ws.get_job(small).queue == {"position": 1, "reason": "waits for 2 GPUs", "start": None}
     [running] = ledger.holding(ws, "local")
     assert running.name == big and running.nodes[1].memory == 80 * GIB
     # Preempted for the small job: marked releasing, asked to preempt, once.

@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -28,6 +29,7 @@ import pytest
 
 import jobpython
 import servers
+import turns
 from conftest import BIN, PHALANX, Cli, job_processes_under, workspace_processes
 
 pytestmark = pytest.mark.slow
@@ -110,6 +112,8 @@ class Studio:
     failed: str
     live: str
     poke: Path
+    turns: str
+    """Two ranks that printed in turns (:mod:`turns`)."""
 
     @property
     def url(self) -> str:
@@ -149,6 +153,7 @@ def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Studio]:
     )
     done = _job(cli, "done.py", DONE, 1, "${{outputs.model}}", more=outputs)
     failed = _job(cli, "fail.py", FAIL, 2)
+    taking_turns = _job(cli, "turns.py", turns.SCRIPT, 2)  # before live, which keeps a CPU
     live = _job(cli, "live.py", LIVE, 1, str(poke))
     # Its jobs were made on this machine's workspace by root's own CLI (whose Python other
     # accounts may not run): the server trusts them, as it did the embedded user.
@@ -156,12 +161,13 @@ def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Studio]:
     try:
         assert cli.wait(done, ("Completed", "Failed"))["status"] == "Completed"
         assert cli.wait(failed, ("Failed", "Completed"))["status"] == "Failed"
+        assert cli.wait(taking_turns, ("Completed", "Failed"))["status"] == "Completed"
         cli.wait(live, ("Running",))
         deadline = time.monotonic() + 60
         while "tick 1" not in _rank_log(cli, live, 0):
             assert time.monotonic() < deadline, "the live job printed nothing"
             time.sleep(0.2)
-        yield Studio(cli, server, done, failed, live, poke)
+        yield Studio(cli, server, done, failed, live, poke, taking_turns)
     finally:
         with contextlib.suppress(Exception):
             cli.run("job", "cancel", live, timeout=60)
@@ -394,6 +400,58 @@ def test_all_ranks_interleaved_pages_back_to_each_ranks_first_line(
     assert "[0] rank 0 starting" in text and "[1] rank 1 starting" in text
     for rank, count in lines.items():  # every line of each rank, once
         assert page.locator(f'#log .ln[data-rank="{rank}"]').count() == count
+
+
+def test_all_ranks_show_in_the_order_written_each_in_its_colour_with_times(
+    studio: Studio, page: Any
+) -> None:
+    # Through the API: the ranks' lines merged by the times their wrappers recorded.
+    got = httpx.get(f"{studio.url}/api/v1/jobs/{studio.turns}/logs/merged").json()
+    taken = [(r, text, ts) for r, text, ts in got["lines"] if text.startswith("turn ")]
+    assert [text for _, text, _ in taken] == turns.EXPECTED
+    assert [r for r, _, _ in taken] == [t % 2 for t in range(turns.TURNS)]
+    times = [ts for _, _, ts in taken]
+    assert all(isinstance(ts, float) for ts in times) and times == sorted(times)
+    assert got["starts"] == {"0": 0, "1": 0}  # short logs: one page reached both beginnings
+    # The log itself is what the program printed: no time written into it.
+    assert "turn 0 of rank 0\n" in _rank_log(studio.cli, studio.turns, 0)
+    assert _rank_log(studio.cli, studio.turns, 0).count("turn") == 3
+    # Older pages, a few bytes at a time, give every line once, in the same order.
+    merged: list[str] = []
+    before = None
+    while True:
+        query = {"kib": "1"} | ({"before": before} if before else {})
+        got = httpx.get(f"{studio.url}/api/v1/jobs/{studio.turns}/logs/merged", params=query)
+        part = got.json()
+        merged = [text for _, text, _ in part["lines"]] + merged
+        left = {r: s for r, s in part["starts"].items() if s > 0}
+        if not left:
+            break
+        before = ",".join(f"{r}:{s}" for r, s in left.items())
+    assert [t for t in merged if t.startswith("turn ")] == turns.EXPECTED
+
+    # In the studio: the same order, a colour per rank, and times on a toggle.
+    page.goto(f"{studio.url}/jobs/{studio.turns}")
+    page.wait_for_selector("#log .ln")
+    page.select_option("#rank", "all")
+    page.wait_for_function("document.querySelector('#log')?.innerText.includes('turn 5 of rank 1')")
+    lines = page.locator("#log .ln", has_text="turn ")
+    assert [t.split("] ", 1)[1] for t in lines.all_inner_texts()] == turns.EXPECTED
+    classes = [set(c.split()) for c in lines.evaluate_all("els => els.map(e => e.className)")]
+    assert all("rk-0" in c for c in classes[0::2]) and all("rk-1" in c for c in classes[1::2])
+    colours = lines.evaluate_all("els => els.map(e => getComputedStyle(e).color)")
+    assert colours[0] != colours[1] and colours[0] == colours[2]
+    assert not re.search(r"\d\d:\d\d:\d\d\.\d{3}", page.inner_text("#log"))  # off by default
+    page.check("#timestamps")
+    shown = lines.all_inner_texts()
+    assert all(re.match(r"\d\d:\d\d:\d\d\.\d{3} \[[01]\] turn ", t) for t in shown), shown
+    # The legend hides a rank's lines, and shows them again.
+    visible = "els => els.filter(e => e.getClientRects().length).map(e => e.innerText)"
+    page.click('#legend .chip[data-rank="1"]')
+    assert [t.split("] ", 1)[1] for t in lines.evaluate_all(visible)] == turns.EXPECTED[0::2]
+    page.click('#legend .chip[data-rank="1"]')
+    assert len(lines.evaluate_all(visible)) == turns.TURNS
+    _shot(page, "logs-interleaved")
 
 
 def test_cancel_needs_the_pages_csrf_value_and_the_button_cancels(
@@ -933,6 +991,9 @@ def test_compute_grid_queue_table_and_phalanx_queue_at_80_columns(
             row = shown.nth(i)
             assert row.locator('td[data-col="reason"]').inner_text() == q["reason"]
             assert row.locator('td[data-col="position"]').inner_text() == str(q["position"])
+            start = row.locator('td[data-col="start"]').inner_text()
+            assert start == "unknown" if q["start"] is None else start.startswith("in "), start
+        assert view["queued"][0]["start"] is not None  # urgent: behind 10-minute limits
         cells = shown.nth(0).locator("td").all_inner_texts()
         assert cells[1:7] == [urgent, "this machine", "high", "premium", "1 node × 2 GPUs", "10m"]
         assert cells[7] == "just now" or cells[7].endswith(" ago"), cells
@@ -949,21 +1010,19 @@ def test_compute_grid_queue_table_and_phalanx_queue_at_80_columns(
         lines = text.splitlines()
         assert max(len(line) for line in lines) <= 80, text
         header = next(line for line in lines if line.strip().startswith("#"))
-        assert header.split() == [
-            "#",
-            "JOB",
-            "USER",
-            "PRIORITY",
-            "TIER",
-            "ASKS",
-            "LIMIT",
-            "WAITING",
-        ]
+        # Every column but the tier (left out first when the job names are long).
+        kept = header.split()
+        assert [c for c in kept if c != "TIER"] == [
+            "#", "JOB", "USER", "PRIORITY", "ASKS", "LIMIT", "WAITING", "START",
+        ]  # fmt: skip
         words = text.split()
         for name in (first, second, urgent, big):
             assert name in words, text  # whole, never wrapped or elided mid-name
         urgent_row = next(line for line in lines if urgent in line).split()
-        assert urgent_row[:7] == ["1", urgent, "-", "high", "premium", "1×2", "GPU"], urgent_row
+        tier = ["premium"] if "TIER" in kept else []
+        assert urgent_row[: 6 + len(tier)] == ["1", urgent, "-", "high", *tier, "1×2", "GPU"]
+        # It starts when the first of the two holders' 10-minute limits is up.
+        assert re.fullmatch(r"in (9|10)m", " ".join(urgent_row[-2:])), urgent_row
         for q in view["queued"]:  # why it waits: under its row, wrapped at spaces only
             assert " ".join(q["reason"].split()) in " ".join(words), text
         assert "2h" in next(line for line in lines if big in line)

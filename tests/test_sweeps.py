@@ -141,6 +141,19 @@ def test_azure_mls_hello_sweep_runs_its_trials_as_jobs(cli: Cli) -> None:
     shown = cli.run("job", "show", name, check=True).stdout
     assert f"best trial         {best['number']} ({best['job_name']})" in shown
     assert f"--path azureml://jobs/{best['job_name']}/outputs/checkpoints" in shown
+    # On an 80-column terminal: the trials table cuts no job name, and a stop's reason
+    # goes under its trial's row, wrapped at spaces.
+    cli.env["COLUMNS"] = "80"
+    narrow = cli.run("job", "show", name, check=True).stdout
+    cli.env["COLUMNS"] = "200"
+    table = narrow[narrow.index("trials by score (maximize)") :].splitlines()
+    assert table[1].split()[:4] == ["#", "JOB", "STATUS", "score"], table
+    assert max(map(len, table)) <= 80, narrow
+    words = narrow.split()
+    for trial in trials:
+        assert trial["job_name"] in words, narrow
+        if trial["reason"]:
+            assert " ".join(trial["reason"].split()) in " ".join(words), narrow
 
 
 GRID = """

@@ -95,7 +95,7 @@ def test_logger_prefix_and_rank_rules(
 
 WORKER = textwrap.dedent(
     """
-    import json, sys
+    import json, os, sys
     from pathlib import Path
     import torch.distributed as dist
     from phalanx.train import all_reduce_sum, cleanup, get_logger, init
@@ -118,6 +118,8 @@ WORKER = textwrap.dedent(
         "distributed": ctx.distributed,
         "group": dist.is_initialized() and dist.get_world_size(),
         "total": total,
+        # The NCCL line's set-up is for nccl only: gloo leaves NCCL's variables alone.
+        "nccl_env": sorted(k for k in os.environ if k.startswith("NCCL_DEBUG")),
     }
     cleanup()
     cleanup()
@@ -150,9 +152,11 @@ def test_two_process_gloo_run(tmp_path: Path) -> None:
             "distributed": True,
             "group": 2,
             "total": 3.0,
+            "nccl_env": [],
         }
 
     lines = proc.stdout.splitlines()
+    assert not any("phalanx: NCCL" in ln for ln in lines)  # no NCCL line without nccl
     assert any(ln.startswith("[rank 0/2]") and "INFO worker: info from 0" in ln for ln in lines)
     assert not any("info from 1" in ln for ln in lines)
     for rank in (0, 1):

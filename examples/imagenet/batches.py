@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from phalanx.data.gpudecode import BatchDecoder, EvalPlan, TrainPlan, collate_encoded
 from phalanx.data.images import (
     EvalTransform,
     TrainTransform,
@@ -46,6 +47,24 @@ class TrainSample:
 
     def __call__(self, jpeg: bytes, label: int, rng: np.random.Generator) -> tuple[Any, int]:
         return TrainTransform(self.size)(jpeg, rng), label
+
+
+@dataclass
+class TrainPlanSample:
+    """Shard sample → (still-encoded image with its crop drawn, label): ``--decode gpu``."""
+
+    size: int
+
+    def __call__(self, jpeg: bytes, label: int, rng: np.random.Generator) -> tuple[Any, int]:
+        return TrainPlan(self.size)(jpeg, rng), label
+
+
+@dataclass
+class EvalPlanSample:
+    size: int
+
+    def __call__(self, jpeg: bytes, label: int, rng: np.random.Generator) -> tuple[Any, int]:
+        return EvalPlan(self.size, resize=round(self.size * 256 / 224))(jpeg), label
 
 
 @dataclass
@@ -143,9 +162,21 @@ class Real(Batches):
         train, val = _join(args.data, "train"), _join(args.data, "val")
         self.shards = _is_shards(train)
         self.loader: Any
+        # Decoding on the GPU: workers only draw crops; this process decodes each batch.
+        self.decoder = None
+        train_sample: Any = TrainSample(args.image_size)
+        eval_sample: Any = EvalSample(args.image_size)
+        if getattr(args, "decode", "cpu") == "gpu" and self.shards:
+            self.decoder = BatchDecoder(args.image_size, device)
+            train_sample, eval_sample = (
+                TrainPlanSample(args.image_size),
+                EvalPlanSample(args.image_size),
+            )
+            kw["collate_fn"] = collate_encoded
+            kw["pin_memory"] = False  # the decoder copies the encoded bytes itself
         if self.shards:
             ds = ShardDataset(
-                open_source(train), seed=args.seed, transform=TrainSample(args.image_size),
+                open_source(train), seed=args.seed, transform=train_sample,
                 rank=rank, world_size=world,
             )  # fmt: skip
             self.num_classes = ds.num_classes
@@ -154,7 +185,7 @@ class Real(Batches):
             self.val_loader: Any = None
             if is_uri(val) or (Path(val) / "index.json").is_file():
                 vds = ShardDataset(
-                    open_source(val), shuffle=False, transform=EvalSample(args.image_size),
+                    open_source(val), shuffle=False, transform=eval_sample,
                     rank=rank, world_size=world,
                 )  # fmt: skip
                 self.val_loader = StatefulLoader(vds, **kw)
@@ -179,6 +210,11 @@ class Real(Batches):
             )
 
     def _to_device(self, batches: Any) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        if self.decoder is not None:
+            for encoded in batches:
+                images, labels = self.decoder(encoded)
+                yield normalize_batch(images, channels_last=self.channels_last), labels
+            return
         for images, labels in batches:
             images = images.to(self.device, non_blocking=True)
             labels = labels.to(self.device, non_blocking=True)
@@ -213,6 +249,19 @@ def check_data_root(root: str) -> str | None:
             f"no folder {train}; give a root holding train/ (and val/), as phalanx shards "
             "(phalanx data convert imagefolder) or one folder per class"
         )
+    return None
+
+
+def check_gpu_decode(root: str | None) -> str | None:
+    """What stands in the way of ``--decode gpu`` here."""
+    if root is None or not _is_shards(_join(root, "train")):
+        return "needs --data with phalanx shards (phalanx data convert imagefolder)"
+    if not torch.cuda.is_available():
+        return "needs CUDA, which this machine lacks; decode on the CPU (--decode cpu)"
+    try:
+        import torchvision.io  # noqa: F401
+    except ImportError:
+        return "needs torchvision (the build matching this torch); pip install torchvision"
     return None
 
 

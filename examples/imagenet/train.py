@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from batches import check_data_root, default_workers, make_batches
+from batches import check_data_root, check_gpu_decode, default_workers, make_batches
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -156,11 +156,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--workers", type=int, default=None, help="DataLoader workers per process (real data)"
     )
+    p.add_argument(
+        "--decode",
+        choices=["cpu", "gpu"],
+        default="cpu",
+        help="where shards' JPEGs are decoded: the loader's CPU workers, or the GPU (nvJPEG "
+        "through torchvision; not yet run on a GPU in phalanx's tests)",
+    )
     args = p.parse_args(argv)
     if args.workers is None:
         args.workers = default_workers()
     if args.workers < 0:
         p.error("--workers must not be negative")
+    if args.decode == "gpu" and (problem := check_gpu_decode(args.data)):
+        print(f"train.py: --decode gpu: {problem}", file=sys.stderr)
+        sys.exit(2)
     if args.data is not None and (problem := check_data_root(args.data)):
         # A user error, so one line and exit code 2, before any process group exists.
         print(f"train.py: --data {args.data}: {problem}", file=sys.stderr)

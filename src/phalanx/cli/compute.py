@@ -14,11 +14,11 @@ import sys
 import click
 from pydantic import SecretStr, ValidationError
 from rich.console import Console
-from rich.table import Table
 
 from phalanx.client.backends import targets
 from phalanx.errors import PhalanxError
 from phalanx.service.targets import TargetCreate, check_request
+from phalanx.terminal.columns import print_table
 
 console = Console()
 
@@ -181,23 +181,21 @@ def list_cmd(as_json: bool) -> int:
     if as_json:
         click.echo(json.dumps([t["settings"] for t in listed], indent=2))
         return 0
-    table = Table(box=None, header_style="bold")
-    for column in ("NAME", "TYPE", "WHERE", "PLACEMENT", "NODES", "TOKEN"):
-        table.add_column(column)
+    rows = []
     for t in listed:
         settings = t["settings"]
         if settings["type"] == "local":
-            table.add_row(settings["name"], "local", t["where"], "", "", "")
-        else:
-            most = settings.get("max_nodes")
-            nodes = f"{settings.get('min_nodes', 0)}-{most} (elastic)" if most else ""
-            if settings.get("tier") == "low_priority":
-                nodes = f"{nodes} low-priority".strip()
-            table.add_row(
-                settings["name"], settings["type"], t["where"], settings["placement"], nodes,
-                settings["token"] or "none",
-            )  # fmt: skip
-    console.print(table)
+            rows.append((settings["name"], "local", "-", "-", "-", t["where"]))
+            continue
+        most = settings.get("max_nodes")
+        nodes = f"{settings.get('min_nodes', 0)}-{most} (elastic)" if most else "-"
+        if settings.get("tier") == "low_priority":
+            nodes = f"{nodes} low-priority"
+        rows.append((settings["name"], settings["type"], settings["placement"], nodes,
+                     settings["token"] or "none", t["where"]))  # fmt: skip
+    # Where a target is (a long sentence) goes under its row when the terminal is narrow.
+    headers = ("NAME", "TYPE", "PLACEMENT", "NODES", "TOKEN", "WHERE")
+    print_table(console, headers, rows, optional=("PLACEMENT",), under="WHERE")
     return 0
 
 

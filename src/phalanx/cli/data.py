@@ -12,12 +12,12 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from phalanx.client.backends import data_assets
 from phalanx.errors import PhalanxError
 from phalanx.storage.errors import storage_errors
 from phalanx.storage.uri import is_uri, resolve
+from phalanx.terminal.columns import print_table, short_time
 from phalanx.workspace import Workspace
 from phalanx.workspace.names import ASSET_NAME_RE
 
@@ -64,12 +64,12 @@ def list_cmd(name: str | None, as_json: bool) -> int:
     if as_json:
         click.echo(json.dumps(assets, indent=2))
         return 0
-    table = Table(box=None, header_style="bold")
-    for column in ("NAME", "VERSION", "TYPE", "PATH", "CREATED"):
-        table.add_column(column)
-    for a in assets:
-        table.add_row(a["name"], a["version"], a["type"], a["path"], a["created_at"])
-    console.print(table)
+    rows = [
+        (a["name"], a["version"], a["type"], short_time(a["created_at"]), a["path"]) for a in assets
+    ]
+    # A path is long: under its row when the terminal is narrow, never cut.
+    headers = ("NAME", "VERSION", "TYPE", "CREATED", "PATH")
+    print_table(console, headers, rows, optional=("TYPE", "CREATED"), under="PATH")
     return 0
 
 

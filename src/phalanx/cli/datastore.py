@@ -19,11 +19,11 @@ from typing import Any
 import click
 from pydantic import SecretStr, ValidationError
 from rich.console import Console
-from rich.table import Table
 
 from phalanx.client.backends import datastores, remote
 from phalanx.errors import PhalanxError
 from phalanx.service.datastores import AZURE_AUTH, S3_AUTH, DatastoreCreate, credentials_needed
+from phalanx.terminal.columns import print_table
 
 console = Console()
 
@@ -108,15 +108,14 @@ def list_cmd(as_json: bool) -> int:
     if as_json:
         click.echo(json.dumps([e["show"] for e in entries], indent=2))
         return 0
-    table = Table(box=None, header_style="bold")
-    for column in ("NAME", "TYPE", "WHERE", "CREDENTIALS"):
-        table.add_column(column)
+    rows = []
     for entry in entries:
         shown = entry["show"]
-        creds = shown.get("credentials", "")
-        creds = ", ".join(creds) if isinstance(creds, dict) else creds
-        table.add_row(shown["name"], shown["type"], entry["where"], creds)
-    console.print(table)
+        creds = shown.get("credentials") or "-"
+        creds = ", ".join(creds) if isinstance(creds, dict) else str(creds)
+        rows.append((shown["name"], shown["type"], creds, entry["where"]))
+    headers = ("NAME", "TYPE", "CREDENTIALS", "WHERE")
+    print_table(console, headers, rows, under="WHERE")
     return 0
 
 

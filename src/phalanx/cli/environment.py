@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
-from rich.table import Table
+
+from phalanx.terminal.columns import print_table, short_time
 
 if TYPE_CHECKING:
     from phalanx.service.environments import Environments
@@ -65,15 +66,14 @@ def list_cmd(name: str | None, as_json: bool) -> int:
     if as_json:
         click.echo(json.dumps(found, indent=2))
         return 0
-    table = Table(box=None, header_style="bold")
-    for column in ("NAME", "VERSION", "IMAGE", "BUILD", "PACKAGES", "CREATED"):
-        table.add_column(column)
+    rows = []
     for e in found:
-        packages = e.get("pip_file") or e.get("conda_file") or ""
-        build = (e.get("build") or {}).get("path", "")
-        table.add_row(e["name"], e["version"], e.get("image") or "", build, str(packages),
-                      e["created_at"])  # fmt: skip
-    console.print(table)
+        packages = e.get("pip_file") or e.get("conda_file") or "-"
+        build = (e.get("build") or {}).get("path") or "-"
+        rows.append((e["name"], e["version"], short_time(e["created_at"]), e.get("image") or "-",
+                     build, str(packages)))  # fmt: skip
+    headers = ("NAME", "VERSION", "CREATED", "IMAGE", "BUILD", "PACKAGES")
+    print_table(console, headers, rows, optional=("PACKAGES", "BUILD", "CREATED"), under="IMAGE")
     return 0
 
 

@@ -61,10 +61,10 @@ def create_and_maybe_stream(
     return follow(jobs, job.name, all_ranks=all_ranks)
 
 
-def follow(jobs: Jobs, name: str, *, all_ranks: bool) -> int:
+def follow(jobs: Jobs, name: str, *, all_ranks: bool, timestamps: bool = False) -> int:
     """Stream the job; the job's exit code, or 130 when the user stops streaming."""
     try:
-        job = stream_job(jobs, name, console, all_ranks=all_ranks)
+        job = stream_job(jobs, name, console, all_ranks=all_ranks, timestamps=timestamps)
     except KeyboardInterrupt:
         err_console.print(
             f"\nstopped streaming; job {name} goes on "
@@ -216,11 +216,14 @@ def list_cmd(
 @job_group.command("stream")
 @click.argument("name")
 @click.option("--all-ranks", is_flag=True, help="Every rank's log, each line prefixed by its rank.")
-def stream_cmd(name: str, all_ranks: bool) -> int:
+@click.option(
+    "--timestamps", is_flag=True, help="Begin each line with when it was written (local time)."
+)
+def stream_cmd(name: str, all_ranks: bool, timestamps: bool) -> int:
     """Follow a job's logs until it ends; exits with the job's result."""
     jobs = jobs_backend()
     jobs.get(name)
-    return follow(jobs, name, all_ranks=all_ranks)
+    return follow(jobs, name, all_ranks=all_ranks, timestamps=timestamps)
 
 
 @job_group.command("metrics")

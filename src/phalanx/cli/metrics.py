@@ -15,10 +15,9 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from phalanx.errors import PhalanxError
-from phalanx.terminal.termsafe import rank_text
+from phalanx.terminal.columns import print_table
 from phalanx.workspace.metrics import History
 
 console = Console()
@@ -55,34 +54,31 @@ def metrics_cmd(name: str, as_json: bool) -> int:
         )
         return 0
     if history:
-        console.print(_table(history, "STEP"))
+        _print_metrics(history, "STEP")
     else:
         console.print(
             f"job {name} has logged no metrics yet (phalanx.train.log_metric writes them)"
         )
     if system:
         console.print()
-        console.print(_table(system, "SAMPLE"))
+        _print_metrics(system, "SAMPLE")
     return 0
 
 
-def _table(history: History, step_label: str) -> Table:
-    table = Table(box=None, header_style="bold")
-    for column in ("METRIC", step_label, "LATEST", "MIN", "MAX", "HISTORY"):
-        table.add_column(column)
+def _print_metrics(history: History, step_label: str) -> None:
+    rows = []
     for metric, points in sorted(history.items()):
         values = [v for _, v in points]
         finite = [v for v in values if v is not None]
         step, latest = points[-1]
-        table.add_row(
-            rank_text(metric),  # a rank named it: neither markup nor escape sequences
-            "" if step is None else str(step),
-            "nan/inf" if latest is None else f"{latest:.6g}",
-            f"{min(finite):.4g}" if finite else "",
-            f"{max(finite):.4g}" if finite else "",
-            sparkline(values),
-        )
-    return table
+        rows.append((metric,  # a rank named it: print_table prints it as plain text
+                     "-" if step is None else str(step),
+                     "nan/inf" if latest is None else f"{latest:.6g}",
+                     f"{min(finite):.4g}" if finite else "-",
+                     f"{max(finite):.4g}" if finite else "-",
+                     sparkline(values)))  # fmt: skip
+    headers = ("METRIC", step_label, "LATEST", "MIN", "MAX", "HISTORY")
+    print_table(console, headers, rows, optional=("HISTORY", "MIN", "MAX", step_label))
 
 
 @click.command("tensorboard")

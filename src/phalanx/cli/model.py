@@ -12,13 +12,13 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from phalanx.client.backends import models
 from phalanx.errors import PhalanxError
 from phalanx.sizes import human_size
 from phalanx.storage.uri import is_uri
+from phalanx.terminal.columns import print_table, short_time
 from phalanx.terminal.termsafe import rank_text
 
 console = Console()
@@ -81,19 +81,19 @@ def list_cmd(name: str | None, as_json: bool) -> int:
     if not listed:
         console.print("no models registered (phalanx model create --name … --path …)")
         return 0
-    table = Table(box=None, header_style="bold")
-    for column in ("NAME", "VERSION", "FILES", "SIZE", "JOB", "CREATED"):
-        table.add_column(column)
-    for m in listed:
-        table.add_row(
+    rows = [
+        (
             m["name"],
             m["version"],
             str(len(m["files"])),
             human_size(m["size"]),
-            m["job"] or "",
-            m["created_at"],
+            m["job"] or "-",
+            short_time(m["created_at"]),
         )
-    console.print(table)
+        for m in listed
+    ]
+    headers = ("NAME", "VERSION", "FILES", "SIZE", "JOB", "CREATED")
+    print_table(console, headers, rows, optional=("FILES", "JOB", "CREATED"))
     return 0
 
 
@@ -107,7 +107,8 @@ def show_cmd(name: str, version: str, as_json: bool) -> int:
     if as_json:
         click.echo(json.dumps(model, indent=2))
         return 0
-    console.print(f"[bold]{model['name']}:{model['version']}[/bold]  {model['created_at']}")
+    made = short_time(model["created_at"])
+    console.print(f"[bold]{model['name']}:{model['version']}[/bold]  {made}")
     console.print(f"  source   {model['source']}")
     if model["job"]:
         console.print(f"  job      {model['job']}")
@@ -119,13 +120,9 @@ def show_cmd(name: str, version: str, as_json: bool) -> int:
     for metric, number in sorted(model["metrics"].items()):
         shown = "nan/inf" if number is None else f"{number:.6g}"
         console.print(Text("  metric   ").append_text(rank_text(f"{metric} = {shown}")))
-    table = Table(box=None, header_style="bold")
-    table.add_column("FILE", overflow="fold")
-    table.add_column("SIZE", no_wrap=True)
-    table.add_column("SHA256", no_wrap=True, min_width=64)
-    for f in model["files"]:
-        table.add_row(f["path"], human_size(f["size"]), f["sha256"])
-    console.print(table)
+    rows = [(f["path"], human_size(f["size"]), f["sha256"]) for f in model["files"]]
+    # A whole hash is 64 characters: under its file's row when the terminal is narrow.
+    print_table(console, ("FILE", "SIZE", "SHA256"), rows, under="SHA256")
     return 0
 
 

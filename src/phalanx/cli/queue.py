@@ -6,14 +6,14 @@ With ``PHALANX_SERVER`` set, the queues are the server's scheduler's.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import time
 from typing import Any
 
 import click
 from rich.console import Console
 
 from phalanx.scheduler.model import gib
-from phalanx.terminal.columns import fit_table, short_duration
+from phalanx.terminal.columns import print_table, short_duration, starts_in
 
 console = Console()
 
@@ -50,11 +50,22 @@ def render_queue(out: Console, view: dict[str, Any]) -> None:
             for r in view["running"]
         ]
         notes = ["leaving (preempted)" if r["leaving"] else None for r in view["running"]]
-        _print_table(out, headers, rows, RUNNING_OPTIONAL, notes)
+        print_table(out, headers, rows, optional=RUNNING_OPTIONAL, notes=notes, indent=2)
     out.print("  queue" if view["queued"] else "  nothing queued", highlight=False)
     if view["queued"]:
-        headers = ("#", "JOB", "USER", "PRIORITY", "TIER", "ASKS", "LIMIT", "WAITING")
-        rows = [
+        queued_headers = (
+            "#",
+            "JOB",
+            "USER",
+            "PRIORITY",
+            "TIER",
+            "ASKS",
+            "LIMIT",
+            "WAITING",
+            "START",
+        )
+        now = time.time()
+        queued_rows = [
             (
                 str(q["position"] or "-"),
                 q["job"],
@@ -64,32 +75,22 @@ def render_queue(out: Console, view: dict[str, Any]) -> None:
                 asks(q.get("request")),
                 short_duration(q.get("time_limit_s")),
                 short_duration(q["waiting_s"]),
+                starts_in(q.get("start"), now),
             )
             for q in view["queued"]
         ]
         # Why it waits goes under its row: a sentence, wrapped at spaces, never squeezed.
         notes = [q["reason"] for q in view["queued"]]
-        _print_table(out, headers, rows, QUEUED_OPTIONAL, notes)
+        print_table(
+            out, queued_headers, queued_rows, optional=QUEUED_OPTIONAL, notes=notes, indent=2
+        )
 
 
 # Left out first when a terminal is too narrow for every column (whole columns, never
 # part of a name).
 RUNNING_OPTIONAL = ("LIMIT", "CPUS", "NODE", "HOST", "FOR", "USER")
-QUEUED_OPTIONAL = ("LIMIT", "TIER", "ASKS", "WAITING", "PRIORITY", "USER")
-
-
-def _print_table(
-    out: Console,
-    headers: tuple[str, ...],
-    rows: Sequence[Sequence[str]],
-    optional: tuple[str, ...],
-    notes: Sequence[str | None],
-) -> None:
-    """The table indented by two, fitted to the terminal (see :func:`fit_table`)."""
-    lines = fit_table(headers, rows, out.width - 2, optional=optional, notes=notes)
-    for i, line in enumerate(lines):
-        out.print(("  " + line).rstrip(), style="bold" if i == 0 else None, markup=False,
-                  highlight=False, overflow="ignore", crop=False, soft_wrap=True)  # fmt: skip
+# A job's tier goes first (most jobs are "standard"); its estimated start goes last.
+QUEUED_OPTIONAL = ("TIER", "LIMIT", "ASKS", "WAITING", "PRIORITY", "USER", "START")
 
 
 def asks(request: dict[str, Any] | None) -> str:

@@ -6,11 +6,10 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from phalanx.errors import PhalanxError
 from phalanx.sizes import parse_size
-from phalanx.terminal.render import local_time
+from phalanx.terminal.columns import print_table, short_time
 
 console = Console()
 
@@ -145,18 +144,18 @@ def token_list_cmd() -> int:
     """The tokens (names, users and roles, never the tokens)."""
     from phalanx.client.backends import tokens
 
-    table = Table(show_edge=False)
-    for column in ("name", "user", "role", "created", "last used"):
-        table.add_column(column)
-    for info in tokens().list_all():
-        table.add_row(
+    rows = [
+        (
             info["name"],
             info["user"],
             info["role"],
-            local_time(info["created_at"]),
-            local_time(info["last_used_at"]),
+            short_time(info["created_at"]),
+            short_time(info["last_used_at"]),
         )
-    console.print(table)
+        for info in tokens().list_all()
+    ]
+    headers = ("NAME", "USER", "ROLE", "CREATED", "LAST USED")
+    print_table(console, headers, rows, optional=("CREATED",))
     return 0
 
 

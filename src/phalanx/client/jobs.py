@@ -114,8 +114,8 @@ class RemoteJobs:
 
         return history(answer["metrics"]), history(answer["system"])
 
-    def follower(self, name: str, *, all_ranks: bool) -> RemoteLogFollower:
-        return RemoteLogFollower.of(self.client, name, all_ranks=all_ranks)
+    def follower(self, name: str, *, all_ranks: bool, timed: bool = False) -> RemoteLogFollower:
+        return RemoteLogFollower.of(self.client, name, all_ranks=all_ranks, timed=timed)
 
     def download(self, name: str, rel: str, dest: Path) -> Landed | None:
         """Download ``rel`` of job ``name``'s folder into ``dest`` (see :func:`fetch`)."""

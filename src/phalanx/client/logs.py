@@ -24,10 +24,19 @@ class RemoteLogFollower(LogFollower):
     client: ServerClient | None = None
     name: str = ""
     _fetched: dict[Path, tuple[bytes, int]] = field(default_factory=dict)
+    _times: dict[Path, list[tuple[int, float]]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, client: ServerClient, name: str, *, all_ranks: bool) -> RemoteLogFollower:
-        return cls(JobPaths(Path("/nonexistent")), all_ranks=all_ranks, client=client, name=name)
+    def of(
+        cls, client: ServerClient, name: str, *, all_ranks: bool, timed: bool = False
+    ) -> RemoteLogFollower:
+        return cls(
+            JobPaths(Path("/nonexistent")),
+            all_ranks=all_ranks,
+            timed=timed,
+            client=client,
+            name=name,
+        )
 
     @staticmethod
     def _key(rank: int) -> Path:
@@ -40,7 +49,11 @@ class RemoteLogFollower(LogFollower):
         answer = self.client.request(
             "GET",
             f"/jobs/{self.name}/logs",
-            params={"all_ranks": str(self.all_ranks).lower(), "at": at},
+            params={
+                "all_ranks": str(self.all_ranks).lower(),
+                "at": at,
+                "times": str(self.timed).lower(),
+            },
         )
         self._fetched = {}
         logs = []
@@ -50,8 +63,15 @@ class RemoteLogFollower(LogFollower):
             if state is not None and int(item["offset"]) != state.offset:
                 continue  # an answer to an older question; the next poll asks again
             self._fetched[self._key(rank)] = (base64.b64decode(item["data"]), int(item["size"]))
+            # A server from before time indexes sends none: the lines have no time.
+            self._times[self._key(rank)] = [(int(o), float(t)) for o, t in item.get("times", [])]
             logs.append((rank, self._key(rank)))
         return logs
+
+    def _entries(self, path: Path, start: int, end: int) -> list[tuple[int, float]]:
+        """The time-index entries sent with the last bytes of this log (every line
+        stamped in a poll ends at or after the offset those bytes were asked from)."""
+        return self._times.get(path, [])
 
     def _read(self, path: Path, state: _File, budget: int) -> bytes:
         data, size = self._fetched.pop(path, (b"", state.offset))

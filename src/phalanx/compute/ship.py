@@ -25,11 +25,15 @@ exit only once nothing is left to send.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+from phalanx.launch.logtimes import stamp_appended
 
 BATCH_BYTES = 64 << 20
 _TAIL = 4096
@@ -168,8 +172,11 @@ class Scanner:
 
 def _private(name: str) -> bool:
     """A file that stays on its node: a container's environment file (0600, the job's
-    variables), which the sweep removes there."""
-    return name.startswith(".container_") and name.endswith(".env")
+    variables), which the sweep removes there; a log's time index, whose offsets are
+    the node's log's (the workspace's copy is stamped as its bytes arrive)."""
+    return (name.startswith(".container_") and name.endswith(".env")) or (
+        name.startswith(".") and name.endswith(".times")
+    )
 
 
 def _tail(path: Path, size: int) -> bytes:
@@ -199,7 +206,13 @@ def apply(changes: list[Change], roots: Mapping[str, Path]) -> list[tuple[str, s
         dest.parent.mkdir(parents=True, exist_ok=True)
         if change.log:
             with open(dest, "ab") as f:
+                before = f.seek(0, os.SEEK_END)
                 f.write(change.data)
+            if rel.parts[0] == "user_logs" and len(rel.parts) == 2:
+                # A rank's log: its lines' time is when they arrived here (the node's
+                # own index counts the node's bytes, not this copy's).
+                with contextlib.suppress(OSError):
+                    stamp_appended(dest, before, before + len(change.data), time.time())
         elif change.offset >= 0:
             if not dest.is_file() or dest.stat().st_size != change.offset:
                 resend.append((change.root, change.path))

@@ -17,6 +17,7 @@ through.
 from __future__ import annotations
 
 import codecs
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from phalanx.launch.logtimes import entries, lookup
 from phalanx.nofollow import open_file
 from phalanx.workspace.layout import JobPaths
 
@@ -45,6 +47,12 @@ class LogLine(NamedTuple):
     text: str
     cont: bool = False
     """The piece continues a line whose beginning was returned before."""
+    end: int = 0
+    """The byte offset in its log just past the piece (estimated where the log held bytes
+    that are not UTF-8): what its time is looked up by."""
+    time: float | None = None
+    """When it was written (Unix seconds), where the follower is ``timed`` and the log's
+    time index (:mod:`phalanx.launch.logtimes`) covers it."""
 
 
 def _utf8() -> codecs.IncrementalDecoder:
@@ -65,6 +73,8 @@ class _File:
     """What was read ends with ``\\r``: a ``\\n`` read next ends the same line."""
     shown: bool = False
     """Part of the current line was returned already (its pieces that follow are continuations)."""
+    pos: int = 0
+    """The byte offset of the first byte not yet decoded into a line or ``partial``."""
 
 
 @dataclass
@@ -81,6 +91,8 @@ class LogFollower:
     all_ranks: bool = False
     rank: int = 0
     """The one rank followed when not ``all_ranks``."""
+    timed: bool = False
+    """Give each line its time, and each poll's lines in the order they were written."""
     behind: bool = False
     """The last poll left bytes unread: poll again without waiting."""
     _files: dict[Path, _File] = field(default_factory=dict)
@@ -115,12 +127,28 @@ class LogFollower:
         self.behind = False
         for rank, path in logs:
             state = self._files.setdefault(path, _File(rank))
+            first = len(out)
+            held = len(state.decoder.getstate()[0])  # bytes read but not yet a character
             data = self._read(path, state, budget)
             if data:
+                state.pos = state.offset - len(data) - held
                 self._take(state, state.decoder.decode(data), now, out)
             if state.partial and state.since is not None and now - state.since >= PARTIAL_AFTER_S:
                 self._emit(state, state.partial, out, ended=False)
+            if self.timed and len(out) > first:
+                out[first:] = self._stamped(path, out[first:])
+        if self.timed and self.all_ranks:  # stable: each rank's lines keep their order
+            out.sort(key=lambda ln: math.inf if ln.time is None else ln.time)
         return out
+
+    def _stamped(self, path: Path, lines: list[LogLine]) -> list[LogLine]:
+        """``lines`` (of one file, in order) with their times."""
+        found = self._entries(path, lines[0].end, lines[-1].end)
+        times = lookup(found, [ln.end for ln in lines])
+        return [ln._replace(time=t) for ln, t in zip(lines, times, strict=True)]
+
+    def _entries(self, path: Path, start: int, end: int) -> list[tuple[int, float]]:
+        return entries(path, start, end)
 
     def flush(self) -> Iterator[LogLine]:
         """Everything not yet returned, unterminated last lines included.
@@ -133,11 +161,14 @@ class LogFollower:
             if not self.behind:
                 break
         out: list[LogLine] = []
-        for state in self._files.values():
+        for path, state in self._files.items():
+            first = len(out)
             self._take(state, state.decoder.decode(b"", final=True), time.monotonic(), out)
             if state.partial:
                 self._emit(state, state.partial, out, ended=True)
             state.cr = state.shown = False
+            if self.timed and len(out) > first:
+                out[first:] = self._stamped(path, out[first:])
         yield from out
 
     def _read(self, path: Path, state: _File, budget: int) -> bytes:
@@ -161,6 +192,7 @@ class LogFollower:
             state.cr = False
             if text.startswith("\n"):  # "\r\n" split between two reads: one line end
                 text = text[1:]
+                state.pos += 1
                 self._emit(state, state.partial, out, ended=True)
             else:  # redrawn by what follows
                 self._drop(state)
@@ -168,6 +200,7 @@ class LogFollower:
         pieces = text.split("\n")
         for i, piece in enumerate(pieces):
             ended = i < len(pieces) - 1
+            state.pos += len(piece.encode()) + ended
             cr = piece.endswith("\r")
             if cr:  # "\r\n" is one line end; a last "\r" may be half of one
                 piece = piece[:-1]
@@ -193,7 +226,8 @@ class LogFollower:
         """Return ``text`` in pieces of at most :data:`LINE_CAP`; ``ended``: the line is over."""
         if text or not (ended and state.shown):  # an end right after a shown piece adds nothing
             for start in range(0, max(len(text), 1), LINE_CAP):
-                out.append(LogLine(state.rank, text[start : start + LINE_CAP], state.shown))
+                piece = text[start : start + LINE_CAP]
+                out.append(LogLine(state.rank, piece, state.shown, state.pos))
                 state.shown = True
         if not keep:
             state.partial, state.since = "", None
@@ -205,15 +239,16 @@ class LogFollower:
         state.partial, state.since, state.shown = "", None, False
 
 
-def decode_block(rank: int, data: bytes) -> list[LogLine]:
+def decode_block(rank: int, data: bytes, base: int = 0) -> list[LogLine]:
     """The lines of a block of a log read whole (a page of it), by the follower's rules.
 
-    The block should begin at the start of a line; its last line is returned even
-    if unterminated.
+    The block should begin at the start of a line (at byte ``base`` of its log, which
+    each line's ``end`` counts from); its last line is returned even if unterminated.
     """
     state = _File(rank)
     out: list[LogLine] = []
     follower = LogFollower(JobPaths(Path()))
+    state.pos = base
     follower._take(state, state.decoder.decode(data, final=True), time.monotonic(), out)
     if state.partial:
         follower._emit(state, state.partial, out, ended=True)

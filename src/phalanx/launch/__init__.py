@@ -83,8 +83,11 @@ it. Its inputs that are files on the machine are shown read-only in its folder's
 Logs and failures
 -----------------
 * Rank ``r``'s stdout and stderr, merged, go to
-  ``user_logs/std_log_process_<r>.txt`` (Azure ML's name); the launcher's own
-  output goes to ``system_logs/node_<k>.txt``.
+  ``user_logs/std_log_process_<r>.txt`` (Azure ML's name), through a pipe the
+  worker copies from, byte for byte; when each byte was read goes to the
+  sidecar ``user_logs/.std_log_process_<r>.times``
+  (:mod:`phalanx.launch.logtimes`). The launcher's own output goes to
+  ``system_logs/node_<k>.txt``.
 * An uncaught Python exception in a worker is written, with its traceback, to
   the rank's error file, in torchelastic's format. Scripts need nothing for
   this; those that use torchelastic's ``@record`` write the same file. Its

@@ -2,8 +2,9 @@
 
 torchrun (or ``mpirun``) starts ``python -m phalanx.launch.worker COMMAND`` once
 per rank. This
-module imports only the standard library, so it adds a few tens of
-milliseconds to a rank's start-up and nothing to its steady state.
+module imports only the standard library (and :mod:`phalanx.launch.logtimes`, which
+does too), so it adds a few tens of milliseconds to a rank's start-up; while the rank
+runs it copies the rank's output into its log (a read and a write per burst).
 
 The wrapper stays in the rank's process group, so torchrun's ``killpg`` reaches
 the command and everything it started. It notes termination signals rather
@@ -14,14 +15,18 @@ command ended; it then ends the same way (same exit code, or same signal).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from phalanx.launch.logtimes import TimesWriter
 
 HOOK_DIR = str(Path(__file__).with_name("_hook"))
 _NOTED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
@@ -30,6 +35,13 @@ _NOTED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 # down after the exception (gloo can abort then); otherwise it is left over
 # from an earlier Python process of the command that failed harmlessly.
 _PYTHON_EXCEPTION_EXIT = 1
+# The command's output: read this much at a time, through a pipe this large...
+READ_BYTES = 1 << 20
+PIPE_BYTES = 1 << 20
+# ...and, once the command has ended, until the pipe is quiet this long (or at most
+# DRAIN_S more).
+QUIET_S = 0.2
+DRAIN_S = 5.0
 
 
 def _error_explains(returncode: int) -> bool:
@@ -95,6 +107,54 @@ def _mlflow_rank(env: dict[str, str], rank: int) -> None:
         env.setdefault("MLFLOW_REGISTRY_URI", env["MLFLOW_TRACKING_URI"])
 
 
+def _copy_output(proc: subprocess.Popen[bytes], pipe: int, log: int, log_path: Path) -> int:
+    """Copy the command's output into its log until the command has ended and its
+    output is drained; its exit status.
+
+    Whatever the command left running that still holds the pipe (a daemon it
+    started) is not waited for: once the command has ended, copying stops when the
+    pipe has been quiet for :data:`QUIET_S`, or :data:`DRAIN_S` later at most.
+    Nothing here may end the copy early (the command would get ``EPIPE``): a failed
+    write or stamp is dropped, and the copy goes on.
+    """
+    times: TimesWriter | None = None
+    with contextlib.suppress(OSError):
+        times = TimesWriter(log_path, os.fstat(log).st_size)
+    returncode: int | None = None
+    ended_at = next_poll = 0.0
+    try:
+        while True:
+            ready, _, _ = select.select([pipe], [], [], QUIET_S)
+            if ready:
+                data = os.read(pipe, READ_BYTES)
+                if not data:  # every writer has closed the pipe
+                    break
+                if times is not None:
+                    times.note(len(data), time.time())
+                _write_all(log, data)
+            elif times is not None:
+                times.settle()
+            now = time.monotonic()
+            if returncode is None and now >= next_poll:
+                returncode, next_poll, ended_at = proc.poll(), now + QUIET_S, now
+            if returncode is not None and (not ready or now - ended_at >= DRAIN_S):
+                break
+    finally:
+        os.close(pipe)
+        if times is not None:
+            times.close()
+    return proc.wait()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except OSError:  # a full disk: this output is lost, as it would be anyway
+            return
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m phalanx.launch.worker COMMAND", file=sys.stderr)
@@ -128,17 +188,28 @@ def main(argv: list[str]) -> int:
 
     shell = shutil.which("bash") or "/bin/sh"
     started = time.time()
+    # The command writes into a pipe that this wrapper copies into the log, stamping
+    # each read in the log's time index (:mod:`phalanx.launch.logtimes`): the log stays
+    # byte for byte what the command wrote, and lines of different ranks can be put in
+    # the order they were written. (Sampling the file's size instead would give two
+    # lines written between samples one time, and misorder ranks that take turns.)
+    read_end, write_end = os.pipe()
+    with contextlib.suppress(OSError):  # room for a burst while this wrapper is scheduled
+        fcntl.fcntl(write_end, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
     with open(log_path, "ab", buffering=0) as log:
-        proc = subprocess.Popen(
-            [shell, "-c", command],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            env=env,
-            # MPI: mpirun gives every rank node 0's folder; a node's own is its daemon's.
-            cwd=env.get("PHALANX_NODE_WORKDIR") or None,
-        )
-        returncode = proc.wait()
+        try:
+            proc = subprocess.Popen(
+                [shell, "-c", command],
+                stdin=subprocess.DEVNULL,
+                stdout=write_end,
+                stderr=write_end,
+                env=env,
+                # MPI: mpirun gives every rank node 0's folder; a node's own is its daemon's.
+                cwd=env.get("PHALANX_NODE_WORKDIR") or None,
+            )
+        finally:
+            os.close(write_end)
+        returncode = _copy_output(proc, read_end, log.fileno(), log_path)
     ended = time.time()
 
     error = _read_error(error_path) if _error_explains(returncode) else None

@@ -227,7 +227,13 @@ def apply(ws: Workspace, target: str, decision: Decision, grace: dict[str, float
             )
         }
         for name, reason in decision.waiting.items():
-            queue = json.dumps({"position": decision.position.get(name), "reason": reason})
+            queue = json.dumps(
+                {
+                    "position": decision.position.get(name),
+                    "reason": reason,
+                    "start": decision.starts.get(name),
+                }
+            )
             if name in shown and shown[name] != queue:  # only what changed is written
                 tx.execute(
                     "UPDATE jobs SET queue_json = :queue WHERE name = :name AND status = :queued",
@@ -344,7 +350,8 @@ class Waiting:
     name: str
     created_at: float
     queue: dict[str, Any]
-    """Its place and why it waits (``position``, ``reason``), once the scheduler looked."""
+    """Its place, why it waits and when it should start (``position``, ``reason``,
+    ``start``: Unix seconds or ``None``), once the scheduler looked."""
     request: dict[str, Any] | None
     priority: int = DEFAULT_PRIORITY
     tier: int = DEFAULT_TIER

@@ -199,6 +199,9 @@ class Decision:
     """Queued jobs that stay queued → why, in words."""
     position: dict[str, int] = field(default_factory=dict)
     """Queued jobs → their place in the queue (1 = next)."""
+    starts: dict[str, float | None] = field(default_factory=dict)
+    """Queued jobs that stay queued → when they should start (Unix seconds), ``None``
+    where time limits cannot tell (:mod:`phalanx.scheduler.estimate`)."""
     wanted: int | None = None
     """An elastic cluster: the worker nodes the running and waiting jobs need, to be
     asked of its autoscaler; ``None`` for a cluster that does not grow."""

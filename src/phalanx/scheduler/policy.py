@@ -28,7 +28,10 @@ The rule
    least work). They save through the preemption path and go back to the
    queue; the freed devices are held for the job they were preempted for.
    A job that is not preemptible is never preempted.
-5. **Growth.** On an elastic cluster a job that does not fit today's nodes but
+5. **Estimated start.** Every job that keeps waiting gets the time it should
+   start by the queue order and the time limits, or *unknown*
+   (:mod:`phalanx.scheduler.estimate`).
+6. **Growth.** On an elastic cluster a job that does not fit today's nodes but
    fits what the cluster may still add waits for new nodes instead: no
    reservation, no preemption (:mod:`phalanx.scheduler.scaling`).
 """
@@ -40,6 +43,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from phalanx.scheduler.estimate import estimate_starts
 from phalanx.scheduler.model import (
     Capacity,
     Decision,
@@ -144,6 +148,18 @@ def decide(
             if expired is not None:
                 decision.expired[name] = expired
             decision.waiting[name] = grower.reason(waits_for, decision.wanted, now)
+    waits = [job for job in order if job.name in decision.waiting]
+    if grower is None:
+        decision.starts = estimate_starts(
+            capacity,
+            holding,
+            waits,
+            now,
+            leaving_now=decision.preempt.keys(),
+            skip={j.name for j in waits if decision.waiting[j.name].startswith("cannot start")},
+        )
+    else:  # what an elastic target will have is its autoscaler's to say
+        decision.starts = dict.fromkeys((j.name for j in waits), None)
     return decision
 
 

@@ -3,10 +3,12 @@
 ``GET …/logs`` (in :mod:`phalanx.server.jobs_api`) gives raw bytes from offsets
 for the CLI's follower. A page wants lines: ``…/logs/page`` returns the last
 lines before an offset (the tail first, then older pages as the reader scrolls
-up), ``…/logs/search`` the lines of a rank that hold a text, and
-``…/logs/events`` streams new lines as server-sent events from the offsets the
-page was shown, through the same :class:`~phalanx.jobs.logs.LogFollower` as
-``phalanx job stream`` (one line parser).
+up), ``…/logs/merged`` every rank's lines in the order they were written (by the
+logs' time indexes, :mod:`phalanx.launch.logtimes`), ``…/logs/search`` the lines
+of a rank that hold a text, and ``…/logs/events`` streams new lines (with their
+times) as server-sent events from the offsets the page was shown, through the
+same :class:`~phalanx.jobs.logs.LogFollower` as ``phalanx job stream`` (one line
+parser).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from fastapi.responses import StreamingResponse
 from phalanx.errors import PhalanxError
 from phalanx.jobs.logs import LogFollower
 from phalanx.server.auth import User
-from phalanx.server.logread import parse_offsets, rank_of, read_back, search
+from phalanx.server.logread import parse_offsets, rank_of, read_back, read_merged, search
 from phalanx.server.settings import request_workspace, settings_of, workspace
 from phalanx.service.jobs import LocalJobs
 
@@ -56,11 +58,38 @@ def log_page(
     kib: Annotated[int, Query(ge=1, le=4096)] = 256,
 ) -> dict[str, Any]:
     """The lines of a rank's log (or of each rank's) ending before byte ``before``
-    (default: the end), about ``kib`` KiB in all: the newest first, then older pages."""
+    (default: the end), about ``kib`` KiB in all: the newest first, then older pages;
+    ``times`` beside ``lines``: when each was written (``null`` where unknown)."""
     paths = LocalJobs(request_workspace(request), who).paths(name)
     ranks = _ranks(paths, rank)
     share = max(4 << 10, (kib << 10) // max(1, len(ranks)))
-    return {"pages": [read_back(paths.rank_log(r), r, before=before, nbytes=share) for r in ranks]}
+    pages = [
+        read_back(paths.rank_log(r), r, before=before, nbytes=share, timed=True) for r in ranks
+    ]
+    for page in pages:  # each line's time (Unix seconds, or null where unknown) beside it
+        page["times"] = [line.time for line in page["lines"]]
+        page["lines"] = [line.text for line in page["lines"]]
+    return {"pages": pages}
+
+
+@router.get("/{name}/logs/merged")
+def log_merged(
+    name: str,
+    request: Request,
+    who: User,
+    before: Annotated[str | None, Query(max_length=100_000, pattern=r"^[0-9:,]*$")] = None,
+    kib: Annotated[int, Query(ge=1, le=4096)] = 256,
+) -> dict[str, Any]:
+    """Every rank's lines merged in the order they were written, each with its time
+    (Unix seconds, or ``null`` where unknown), ending before each rank's offset in
+    ``before`` (``rank:offset,…``; default: every log's end), about ``kib`` KiB in all:
+    the newest first, then older pages from the ``starts`` returned."""
+    paths = LocalJobs(request_workspace(request), who).paths(name)
+    try:
+        offsets = None if before is None else parse_offsets(before)
+    except ValueError:
+        raise PhalanxError("before: give rank:offset pairs, e.g. before=0:1200,1:80") from None
+    return read_merged(paths, offsets, nbytes=kib << 10)
 
 
 @router.get("/{name}/logs/search")
@@ -85,7 +114,7 @@ async def log_events(
     rank: RankQuery = "0",
     at: Annotated[str, Query(max_length=100_000, pattern=r"^[0-9:,]*$")] = "",
 ) -> StreamingResponse:
-    """New lines as server-sent events (``data: {"lines": [[rank, text, cont], …],
+    """New lines as server-sent events (``data: {"lines": [[rank, text, cont, time], …],
     "at": "rank:offset,…"}``) from the offsets ``at``; an ``end`` event once the job
     has ended and every line is sent. A reconnecting ``EventSource`` resumes from
     its ``Last-Event-ID`` (the ``at`` of the last event)."""
@@ -99,6 +128,7 @@ async def log_events(
         workspace(settings).paths(job.name),
         all_ranks=rank == "all",
         rank=0 if rank == "all" else int(rank),
+        timed=True,
     )
     follower.start_at(offsets)
 
@@ -120,7 +150,8 @@ async def log_events(
             read = (lambda: list(follower.flush())) if ended else follower.poll
             lines = await asyncio.to_thread(read)
             for start in range(0, len(lines), EVENT_LINES):
-                chunk = [[ln.rank, ln.text, ln.cont] for ln in lines[start : start + EVENT_LINES]]
+                batch = lines[start : start + EVENT_LINES]
+                chunk = [[ln.rank, ln.text, ln.cont, ln.time] for ln in batch]
                 mark = ",".join(f"{r}:{o}" for r, o in sorted(follower.offsets().items()))
                 body = json.dumps({"lines": chunk, "at": mark})
                 yield f"id: {mark}\ndata: {body}\n\n"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -198,14 +199,16 @@ def job_logs(
     who: User,
     all_ranks: bool = False,
     at: Annotated[str, Query(max_length=100_000, pattern=r"^[0-9:,]*$")] = "",
+    times: bool = False,
 ) -> dict[str, Any]:
-    """Bytes of rank 0's log (or every rank's) from the offsets ``at`` (``rank:offset,…``)."""
+    """Bytes of rank 0's log (or every rank's) from the offsets ``at`` (``rank:offset,…``),
+    with ``times``: the entries of each log's time index for them."""
     paths = _jobs(request, who).paths(name)
     try:
         offsets = parse_offsets(at)
     except ValueError:
         raise PhalanxError("at: give rank:offset pairs, e.g. at=0:1200,1:0") from None
-    return {"files": read_logs(paths, all_ranks=all_ranks, offsets=offsets)}
+    return {"files": read_logs(paths, all_ranks=all_ranks, offsets=offsets, timed=times)}
 
 
 @router.get("/{name}/metrics")
@@ -214,17 +217,22 @@ def job_metrics(
     request: Request,
     who: User,
     points: Annotated[int | None, Query(ge=10, le=1_000_000)] = None,
+    elapsed: bool = False,
 ) -> dict[str, Any]:
     """Every metric's history (``[step, value]`` pairs), the job's and the system's;
     with ``points``, each series downsampled on the server to about that many (a
-    chart of 100,000 steps draws from 2,000 that show its shape, spikes included)."""
+    chart of 100,000 steps draws from 2,000 that show its shape, spikes included);
+    with ``elapsed``, the system's as ``[seconds since the job started, value]``."""
     from phalanx.workspace.metrics import downsample
 
-    def wire(history: dict[str, list[tuple[int | None, float | None]]]) -> dict[str, Any]:
+    def wire(history: Mapping[str, list[tuple[Any, float | None]]]) -> dict[str, Any]:
         return {
             k: list(map(list, v if points is None else downsample(v, points)))
             for k, v in history.items()
         }
 
-    metrics, system = _jobs(request, who).metrics(name)
+    jobs = _jobs(request, who)
+    metrics, system = jobs.metrics(name)
+    if elapsed:
+        return {"metrics": wire(metrics), "system": wire(jobs.system_timeline(name))}
     return {"metrics": wire(metrics), "system": wire(system)}

@@ -8,17 +8,21 @@ resumes exactly where it stopped: no line lost, none repeated.
 from __future__ import annotations
 
 import base64
+import math
 import os
 from pathlib import Path
 from typing import Any
 
-from phalanx.jobs.logs import MIN_READ_BYTES, POLL_BYTES, READ_BYTES, decode_block
+from phalanx.jobs.logs import MIN_READ_BYTES, POLL_BYTES, READ_BYTES, LogLine, decode_block
+from phalanx.launch.logtimes import entries, lookup
 from phalanx.nofollow import open_file
 from phalanx.workspace.layout import JobPaths
 
 # No file is larger (a seek past 2**63 overflows), and no job has more ranks.
 MAX_OFFSET = 1 << 62
 MAX_RANK = 1 << 20
+# The most time-index entries sent with one poll's bytes of a log.
+TIMES_CAP = 1 << 15
 
 
 def parse_offsets(text: str) -> dict[int, int]:
@@ -39,8 +43,11 @@ def parse_offsets(text: str) -> dict[int, int]:
     return out
 
 
-def read_logs(paths: JobPaths, *, all_ranks: bool, offsets: dict[int, int]) -> list[dict[str, Any]]:
-    """Each log's bytes from its offset (a bounded amount per poll), with its size."""
+def read_logs(
+    paths: JobPaths, *, all_ranks: bool, offsets: dict[int, int], timed: bool = False
+) -> list[dict[str, Any]]:
+    """Each log's bytes from its offset (a bounded amount per poll), with its size, and
+    when ``timed`` the entries of its time index for those bytes (``times``)."""
     if all_ranks:
         logs = [(int(p.stem.rsplit("_", 1)[1]), p) for p in paths.rank_logs()]
     else:
@@ -56,14 +63,15 @@ def read_logs(paths: JobPaths, *, all_ranks: bool, offsets: dict[int, int]) -> l
                 size = f.seek(0, 2)
         except OSError:  # missing, or not a plain file (a link is never followed)
             continue
-        out.append(
-            {
-                "rank": rank,
-                "offset": offset,
-                "data": base64.b64encode(data).decode(),
-                "size": size,
-            }
-        )
+        item: dict[str, Any] = {
+            "rank": rank,
+            "offset": offset,
+            "data": base64.b64encode(data).decode(),
+            "size": size,
+        }
+        if timed:
+            item["times"] = entries(path, offset, offset + len(data), cap=TIMES_CAP)
+        out.append(item)
     return out
 
 
@@ -71,13 +79,16 @@ def rank_of(path: Path) -> int:
     return int(path.stem.rsplit("_", 1)[1])
 
 
-def read_back(path: Path, rank: int, *, before: int | None, nbytes: int) -> dict[str, Any]:
+def read_back(
+    path: Path, rank: int, *, before: int | None, nbytes: int, timed: bool = False
+) -> dict[str, Any]:
     """The whole lines of a rank's log that end before byte ``before`` (its end when
     ``None``), at most about ``nbytes`` of them: how a page shows a log tail-first and
     pages backward, so a log of a million lines opens as fast as a short one.
 
     Returns ``{"rank", "start", "end", "size", "lines"}``: ``start`` is where the
-    first line returned begins (0: the log's beginning was reached).
+    first line returned begins (0: the log's beginning was reached); ``lines`` are
+    :class:`~phalanx.jobs.logs.LogLine` (with their times when ``timed``).
     """
     try:
         with os.fdopen(open_file(path), "rb") as f:
@@ -92,8 +103,65 @@ def read_back(path: Path, rank: int, *, before: int | None, nbytes: int) -> dict
         cut = data.find(b"\n")
         if 0 <= cut < len(data) - 1:
             data, start = data[cut + 1 :], start + cut + 1
-    lines = [line.text for line in decode_block(rank, data)]
+    lines = decode_block(rank, data, start)
+    if timed and lines:
+        stamps = lookup(entries(path, lines[0].end, lines[-1].end), [ln.end for ln in lines])
+        lines = [ln._replace(time=t) for ln, t in zip(lines, stamps, strict=True)]
     return {"rank": rank, "start": start, "end": end, "size": size, "lines": lines}
+
+
+def read_merged(paths: JobPaths, before: dict[int, int] | None, *, nbytes: int) -> dict[str, Any]:
+    """Every rank's lines before its offset in ``before`` (each rank's end when
+    ``None``), merged in the order they were written, about ``nbytes`` in all.
+
+    Paging backward through several logs at once, a rank whose page reaches further
+    back in time than another's must not show lines that the other's next page may
+    have to go before; so only lines at or after the latest first time of the pages
+    that have more before them are returned, and each rank's ``start`` is where its
+    first line returned begins. Each call reads at most about ``nbytes``, and returns
+    at least the page of the rank whose page began last. A line of unknown time
+    (a log written before times were recorded) sorts after the known ones, so
+    such a log shows rank by rank.
+
+    Returns ``{"lines": [[rank, text, time], …], "starts": {rank: start},
+    "ends": {rank: end}}``; a rank that reached its log's beginning has start 0.
+    """
+    ranks = [rank_of(p) for p in paths.rank_logs()]
+    if before is not None:
+        ranks = [r for r in ranks if before.get(r, 0) > 0]
+    share = max(4 << 10, nbytes // max(1, len(ranks)))
+    pages = {}
+    for rank in ranks:
+        at = None if before is None else before[rank]
+        pages[rank] = read_back(paths.rank_log(rank), rank, before=at, nbytes=share, timed=True)
+    keyed: dict[int, list[tuple[float, LogLine]]] = {}
+    for rank, page in pages.items():
+        later = math.inf  # a line of unknown time goes with the next one known after it
+        keys = []
+        for line in reversed(page["lines"]):
+            later = later if line.time is None else line.time
+            keys.append((later, line))
+        keyed[rank] = keys[::-1]
+    cut = max(
+        (keys[0][0] for rank, keys in keyed.items() if keys and pages[rank]["start"] > 0),
+        default=-math.inf,
+    )
+    merged: list[tuple[float, int, int, LogLine]] = []
+    starts = {}
+    for rank, keys in keyed.items():
+        start = pages[rank]["start"]
+        for order, (key, line) in enumerate(keys):
+            if key < cut:
+                start = line.end  # held back for the next page
+                continue
+            merged.append((key, rank, order, line))
+        starts[rank] = start
+    merged.sort(key=lambda item: item[:3])
+    return {
+        "lines": [[rank, line.text, line.time] for _, rank, _, line in merged],
+        "starts": starts,
+        "ends": {rank: page["end"] for rank, page in pages.items()},
+    }
 
 
 def search(path: Path, rank: int, text: str, *, limit: int) -> dict[str, Any]:

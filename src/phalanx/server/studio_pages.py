@@ -46,8 +46,8 @@ SHELL = """<!doctype html>
 </head><body data-view="{view}">
 <header><a class="brand" href="/">phalanx studio</a>
 <nav><a href="/">Jobs</a><a href="/compare">Compare</a><a href="/models">Models</a>
-<a href="/data">Data</a><a href="/datastores">Datastores</a><a href="/compute">Compute</a>
-<a href="/queue">Queue</a><a href="/bench">Benchmarks</a></nav>
+<a href="/data">Data</a><a href="/environments">Environments</a><a href="/datastores">Datastores</a>
+<a href="/compute">Compute</a><a href="/queue">Queue</a><a href="/bench">Benchmarks</a></nav>
 <span id="who"></span></header>
 <main id="main"></main>
 <script src="/static/uPlot.iife.min.js"></script>
@@ -106,7 +106,7 @@ def bench_page(request: Request) -> Response:
 
 
 # The other collections of the workspace: a table of them, and one of them.
-COLLECTIONS = ("models", "data", "datastores", "compute")
+COLLECTIONS = ("models", "data", "environments", "datastores", "compute")
 
 
 def _collection_routes() -> None:

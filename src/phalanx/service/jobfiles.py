@@ -34,6 +34,7 @@ from typing import BinaryIO
 
 from phalanx.archives import DIGEST_KEY, NO_LIMIT, check_digests, unpack
 from phalanx.errors import PhalanxError
+from phalanx.launch.logtimes import is_index
 from phalanx.nofollow import open_file
 from phalanx.registry.files import safe_relpath
 from phalanx.workspace import Workspace
@@ -162,6 +163,8 @@ def pack(ws: Workspace, name: str, rel: str, archive: Path) -> int:
             folder.type, folder.mode = tarfile.DIRTYPE, 0o755
             tar.addfile(folder)
             for entry in sorted(names):
+                if is_index(entry):
+                    continue
                 try:
                     fd = open_file(entry, dir_fd=dir_fd)  # a link or a FIFO: left out
                 except OSError:
@@ -272,7 +275,7 @@ def tree(ws: Workspace, name: str, rel: str, *, most: int = 2000) -> dict[str, o
             base = os.path.normpath(os.path.join(prefix, dirpath))
             for entry in sorted(names):
                 info = os.stat(entry, dir_fd=dir_fd, follow_symlinks=False)
-                if stat.S_ISREG(info.st_mode):
+                if stat.S_ISREG(info.st_mode) and not is_index(entry):
                     if len(files) >= most:
                         return {"files": files, "complete": False}
                     files.append({"path": f"{base}/{entry}", "size": info.st_size})

@@ -31,7 +31,7 @@ from phalanx.service.access import LOCAL, Caller
 from phalanx.workspace import JobRecord, JobStatus, Workspace
 from phalanx.workspace.joblist import JobPage, JobQuery
 from phalanx.workspace.layout import JobPaths
-from phalanx.workspace.metrics import History
+from phalanx.workspace.metrics import History, Timeline
 from phalanx.workspace.trials import SweepView
 
 if TYPE_CHECKING:
@@ -141,7 +141,7 @@ class Jobs(Protocol):
     def cancel(self, name: str) -> tuple[bool, JobRecord]: ...
     def preempt(self, name: str, nodes: list[int] | None) -> JobRecord: ...
     def metrics(self, name: str) -> tuple[History, History]: ...
-    def follower(self, name: str, *, all_ranks: bool) -> LogFollower: ...
+    def follower(self, name: str, *, all_ranks: bool, timed: bool = False) -> LogFollower: ...
     def download(self, name: str, rel: str, dest: Path) -> Landed | None: ...
 
 
@@ -403,8 +403,16 @@ class LocalJobs:
         job_dir = Path(self.ws.get_job(name).job_dir)
         return read_metrics(job_dir), read_system_metrics(job_dir)
 
-    def follower(self, name: str, *, all_ranks: bool) -> LogFollower:
-        return LogFollower(self.ws.paths(name), all_ranks=all_ranks)
+    def system_timeline(self, name: str) -> Timeline:
+        """The system metrics against the seconds since the job started (the studio's
+        charts)."""
+        from phalanx.workspace.metrics import read_system_timeline
+
+        job = self.ws.get_job(name)
+        return read_system_timeline(Path(job.job_dir), job.started_at)
+
+    def follower(self, name: str, *, all_ranks: bool, timed: bool = False) -> LogFollower:
+        return LogFollower(self.ws.paths(name), all_ranks=all_ranks, timed=timed)
 
     def download(self, name: str, rel: str, dest: Path) -> Landed | None:
         """Copy ``rel`` of job ``name``'s folder into the folder ``dest`` (links left out,

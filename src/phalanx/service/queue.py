@@ -80,6 +80,8 @@ def queue_view(ws: Workspace, target: Target) -> dict[str, Any]:
                 "request": entry.request,
                 "asks": asks.describe(),
                 "reason": entry.queue.get("reason") or "not looked at yet",
+                # When it should start by the time limits ahead (Unix seconds); None: unknown.
+                "start": entry.queue.get("start"),
                 "created_by": entry.created_by,
                 "priority": _name(PRIORITIES, entry.priority),
                 "tier": _name(TIERS, entry.tier),

@@ -12,9 +12,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from phalanx.terminal.columns import fit_table, short_duration
+from phalanx.terminal.columns import print_table, short_duration, short_time
 from phalanx.terminal.places import download_command, in_job_folder, output_uris
-from phalanx.terminal.termsafe import rank_text, sanitize
+from phalanx.terminal.termsafe import rank_text
 from phalanx.tracking.protocol import OUTSIDE_TARGET
 from phalanx.workspace import JobRecord, JobStatus, RootCause
 from phalanx.workspace.joblist import JobPage
@@ -234,21 +234,17 @@ def show_job(console: Console, job: JobRecord, *, remote: bool = False) -> None:
         head.add_row("outputs", str(paths.outputs))
     console.print(head)
     if job.attempts:
-        table = Table(title="attempts", title_justify="left", show_edge=False)
-        for col in ("#", "status", "cause", "exit code", "started", "duration", "then"):
-            table.add_column(col)
+        console.print("attempts", highlight=False)
+        rows = []
         for a in job.attempts:
             end = a.ended_at if a.ended_at is not None else time.time()
-            table.add_row(
-                str(a.number),
-                a.status.value,
-                a.cause.value if a.cause else "-",
-                "-" if a.exit_code is None else str(a.exit_code),
-                local_time(a.started_at),
-                duration(end - a.started_at),
-                a.note or "",
-            )
-        console.print(table)
+            rows.append((str(a.number), a.status.value, a.cause.value if a.cause else "-",
+                         "-" if a.exit_code is None else str(a.exit_code),
+                         local_time(a.started_at), duration(end - a.started_at)))  # fmt: skip
+        # What came next (resumed, retried, …) is a sentence: under its attempt's row.
+        notes = [a.note or None for a in job.attempts]
+        headers = ("#", "STATUS", "CAUSE", "EXIT", "STARTED", "DURATION")
+        print_table(console, headers, rows, optional=("EXIT", "CAUSE"), notes=notes, indent=2)
     panel = error_panel(job, remote=remote)
     if panel is not None:
         console.print(panel)
@@ -277,25 +273,23 @@ def list_jobs(console: Console, page: JobPage) -> None:
     if not page.jobs:
         console.print("no jobs" if page.total == 0 else f"none here of {page.total:,} jobs")
         return
-    headers = ["name", "status", "queue", "user", "experiment", "display name", "created",
-               "duration"]  # fmt: skip
+    headers = ["NAME", "STATUS", "QUEUE", "USER", "EXPERIMENT", "DISPLAY NAME", "CREATED",
+               "DURATION"]  # fmt: skip
     rows = [
         [
             job.name,
             job.status.value,
             queue_place(job),
-            sanitize(job.created_by or "-"),  # users' text: shown, never obeyed
-            sanitize(job.experiment_name),
-            sanitize(job.display_name or "-"),
-            local_time(job.created_at)[:16],
+            job.created_by or "-",
+            job.experiment_name,
+            job.display_name or "-",
+            short_time(job.created_at),
             short_duration(job.duration),
         ]
         for job in page.jobs
     ]
-    optional = ["display name", "queue", "user", "created", "experiment"]
-    for i, line in enumerate(fit_table(headers, rows, console.width, optional=optional)):
-        console.print(line, style="bold" if i == 0 else None, markup=False, highlight=False,
-                      overflow="ignore", crop=False, soft_wrap=True)  # fmt: skip
+    optional = ["DISPLAY NAME", "QUEUE", "USER", "CREATED", "EXPERIMENT"]
+    print_table(console, headers, rows, optional=optional)  # users' text shown, never obeyed
     shown = f"{page.start + 1}-{page.start + len(page.jobs)}"
     console.print(f"{shown} of {page.total:,} jobs", style="dim", highlight=False)
     if page.next is not None:

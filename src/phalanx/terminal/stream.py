@@ -12,6 +12,7 @@ from rich.text import Text
 
 from phalanx.jobs.logs import LogLine
 from phalanx.service.jobs import Jobs
+from phalanx.terminal.columns import starts_in
 from phalanx.terminal.places import download_command
 from phalanx.terminal.render import duration, error_panel, status_text
 from phalanx.terminal.termsafe import rank_segments
@@ -23,12 +24,16 @@ _RANK = Style(color="blue")
 _DIM = Style(dim=True)
 
 
-def stream_job(jobs: Jobs, name: str, console: Console, *, all_ranks: bool = False) -> JobRecord:
+def stream_job(
+    jobs: Jobs, name: str, console: Console, *, all_ranks: bool = False, timestamps: bool = False
+) -> JobRecord:
     """Print the job's logs as they are written; return the job once it has ended.
 
+    With every rank, each poll's lines come in the order they were written (the logs'
+    time indexes); ``timestamps`` begins each line with its time (``-`` where unknown).
     Ctrl-C (KeyboardInterrupt) propagates to the caller; the job is not touched.
     """
-    follower = jobs.follower(name, all_ranks=all_ranks)
+    follower = jobs.follower(name, all_ranks=all_ranks, timed=all_ranks or timestamps)
     paths = JobPaths(Path(name))
     which = "every rank" if all_ranks else f"{paths.rank_log(0).relative_to(paths.root)}"
     console.print(
@@ -36,7 +41,7 @@ def stream_job(jobs: Jobs, name: str, console: Console, *, all_ranks: bool = Fal
         soft_wrap=True,
     )
     last_status: JobStatus | None = None
-    last_wait: tuple[object, object] | None = None
+    last_wait: tuple[object, object, object] | None = None
     while True:
         job = jobs.get(name)
         if job.status is not last_status:
@@ -44,14 +49,17 @@ def stream_job(jobs: Jobs, name: str, console: Console, *, all_ranks: bool = Fal
             last_status = job.status
         wait = _waiting(job)
         if wait is not None and wait != last_wait:  # where it stands and why, as it changes
-            place, reason = wait
+            place, reason, start = wait
             shown = f"  #{place} in the queue of {job.target}" if place else "  in the queue"
-            console.print(Text(f"{shown}: {reason}" if reason else shown, style="dim"))
+            shown = f"{shown}: {reason}" if reason else shown
+            if reason:  # the scheduler has looked: its estimate, or that it has none
+                shown += f" · {_start_words(start)}"
+            console.print(Text(shown, style="dim"))
         last_wait = wait
         # At the end, flush reads every file to its end, a bounded poll at a time.
         lines = follower.flush() if job.status.is_terminal else follower.poll()
         for line in lines:
-            console.print(Segments(_line(line, all_ranks, console)), soft_wrap=True)
+            console.print(Segments(_line(line, all_ranks, console, timestamps)), soft_wrap=True)
         if job.status.is_terminal:
             break
         if not follower.behind:  # a rank that writes faster than one poll reads is caught up
@@ -60,23 +68,43 @@ def stream_job(jobs: Jobs, name: str, console: Console, *, all_ranks: bool = Fal
     return job
 
 
-def _waiting(job: JobRecord) -> tuple[object, object] | None:
-    """A queued job's place and the scheduler's reason it waits (``None`` otherwise)."""
+def _waiting(job: JobRecord) -> tuple[object, object, object] | None:
+    """A queued job's place, the scheduler's reason it waits and its estimated start
+    (``None`` otherwise)."""
     if job.status is not JobStatus.QUEUED or not job.queue:
         return None
-    return job.queue.get("position"), job.queue.get("reason")
+    return job.queue.get("position"), job.queue.get("reason"), job.queue.get("start")
 
 
-def _line(line: LogLine, all_ranks: bool, console: Console) -> list[Segment]:
-    """A log line as printed: ``[rank N]`` first with every rank, ``…`` before a continuation.
+def _start_words(start: object) -> str:
+    """``starts about 14:05:10 (in 12m)``, or ``start unknown`` (a job ahead, or one
+    holding what it needs, has no time limit)."""
+    if not isinstance(start, (int, float)):
+        return "start unknown"
+    clock = time.strftime("%H:%M:%S", time.localtime(start))
+    return f"starts about {clock} ({starts_in(start, time.time())})"
+
+
+def _line(line: LogLine, all_ranks: bool, console: Console, timestamps: bool) -> list[Segment]:
+    """A log line as printed: its time with ``timestamps``, ``[rank N]`` with every rank,
+    ``…`` before a continuation.
 
     The rank's text goes through :mod:`phalanx.terminal.termsafe`: no escape
     sequence of its own reaches the terminal, only its colours.
     """
-    head = [Segment(f"[rank {line.rank}] ", _RANK)] if all_ranks else []
+    head = [Segment(f"{_clock(line.time)} ", _DIM)] if timestamps else []
+    if all_ranks:
+        head.append(Segment(f"[rank {line.rank}] ", _RANK))
     if line.cont:
         head.append(Segment("… ", _DIM))
     return [*head, *rank_segments(line.text, console), Segment.line()]
+
+
+def _clock(when: float | None) -> str:
+    """``HH:MM:SS.mmm`` in local time; ``-`` padded to the same width when unknown."""
+    if when is None:
+        return "-".ljust(12)
+    return time.strftime("%H:%M:%S", time.localtime(when)) + f".{int(when % 1 * 1000):03d}"
 
 
 def _summary(console: Console, job: JobRecord, *, remote: bool) -> None:

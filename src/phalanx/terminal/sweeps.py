@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from phalanx.terminal.termsafe import rank_text
+from phalanx.terminal.columns import print_table
 from phalanx.workspace import JobRecord
 from phalanx.workspace.trials import SweepView, TrialState
 
@@ -58,23 +58,25 @@ def show_sweep(console: Console, job: JobRecord, view: SweepView) -> None:
     if not view.trials:
         return
     names = list(view.trials[0].params)
-    table = Table(title=f"trials by {view.metric} ({view.goal})", title_justify="left",
-                  show_edge=False)  # fmt: skip
-    for col in ("#", "job", "status", view.metric, *names, "why"):
-        table.add_column(col, overflow="fold")
+    rows, notes = [], []
     for trial in view.ranked()[:MOST_ROWS]:
         status = view.statuses.get(trial.job_name, "-")
         state = trial.state.value if trial.state is not TrialState.STARTED else status
         value = trial.value if trial.value is not None else _last(trial.curve)
-        table.add_row(
-            str(trial.number),
-            trial.job_name,
-            state,
-            "-" if value is None else f"{value:.6g}",
-            *(rank_text(_short(trial.params.get(n))) for n in names),
-            Text(trial.reason or ""),
-        )
-    console.print(table)
+        rows.append([str(trial.number), trial.job_name, state,
+                     "-" if value is None else f"{value:.6g}",
+                     *(_short(trial.params.get(n)) for n in names)])  # fmt: skip
+        notes.append(trial.reason or None)  # why it was stopped: under its row, at spaces
+    console.print(f"trials by {view.metric} ({view.goal})", markup=False, highlight=False)
+    # Whole columns give way on a narrow terminal, the last parameters first; never a
+    # name cut mid-word.
+    headers = ["#", "JOB", "STATUS", view.metric, *names]
+    optional = [*reversed(names), "#", "STATUS"]
+    left_out = print_table(console, headers, rows, optional=optional, notes=notes)
+    if left_out:
+        console.print(f"(left out for the width: {', '.join(left_out)}; "
+                      f"phalanx job show {job.name} --json has them)", markup=False,
+                      highlight=False)  # fmt: skip
     if len(view.trials) > MOST_ROWS:
         console.print(f"… and {len(view.trials) - MOST_ROWS} more: phalanx job show "
                       f"{job.name} --json")  # fmt: skip

@@ -15,6 +15,10 @@ same ones, see :mod:`phalanx.launch`):
 
 With none of them set (a plain ``python train.py``) the run is one process and
 no process group is created, so the same script runs anywhere.
+
+With the ``nccl`` backend each rank prints one line, ``phalanx: NCCL <version> ·
+network IB (mlx5_0:1) · peers P2P``, read from NCCL's own INFO output
+(:mod:`phalanx.train.nccl`; untested on a GPU so far).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 from phalanx.errors import PhalanxError
+from phalanx.train.nccl import describe, finish_capture, start_capture
 
 __all__ = ["DistContext", "all_reduce_sum", "cleanup", "init"]
 
@@ -146,14 +151,23 @@ def init(backend: str | None = None, timeout_s: float = 1800) -> DistContext:
         device = torch.device("cpu")
 
     if world_size > 1 and not dist.is_initialized():
-        dist.init_process_group(
-            backend=backend,
-            init_method="env://",
-            timeout=timedelta(seconds=timeout_s),
-            # Binding NCCL to the device up front lets it connect eagerly and
-            # spares the "guessing device" warning on the first barrier.
-            device_id=device if backend == "nccl" else None,
-        )
+        nccl = backend == "nccl"
+        capture = start_capture(os.environ) if nccl else None
+        try:
+            dist.init_process_group(
+                backend=backend,
+                init_method="env://",
+                timeout=timedelta(seconds=timeout_s),
+                # Binding NCCL to the device up front lets it connect eagerly and
+                # spares the "guessing device" warning on the first barrier.
+                device_id=device if nccl else None,
+            )
+        finally:
+            path = finish_capture(os.environ, capture)  # its variables gone even on failure
+        if nccl:
+            # One line per rank, in its own log: which NCCL, over which network.
+            # Untested on a GPU so far (see phalanx.train.nccl).
+            print(describe(nccl_version(), path), flush=True)
     return DistContext(
         rank=rank,
         world_size=world_size,
@@ -163,6 +177,12 @@ def init(backend: str | None = None, timeout_s: float = 1800) -> DistContext:
         device=device,
         backend=backend,
     )
+
+
+def nccl_version() -> str:
+    """The NCCL torch was built with, as ``2.27.3`` (a tuple in torch >= 1.12)."""
+    version = torch.cuda.nccl.version()
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
 
 
 def cleanup() -> None:

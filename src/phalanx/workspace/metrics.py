@@ -16,12 +16,13 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from phalanx.nofollow import open_file
 
 METRICS_FILE = "metrics.jsonl"  # phalanx.train.metrics.METRICS_FILE; workspace never imports train
 SYSTEM_METRICS_FILE = "system_metrics.jsonl"
+X = TypeVar("X")  # a point's place on its axis: a step, or seconds
 _NODE_FILE = re.compile(r"system_metrics_attempt(\d{1,6})_node(\d{1,6})\.jsonl")
 
 # A job's ranks write the first file, so its reader (a server's thread, the registry)
@@ -65,22 +66,51 @@ def node_metrics_file(attempt: int, node: int) -> str:
     return f"system_metrics_attempt{attempt}_node{node}.jsonl"
 
 
-def read_system_metrics(job_dir: Path) -> History:
-    """The system metrics of every machine the job ran on. The supervisor's samples keep
-    their names (``system/cpu_percent``); node K's are ``system/node<K>/…``, numbered
-    on across the attempts (each attempt's agent counts from 0)."""
-    history = read_metrics(job_dir, SYSTEM_METRICS_FILE)
+def _node_files(job_dir: Path) -> list[tuple[int, str]]:
+    """``(node, file)`` of each Ray node's samples, by node then attempt."""
     found = []
     with contextlib.suppress(OSError), os.scandir(job_dir) as entries:
         for entry in entries:
             if match := _NODE_FILE.fullmatch(entry.name):
                 found.append((int(match[2]), int(match[1]), entry.name))
-    for node, _attempt, file in sorted(found):
+    return [(node, file) for node, _attempt, file in sorted(found)]
+
+
+def read_system_metrics(job_dir: Path) -> History:
+    """The system metrics of every machine the job ran on. The supervisor's samples keep
+    their names (``system/cpu_percent``); node K's are ``system/node<K>/…``, numbered
+    on across the attempts (each attempt's agent counts from 0)."""
+    history = read_metrics(job_dir, SYSTEM_METRICS_FILE)
+    for node, file in _node_files(job_dir):
         for name, points in read_metrics(job_dir, file).items():
             series = history.setdefault(name.replace("system/", f"system/node{node}/", 1), [])
             start = len(series)
             series.extend((start + i, value) for i, (_, value) in enumerate(points))
     return history
+
+
+Timeline = dict[str, list[tuple[float, float | None]]]
+
+
+def read_system_timeline(job_dir: Path, since: float | None = None) -> Timeline:
+    """The system metrics named as :func:`read_system_metrics` names them, each against
+    the seconds since ``since`` (the job's start; its first sample when ``None``), in
+    time order: what a chart draws them against (a sample's number says nothing of
+    when it was taken, and the sampler slows down after the first minute)."""
+    series: dict[str, list[tuple[float, float | None]]] = {}
+    files: list[tuple[int | None, str]] = [(None, SYSTEM_METRICS_FILE), *_node_files(job_dir)]
+    for node, file in files:
+        for p in points(job_dir, file):
+            if p.time is None:
+                continue
+            name = p.name if node is None else p.name.replace("system/", f"system/node{node}/", 1)
+            series.setdefault(name, []).append((p.time, p.value))
+    if since is None:
+        since = min((t for s in series.values() for t, _ in s), default=0.0)
+    return {
+        name: [(round(t - since, 3), v) for t, v in sorted(s, key=lambda p: p[0])]
+        for name, s in series.items()
+    }
 
 
 def latest_metrics(job_dir: Path, file: str = METRICS_FILE) -> dict[str, float | None]:
@@ -185,9 +215,7 @@ def bounded_lines(path: Path) -> Iterator[bytes]:
             yield pending
 
 
-def downsample(
-    points: list[tuple[int | None, float | None]], most: int
-) -> list[tuple[int | None, float | None]]:
+def downsample(points: list[tuple[X, float | None]], most: int) -> list[tuple[X, float | None]]:
     """At most about ``most`` points that draw the same curve: the series cut into
     ``most // 2`` buckets, each kept as its lowest and highest point in step order
     (a spike survives, unlike with every n-th point). First and last points are kept."""
@@ -195,7 +223,7 @@ def downsample(
         return points
     buckets = max(1, most // 2)
     size = len(points) / buckets
-    out: list[tuple[int | None, float | None]] = [points[0]]
+    out: list[tuple[X, float | None]] = [points[0]]
     for b in range(buckets):
         chunk = points[int(b * size) : int((b + 1) * size)]
         valued = [p for p in chunk if p[1] is not None]

@@ -20,15 +20,17 @@ function barChart(box, labels, bars, extra) {
   const xs = labels.map((_, i) => i);
   const data = [xs, bars.values];
   // eslint-disable-next-line no-undef
-  const series = [{label: "point", value: (u, i) => (i === null ? "-" : labels[i] ?? "-")},
+  // Away from the bars the legend names what hovering shows, rather than "--".
+  const away = (format) => (u, v, si, idx) => (idx === null || idx === undefined ? "" : format(v));
+  const series = [{label: "point", value: (u, i) => (i === null ? "hover a bar" : labels[i] ?? "-")},
     // eslint-disable-next-line no-undef
-    {label: bars.label, fill: "#2457c5cc", stroke: "#2457c5", paths: uPlot.paths.bars({size: [0.6, 80]}), points: {show: false}}];
+    {label: bars.label, value: away((v) => fixed(v, 1)), fill: "#2457c5cc", stroke: "#2457c5", paths: uPlot.paths.bars({size: [0.6, 80]}), points: {show: false}}];
   const axes = [{values: (u, ticks) => ticks.map((t) => labels[t] ?? ""), splits: () => xs},
     {label: bars.label}];
   const scales = {x: {time: false, range: [-0.6, xs.length - 0.4]}, y: {range: (u, lo, hi) => [0, hi * 1.15 || 1]}};
   for (const more of extra) {
     data.push(more.values);
-    series.push({label: more.label, stroke: more.color, width: 0, scale: more.scale || "y",
+    series.push({label: more.label, value: away((v) => fixed(v, 2)), stroke: more.color, width: 0, scale: more.scale || "y",
       points: {show: true, size: 9, fill: more.color}});
     if (more.scale) {
       scales[more.scale] = {range: more.range};
@@ -99,9 +101,9 @@ async function benchView() {
     if (run.kind === "data") dataRun(box, run); else trainRun(box, run);
     const host = run.machine || {};
     box.append(section("How it was measured", grid([
-      ["run", run.run], ["when", when(run.created_at)], ["command", el("pre", {id: "bench-command"}, run.command || "-")],
+      ["run", run.run], ["when", ago(run.created_at)], ["command", el("pre", {id: "bench-command"}, run.command || "-")],
       ["machine", `${host.arch || "?"}, ${host.cores || "?"} cores (${host.cpu || "?"}), python ${host.python || "?"}, torch ${host.torch || "?"}`],
-      ["set-up", el("pre", {}, JSON.stringify(run.config || run.args || {}, null, 2))],
+      ["set-up", fieldTable(run.config || run.args || {})],
     ])));
   }
   picker.addEventListener("change", show);

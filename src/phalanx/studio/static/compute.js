@@ -28,6 +28,12 @@ function agoText(seconds) {
   const d = Math.floor(s / 86400);
   return d === 1 ? "1 day ago" : `${d} days ago`;
 }
+// An estimated start (Unix seconds) as "in 12m", "now", or "unknown" (no time limit tells).
+function startText(start) {
+  if (start === null || start === undefined) return "unknown";
+  const left = start - Date.now() / 1000;
+  return left <= 0 ? "now" : "in " + spanText(Math.ceil(left));
+}
 function plural(n, unit) { return `${n} ${unit}${n === 1 ? "" : "s"}`; }
 function gibText(n) { return n ? `${(n / 2 ** 30).toPrecision(3).replace(/\.?0+$/, "")} GiB` : ""; }
 function jobLink(name) { return el("a", {href: "/jobs/" + encodeURIComponent(name)}, name); }
@@ -170,7 +176,7 @@ function queueCard(view) {
       `${view.queued.length} waiting · ${plural(new Set(view.running.map((r) => r.job)).size, "job")} running`)));
   if (view.scaling) card.append(el("div", {class: "elastic"}, elasticText(view.scaling)));
   if (!view.queued.length) { card.append(el("div", {class: "muted"}, "Nothing queued.")); return card; }
-  const columns = ["#", "job", "user", "priority", "tier", "asks", "time limit", "waiting since", "why it waits"];
+  const columns = ["#", "job", "user", "priority", "tier", "asks", "time limit", "waiting since", "starts", "why it waits"];
   card.append(el("table", {class: "queue-table"},
     el("thead", {}, el("tr", {}, ...columns.map((c) => el("th", {}, c)))),
     el("tbody", {}, ...view.queued.map((q) => el("tr", {"data-job": q.job},
@@ -182,6 +188,8 @@ function queueCard(view) {
       el("td", {}, asksText(q.request)),
       el("td", {}, spanText(q.time_limit_s)),
       el("td", {title: new Date(Date.now() - q.waiting_s * 1000).toLocaleString()}, agoText(q.waiting_s)),
+      el("td", {"data-col": "start", title: q.start ? new Date(q.start * 1000).toLocaleString()
+        : "no time limit tells: a job ahead, or one holding what it needs, has none"}, startText(q.start)),
       el("td", {"data-col": "reason"}, q.reason))))));
   return card;
 }

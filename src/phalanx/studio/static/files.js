@@ -1,12 +1,5 @@
 "use strict";
 // ---------------------------------------------------------------- files and spec
-function size(bytes) {
-  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
-  let k = 0;
-  while (bytes >= 1024 && k < units.length - 1) { bytes /= 1024; k += 1; }
-  return `${k ? bytes.toFixed(1) : bytes} ${units[k]}`;
-}
-
 // A folder's files as a tree: folders collapsed, each with its size and file count,
 // opened on a click; a folder's entries are made only when it is first opened, and
 // at most TREE_PAGE at a time ("N more"), so thousands of files cost nothing until asked.
@@ -84,13 +77,23 @@ function filesPane(name) {
   return pane;
 }
 
+// The resolved spec names its code and inputs by where the server keeps them; those
+// paths mean nothing to the reader (serverPath), so each is named instead.
+function withoutServerPaths(value, key) {
+  if (Array.isArray(value)) return value.map((v) => withoutServerPaths(v, key));
+  if (value !== null && typeof value === "object") {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, withoutServerPaths(v, k)]));
+  }
+  return (key === "code" || key === "path") && serverPath(value) ? "a folder on the server" : value;
+}
+
 function specPane(name) {
   const pane = el("div", {id: "spec"});
   pane.load = async () => {
     try {
       const spec = await api(`/jobs/${encodeURIComponent(name)}/spec`);
       pane.replaceChildren(section("Spec as submitted", el("pre", {id: "spec-submitted"}, spec.submitted || "-")),
-        section("Spec as resolved", el("pre", {id: "spec-resolved"}, JSON.stringify(spec.resolved, null, 2))));
+        section("Spec as resolved", el("pre", {id: "spec-resolved"}, yamlText(withoutServerPaths(spec.resolved)))));
     } catch (e) { pane.replaceChildren(el("div", {class: "error"}, e.message)); }
   };
   return pane;

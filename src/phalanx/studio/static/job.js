@@ -82,18 +82,59 @@ function renderCause(box, job) {
     e.traceback ? el("pre", {class: "traceback"}, e.traceback) : null));
 }
 
+// An input: where it comes from, a link where the studio shows that place.
+function inputCell(v) {
+  if (v === null || typeof v !== "object") return place(String(v));
+  const where = v.path || v.uri;
+  return el("span", {}, where ? place(where) : (v.value !== undefined ? plain(v.value) : "-"),
+    v.mode ? el("span", {class: "muted"}, ` (${v.mode})`) : null);
+}
+
+const MODEL_TYPES = new Set(["custom_model", "mlflow_model", "triton_model"]);
+// An output: the job's folder of it (in the Files tab), a download of it as a tar, and
+// the model or data asset it was registered as; one kept elsewhere is its place.
+function outputCell(job, key, v) {
+  const spec = v && typeof v === "object" ? v : {};
+  if (spec.path) return place(String(spec.path));
+  const parts = [el("a", {href: "#files", class: "output", "data-output": key}, `outputs/${key}`), " · ",
+    el("a", {href: `/api/v1/jobs/${encodeURIComponent(job.name)}/files/outputs/${encodeURIComponent(key)}`,
+      download: `${job.name}-${key}.tar`}, "download (tar)")];
+  if (spec.name) {
+    const kind = MODEL_TYPES.has(spec.type) ? "models" : "data";
+    parts.push(" · ", kind === "models" ? "model " : "data asset ",
+      el("a", {href: `/${kind}/${encodeURIComponent(spec.name)}` + (spec.version ? `?version=${encodeURIComponent(spec.version)}` : "")}, spec.name));
+  }
+  return el("span", {}, ...parts);
+}
+
+function listed(items, cell) {
+  const entries = Object.entries(items || {});
+  if (!entries.length) return "-";
+  return el("table", {class: "fields"}, el("tbody", {}, ...entries.map(([k, v]) =>
+    el("tr", {"data-name": k}, el("th", {}, k), el("td", {}, cell(k, v))))));
+}
+
+// A registered environment links to its page; one written inline is named by its image.
+function environmentCell(env) {
+  if (!env) return "-";
+  if (typeof env === "string") {
+    const m = /^azureml:([^:@/]+)(?:[:@](.+))?$/.exec(env);
+    if (!m) return env;
+    const version = m[2] && m[2] !== "latest" ? `?version=${encodeURIComponent(m[2])}` : "";
+    return el("a", {href: `/environments/${encodeURIComponent(m[1])}${version}`}, env);
+  }
+  if (env.image) return `image ${env.image}`;
+  return env.build ? "built from a build context (see Spec)" : "inline (see Spec)";
+}
+
 function renderOverview(box, job) {
   const spec = job.spec || {};
   const [nodes, procs] = shape(job);
   const last = job.attempts[job.attempts.length - 1];
   const devices = last && last.nodes.length ? last.nodes.map((n, k) =>
     `node ${k} (${n.host || n.hostname || "?"}): ` + ((n.gpus || []).length ? "GPUs " + n.gpus.join(",") : `${n.cpus || 0} CPU slots`)).join("; ") : "-";
-  const io = (items) => Object.entries(items || {}).map(([k, v]) =>
-    `${k}: ${typeof v === "object" && v ? (v.path || v.uri || JSON.stringify(v)) + (v.mode ? ` (${v.mode})` : "") : v}`).join("\n") || "-";
-  const env = spec.environment;
   // The spec's tags and what its MLflow run set (MLflow's own mlflow.* tags left out).
-  const pairs = (items) => Object.entries(items || {}).filter(([k]) => !k.startsWith("mlflow."))
-    .map(([k, v]) => `${k}=${v}`).join(", ") || "-";
+  const pairs = (items) => Object.fromEntries(Object.entries(items || {}).filter(([k]) => !k.startsWith("mlflow.")));
   const outside = job.target === "mlflow";
   box.replaceChildren(section("Overview", grid([
     ["experiment", job.experiment_name], ["display name", job.display_name || "-"],
@@ -101,14 +142,16 @@ function renderOverview(box, job) {
     ...(job.parent ? [["sweep", el("a", {id: "sweep-link", href: "/jobs/" + encodeURIComponent(job.parent)},
       `trial of ${job.parent}`)]] : []),
     ["compute", outside ? "none: an MLflow run logged from outside a job" : (spec.compute || job.target || "local")],
-    ["tags", pairs({...(job.tags || {}), ...(job.run_tags || {})})], ["params", pairs(job.params)],
+    ["tags", chips(pairs({...(job.tags || {}), ...(job.run_tags || {})}))], ["params", chips(pairs(job.params))],
     ["nodes × processes", `${nodes} × ${procs}`], ["devices per node", devices],
-    ["created", when(job.created_at)], ["started", when(job.started_at)],
-    ["ended", when(job.ended_at)], ["duration", duration(job)],
+    ["created", ago(job.created_at)], ["started", ago(job.started_at)],
+    ["ended", ago(job.ended_at)], ["duration", duration(job)],
     ["queue", queuePlace(job)], ["command", el("pre", {}, spec.command || "-")],
-    ["inputs", el("pre", {}, io(spec.inputs))], ["outputs", el("pre", {}, io(spec.outputs))],
-    ["environment", typeof env === "object" && env ? JSON.stringify(env) : (env || "-")],
-    ["job folder", job.job_dir],
+    ["inputs", listed(spec.inputs, (k, v) => inputCell(v))],
+    ["outputs", el("div", {id: "outputs"}, listed(spec.outputs, (k, v) => outputCell(job, k, v)))],
+    ["environment", environmentCell(spec.environment)],
+    ["files", el("span", {}, el("a", {href: "#files"}, "outputs and checkpoints"),
+      el("span", {class: "muted"}, ` · to copy them here: phalanx job download ${job.name}`))],
   ])));
 }
 
@@ -125,7 +168,7 @@ function renderAttempts(box, job) {
     const next = job.attempts[i + 1];
     const followed = next ? `attempt ${next.number}` : (TERMINAL.has(job.status) ? `job ${job.status}` : "-");
     return el("tr", {}, el("td", {}, String(a.number)), el("td", {}, badge(attemptStatus(a))),
-      el("td", {}, when(a.started_at)), el("td", {}, a.ended_at ? duration({started_at: a.started_at, ended_at: a.ended_at}) : "-"),
+      el("td", {}, ago(a.started_at)), el("td", {}, a.ended_at ? duration({started_at: a.started_at, ended_at: a.ended_at}) : "-"),
       el("td", {}, a.cause || "-"), el("td", {}, a.exit_code === null ? "-" : String(a.exit_code)),
       el("td", {}, a.note || (a.error ? a.error.message : "") || "-"), el("td", {}, followed));
   });

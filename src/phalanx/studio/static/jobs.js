@@ -42,10 +42,6 @@ function jobsView() {
     el("div", {class: "filters"}, first, prev, count, next, last),
     el("table", {}, el("thead", {}, el("tr", {}, ...heads)), body));
 
-  function chips(tags) {
-    return el("span", {class: "chips"}, ...Object.entries(tags || {}).map(([k, v]) =>
-      el("span", {class: "chip", title: `${k}=${v}`}, v === "" ? k : `${k}=${v}`)));
-  }
   function row(j) {
     const [nodes, procs] = shape(j);
     const box = el("input", {type: "checkbox", class: "pick", checked: picked.has(j.name)});
@@ -59,7 +55,7 @@ function jobsView() {
       el("td", {}, j.created_by || "-"), el("td", {}, j.experiment_name),
       el("td", {}, (j.spec || {}).compute || j.target || "local"),
       el("td", {}, `${nodes} × ${procs}`), el("td", {class: "gpus"}, gpus(j)),
-      el("td", {}, chips(j.tags)), el("td", {}, when(j.created_at)),
+      el("td", {}, chips(j.tags)), el("td", {}, ago(j.created_at)),
       el("td", {}, duration(j)), el("td", {}, queuePlace(j)));
   }
   function render() {

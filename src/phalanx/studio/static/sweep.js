@@ -22,7 +22,7 @@ function paramNames(job, view) {
 function num(v) {
   if (v === null || v === undefined) return "-";
   if (typeof v === "number") return Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(6)));
-  return typeof v === "object" ? JSON.stringify(v) : String(v);
+  return typeof v === "object" ? plain(v) : String(v);
 }
 
 function sweepView(name) {
@@ -84,7 +84,7 @@ function sweepHead(box, job, view) {
       `#${best.number} ${best.job_name}`), `: ${view.metric} = ${num(view.best_value)}`) : "none yet"],
     ["register it", view.register ? el("pre", {id: "register"}, view.register) : "-"],
     ["experiment", job.experiment_name], ["created by", job.created_by || "-"],
-    ["trials run on", spec.compute || "local"], ["created", when(job.created_at)],
+    ["trials run on", spec.compute || "local"], ["created", ago(job.created_at)],
     ["duration", duration(job)],
   ])));
 }
