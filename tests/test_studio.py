@@ -895,6 +895,16 @@ def test_a_sweeps_page_ranks_charts_and_links_its_trials(studio: Studio, page: A
     link = page.wait_for_selector("#sweep-link")
     assert link is not None and link.get_attribute("href") == f"/jobs/{name}"
     assert link.inner_text() == f"trial of {name}"
+    # The jobs page lists the sweep, not its trials, unless asked for them.
+    page.goto(f"{studio.url}/")
+    page.fill("#f-text", name)
+    page.wait_for_selector(f'#jobs tr[data-job="{name}"]')
+    page.wait_for_function("document.querySelectorAll('#jobs tr[data-job]').length === 1")
+    page.check("#f-trials")
+    page.wait_for_selector(f'#jobs tr[data-job="{name}_1"]')
+    shown = page.locator("#jobs tr[data-job]")
+    rows = {shown.nth(i).get_attribute("data-job") for i in range(shown.count())}
+    assert rows == {name, *(f"{name}_{n}" for n in range(len(view["trials"])))}, rows
 
 
 HOLD = """command: sleep 300

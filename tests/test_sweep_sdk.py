@@ -92,6 +92,7 @@ print("RESULT " + json.dumps({
     "trials": trials,
     "children": [j.name for j in ml_client.jobs.list(parent_job_name=returned.name)],
     "child_statuses": [j.status for j in ml_client.jobs.list(parent_job_name=returned.name)],
+    "top": [j.name for j in ml_client.jobs.list()],
 }))
 """
 
@@ -154,6 +155,7 @@ def test_hello_sweep_from_the_sdk_runs_to_the_end(cli: Cli) -> None:
     assert len(children) == 5
     assert {t["job_name"] for t in result["trials"]} == names
     assert sorted(result["children"]) == sorted(names)  # jobs.list(parent_job_name=...)
+    assert result["top"] == [name]  # jobs.list(): the sweep, not its trials (as Azure ML)
     assert all(j.status.is_terminal for j in children)
     assert JobStatus.COMPLETED in {j.status for j in children}
     # Each trial got values from its ranges, as literal inputs of its command job.

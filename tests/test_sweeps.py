@@ -138,6 +138,12 @@ def test_azure_mls_hello_sweep_runs_its_trials_as_jobs(cli: Cli) -> None:
     assert view["best_trial"] == best["number"]
     assert view["ended_reason"] == "made limits.max_total_trials (4) trials"
 
+    # A workspace's job list has the sweep, not its trials (Azure ML's `job list`),
+    # unless asked: --trials, or --parent for one sweep's.
+    top = [j["name"] for j in json.loads(cli.run("job", "list", "--json", check=True).stdout)]
+    assert top == [name], top
+    every = cli.run("job", "list", "--trials", "--json", "--limit", "100", check=True).stdout
+    assert sorted(j["name"] for j in json.loads(every)) == sorted([name, *by_name])
     shown = cli.run("job", "show", name, check=True).stdout
     assert f"best trial         {best['number']} ({best['job_name']})" in shown
     assert f"--path azureml://jobs/{best['job_name']}/outputs/checkpoints" in shown

@@ -177,6 +177,7 @@ def show_cmd(name: str, as_json: bool) -> int:
 )
 @click.option("--cursor", help="The page a previous listing named (its `--cursor …`).")
 @click.option("--parent", help="Only the trials of this sweep job.")
+@click.option("--trials", is_flag=True, help="Sweeps' trials too (left out by default).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def list_cmd(
     limit: int,
@@ -189,6 +190,7 @@ def list_cmd(
     order: str | None,
     cursor: str | None,
     parent: str | None,
+    trials: bool,
     as_json: bool,
 ) -> int:
     """A page of jobs, newest first; filtered and sorted over the whole workspace."""
@@ -199,6 +201,7 @@ def list_cmd(
         tag=tags,
         text=search,
         parent=parent,
+        trials=trials,
         sort=sort,
         order=order,
         limit=limit,

@@ -92,6 +92,8 @@ class RemoteJobs:
         for key in ("experiment", "user", "text", "parent", "cursor"):
             if getattr(query, key) is not None:
                 params[key] = getattr(query, key)
+        if query.trials:
+            params["trials"] = "true"
         return page_from_wire(self.client.request("GET", "/jobs", params=params))
 
     def sweep(self, name: str) -> SweepView:

@@ -137,6 +137,7 @@ def list_jobs(
     tag: Annotated[list[str], Query(max_length=20)] = [],  # noqa: B006
     text: Annotated[str | None, Query(max_length=1000)] = None,
     parent: Annotated[str | None, Query(max_length=1000)] = None,
+    trials: bool = False,
     sort: str | None = None,
     order: str | None = None,
     cursor: Annotated[str | None, Query(max_length=10_000)] = None,
@@ -144,7 +145,8 @@ def list_jobs(
     """A page of jobs (newest first unless ``sort``/``order`` say otherwise), with how
     many match in all and the cursors of the pages around it (see
     :mod:`phalanx.workspace.joblist`). ``status`` and ``tag`` may repeat; a tag is
-    ``key`` or ``key=value``; ``text`` matches name, display name, experiment, user."""
+    ``key`` or ``key=value``; ``text`` matches name, display name, experiment, user.
+    Sweeps' trials are left out unless ``parent`` names the sweep or ``trials`` is set."""
     query = JobQuery.parse(
         status=status,
         experiment=experiment,
@@ -152,6 +154,7 @@ def list_jobs(
         tag=tag,
         text=text,
         parent=parent,
+        trials=trials,
         sort=sort,
         order=order,
         limit=limit,

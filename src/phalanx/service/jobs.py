@@ -324,10 +324,13 @@ class LocalJobs:
         experiment: str | None,
         parent: str | None = None,
     ) -> list[JobRecord]:
-        """The newest jobs first; with ``parent``, the trials of that sweep."""
+        """The newest jobs first; with ``parent``, the trials of that sweep, else only the
+        jobs no sweep made (as Azure ML's ``jobs.list()``)."""
         from phalanx.jobs.control import refresh
 
-        jobs = self.ws.list_jobs(limit=limit, status=status, experiment=experiment, parent=parent)
+        jobs = self.ws.list_jobs(
+            limit=limit, status=status, experiment=experiment, parent=parent, top_level=True
+        )
         return [refresh(self.ws, j) for j in jobs]
 
     def page(self, query: JobQuery) -> JobPage:

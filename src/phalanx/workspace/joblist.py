@@ -62,6 +62,10 @@ class JobQuery:
     text: str | None = None
     """Part of the name, display name, experiment or user, any case."""
     parent: str | None = None
+    """Only the trials of this sweep."""
+    trials: bool = False
+    """Without ``parent``: sweeps' trials too (by default only jobs that no sweep made,
+    as Azure ML lists a workspace's jobs)."""
     sort: str = "created"
     descending: bool = True
     limit: int = 50
@@ -77,6 +81,7 @@ class JobQuery:
         tag: Sequence[str] = (),
         text: str | None = None,
         parent: str | None = None,
+        trials: bool = False,
         sort: str | None = None,
         order: str | None = None,
         limit: int = 50,
@@ -116,6 +121,7 @@ class JobQuery:
             tags=tuple(tags),
             text=(text or "").strip() or None,
             parent=parent or None,
+            trials=trials,
             sort=key,
             descending=key in NEWEST_FIRST if order is None else order == "desc",
             limit=limit,
@@ -231,6 +237,8 @@ def _filters(query: JobQuery) -> tuple[list[str], dict[str, Any]]:
         if value is not None:
             where.append(f"{column} = :{column}")
             args[column] = value
+    if query.parent is None and not query.trials:
+        where.append("parent_name IS NULL")
     for k, (key, value) in enumerate(query.tags):
         test = f"t.key = :tag{k}"
         args[f"tag{k}"] = key

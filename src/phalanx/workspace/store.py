@@ -336,14 +336,18 @@ class Workspace:
         status: JobStatus | None = None,
         experiment: str | None = None,
         parent: str | None = None,
+        top_level: bool = False,
     ) -> list[JobRecord]:
-        """The newest jobs first; with ``parent``, only the trials of that sweep."""
+        """The newest jobs first; with ``parent``, only the trials of that sweep; with
+        ``top_level``, only the jobs no sweep made."""
         sql = "SELECT * FROM jobs"
         where: list[str] = []
         args: dict[str, Any] = {"limit": limit}
         if parent is not None:
             where.append("parent_name = :parent")
             args["parent"] = parent
+        elif top_level:
+            where.append("parent_name IS NULL")
         if status is not None:
             where.append("status = :status")
             args["status"] = status.value

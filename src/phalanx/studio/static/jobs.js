@@ -11,6 +11,9 @@ function jobsView() {
   const user = el("input", {id: "f-user", placeholder: "user"});
   const tag = el("input", {id: "f-tag", placeholder: "tag or tag=value"});
   const text = el("input", {id: "f-text", placeholder: "search name, user…"});
+  // Sweeps' trials are listed under their sweep (its page); here only when asked for.
+  const trials = el("input", {type: "checkbox", id: "f-trials"});
+  const trialsLabel = el("label", {class: "muted"}, trials, " with sweeps' trials");
   const count = el("span", {class: "muted", id: "count"});
   const prev = el("button", {id: "page-prev", disabled: true}, "‹ previous");
   const next = el("button", {id: "page-next", disabled: true}, "next ›");
@@ -38,7 +41,7 @@ function jobsView() {
     return th;
   });
   main.append(el("h1", {}, "Jobs"),
-    el("div", {class: "filters"}, status, experiment, user, tag, text, compare),
+    el("div", {class: "filters"}, status, experiment, user, tag, text, trialsLabel, compare),
     el("div", {class: "filters"}, first, prev, count, next, last),
     el("table", {}, el("thead", {}, el("tr", {}, ...heads)), body));
 
@@ -81,6 +84,7 @@ function jobsView() {
     for (const [field, name] of [[experiment, "experiment"], [user, "user"], [tag, "tag"], [text, "text"]]) {
       if (field.value.trim()) q.set(name, field.value.trim());
     }
+    if (trials.checked) q.set("trials", "true");
     if (cursor) q.set("cursor", cursor);
     return q;
   }
@@ -105,13 +109,15 @@ function jobsView() {
   // A new filter starts at the first page; typing waits for a pause before asking. A
   // pause that changed nothing (its value was already asked for) leaves the page alone.
   let typing = null;
-  const filters = () => JSON.stringify([status, experiment, user, tag, text].map((f) => f.value.trim()));
+  const filters = () => JSON.stringify([status, experiment, user, tag, text].map((f) => f.value.trim())
+    .concat([trials.checked]));
   let askedFor = filters();
   function refilter() {
     if (filters() === askedFor) return;
     askedFor = filters(); cursor = null; load();
   }
   status.addEventListener("change", refilter);
+  trials.addEventListener("change", refilter);
   for (const field of [experiment, user, tag, text]) {
     field.addEventListener("input", () => { clearTimeout(typing); typing = setTimeout(refilter, 250); });
   }
