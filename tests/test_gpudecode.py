@@ -10,6 +10,7 @@ device, naming a damaged image, and resuming mid-epoch at the same sample and cr
 from __future__ import annotations
 
 import io
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +53,12 @@ def jpeg(width: int, height: int, seed: int = 0) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(rgb.astype(np.uint8)).save(buf, "JPEG", quality=95)
     return buf.getvalue()
+
+
+def encoded_parts(batch: EncodedBatch) -> list[bytes]:
+    """Each sample's bytes, cut from the batch's one tensor by its offsets."""
+    raw, ends = batch.data.numpy().tobytes(), batch.offsets.tolist()
+    return [raw[a:b] for a, b in itertools.pairwise(ends)]
 
 
 class Sample:
@@ -103,6 +110,32 @@ def test_a_mirrored_sample_is_the_mirror_of_the_unmirrored_one() -> None:
     assert torch.equal(out[0].flip(-1), out[1]) and not torch.equal(out[0], out[1])
 
 
+def test_a_batch_crosses_from_a_worker_as_a_few_tensors_whatever_its_size() -> None:
+    """Every tensor a loader worker sends costs a file descriptor while it is queued: a
+    batch is five tensors (bytes, offsets, boxes, flips, labels), not one per image."""
+    images = [jpeg(64 + i, 48, i) for i in range(40)]
+    batch = collate_encoded(
+        [(TrainPlan(32)(d, sample_rng(0, 0, i)), i) for i, d in enumerate(images)]
+    )
+    tensors = [v for v in batch if isinstance(v, torch.Tensor)]
+    assert len(tensors) == 5 and batch.data.dim() == 1
+    assert encoded_parts(batch) == images
+
+
+def test_a_decoder_that_fails_on_every_image_is_not_blamed_on_one() -> None:
+    """A CUDA error sticks to its process: after it every decode fails, and no image
+    may then be called damaged (the decoder's own error is raised)."""
+
+    def broken(data: list[torch.Tensor]) -> list[torch.Tensor]:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    batch = collate_encoded(
+        [(TrainPlan(32)(jpeg(64, 48), sample_rng(0, 0, i)), 0) for i in range(3)]
+    )
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        BatchDecoder(32, CPU, decode=broken)(batch)
+
+
 def test_a_damaged_image_is_named_and_nothing_else_is_blamed() -> None:
     good = jpeg(120, 90)
     plans = [TrainPlan(32)(good, sample_rng(0, 0, i)) for i in range(3)]
@@ -140,8 +173,8 @@ def test_resuming_mid_epoch_gives_the_same_samples_and_crops(tmp_path: Path) -> 
     def key(batch: EncodedBatch) -> list[tuple[bytes, tuple[float, ...], bool]]:
         boxes, mirror = batch.boxes.tolist(), batch.mirror.tolist()
         return [
-            (bytes(d.numpy()), tuple(b), bool(m))
-            for d, b, m in zip(batch.data, boxes, mirror, strict=True)
+            (bytes(d), tuple(b), bool(m))
+            for d, b, m in zip(encoded_parts(batch), boxes, mirror, strict=True)
         ]
 
     whole = loader()

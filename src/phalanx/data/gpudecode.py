@@ -23,6 +23,7 @@ for it (the reference trainer's ``--decode gpu``).
 from __future__ import annotations
 
 import io
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
@@ -53,9 +54,17 @@ class Encoded(NamedTuple):
 
 class EncodedBatch(NamedTuple):
     """A batch of :class:`Encoded` samples and their labels (a named tuple, so that the
-    DataLoader's pinning passes it through)."""
+    DataLoader's pinning passes it through).
 
-    data: list[torch.Tensor]
+    The JPEGs travel as one tensor with offsets, not one tensor each: a DataLoader
+    worker shares every tensor it sends through a file descriptor, and a batch of 256
+    separate ones, four batches ahead, would run past a common limit of 1,024 open files.
+    """
+
+    data: torch.Tensor
+    """Every sample's bytes, one after another: 1-D ``uint8``."""
+    offsets: torch.Tensor
+    """``int64`` (N + 1,): sample ``i`` is ``data[offsets[i]:offsets[i + 1]]``."""
     boxes: torch.Tensor
     """``float64`` (N, 4): each sample's box."""
     mirror: torch.Tensor
@@ -123,8 +132,10 @@ def collate_encoded(samples: Sequence[tuple[Encoded, int]]) -> EncodedBatch:
 
     if not samples:
         raise ValueError("cannot collate an empty batch")
+    sizes = torch.tensor([0, *(s.data.numel() for s, _ in samples)], dtype=torch.int64)
     return EncodedBatch(
-        data=[s.data for s, _ in samples],
+        data=torch.cat([s.data for s, _ in samples]),
+        offsets=sizes.cumsum(0),
         boxes=torch.tensor([s.box for s, _ in samples], dtype=torch.float64),
         mirror=torch.tensor([s.mirror for s, _ in samples], dtype=torch.bool),
         names=[s.name for s, _ in samples],
@@ -185,21 +196,31 @@ class BatchDecoder:
         return out, batch.labels.to(self.device, non_blocking=True)
 
     def _decode_all(self, batch: EncodedBatch) -> list[torch.Tensor]:
+        bounds = batch.offsets.tolist()
+        parts = [batch.data[a:b] for a, b in itertools.pairwise(bounds)]
         try:
-            return self.decode(batch.data)
-        except Exception:
-            pass
-        # One bad image fails the whole call: find which, to name it.
-        for data, name in zip(batch.data, batch.names, strict=True):
+            return self.decode(parts)
+        except Exception as exc:
+            failed = exc
+        # One bad image fails the whole call: find which, to name it. An image is blamed
+        # only when others decode alone; when none does, the decoder itself is broken
+        # (a CUDA error sticks to the process), and that is what is raised.
+        bad: list[tuple[str, Exception]] = []
+        for data, name in zip(parts, batch.names, strict=True):
             try:
                 self.decode([data])
-            except Exception as exc:
-                raise ImageDecodeError(
-                    f"{name}: cannot decode ({type(exc).__name__}); the data is damaged, "
-                    "re-convert the dataset with `phalanx data convert`",
-                    type(exc).__name__,
-                ) from exc
-        return self.decode(batch.data)  # a failure that was not any one image's
+            except Exception as alone:
+                bad.append((name, alone))
+        if not bad:
+            return self.decode(parts)  # a failure that was not any one image's
+        if len(bad) == len(parts) and len(parts) > 1:
+            raise failed
+        name, cause = bad[0]
+        raise ImageDecodeError(
+            f"{name}: cannot decode ({type(cause).__name__}); the data is damaged, "
+            "re-convert the dataset with `phalanx data convert`",
+            type(cause).__name__,
+        ) from cause
 
 
 def _region(img: torch.Tensor, box: Sequence[float]) -> torch.Tensor:
