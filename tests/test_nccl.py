@@ -60,16 +60,18 @@ def test_nothing_recognisable_says_so_and_a_users_nccl_debug_says_where_to_look(
 
 
 def test_capture_sets_its_variables_for_nccl_only_and_takes_them_back(tmp_path: Path) -> None:
-    env = {"NCCL_SOCKET_IFNAME": "eth1", "NCCL_DEBUG_SUBSYS": "INIT"}
+    env = {"NCCL_SOCKET_IFNAME": "eth1", "NCCL_DEBUG_SUBSYS": "ALL"}
     capture = start_capture(env)
     assert capture is not None and capture.file.exists()
     assert env["NCCL_DEBUG"] == "INFO" and env["NCCL_DEBUG_FILE"] == str(capture.file)
-    assert env["NCCL_DEBUG_SUBSYS"] == "INIT"  # the user's choice of subsystems stays
+    # While captured, INIT and NET only: NCCL reads its environment once per process, so
+    # a user's ALL (inert without NCCL_DEBUG) would log every later collective.
+    assert env["NCCL_DEBUG_SUBSYS"] == "INIT,NET"
     capture.file.write_text(SOCKET_SAMPLE)  # what NCCL would have written there
     path = finish_capture(env, capture)
     assert path is not None and path.network == "Socket"
-    # Only what it set is gone; the user's settings and no file remain.
-    assert env == {"NCCL_SOCKET_IFNAME": "eth1", "NCCL_DEBUG_SUBSYS": "INIT"}
+    # What it set is gone and the user's value is back; no file remains.
+    assert env == {"NCCL_SOCKET_IFNAME": "eth1", "NCCL_DEBUG_SUBSYS": "ALL"}
     assert not capture.file.exists()
 
 

@@ -89,31 +89,42 @@ def describe(version: str, path: NcclPath | None) -> str:
 
 @dataclass(frozen=True)
 class Capture:
-    """NCCL's INFO lines going to ``file``; ``names``: the variables set for it."""
+    """NCCL's INFO lines going to ``file``; ``before``: each variable set for it, with the
+    value it had (``None``: unset), to put back."""
 
     file: Path
-    names: tuple[str, ...]
+    before: tuple[tuple[str, str | None], ...]
 
 
 def start_capture(env: MutableMapping[str, str]) -> Capture | None:
     """Before NCCL starts: send its INIT and NET lines to a file of this process's own,
-    unless the user chose NCCL's output (``NCCL_DEBUG`` or ``NCCL_DEBUG_FILE`` set)."""
+    unless the user chose NCCL's output (``NCCL_DEBUG`` or ``NCCL_DEBUG_FILE`` set).
+
+    NCCL reads its environment once per process, so INFO logging of the INIT and NET
+    subsystems stays on for the process's later communicators too (a few lines each,
+    into the removed file). A user's ``NCCL_DEBUG_SUBSYS`` is overridden meanwhile (it
+    had no effect without ``NCCL_DEBUG``; ``ALL`` would log every collective) and put
+    back after."""
     if env.get("NCCL_DEBUG") or env.get("NCCL_DEBUG_FILE"):
         return None
     fd, name = tempfile.mkstemp(prefix=f"phalanx-nccl-{os.getpid()}-", suffix=".txt")
     os.close(fd)
     wanted = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "NCCL_DEBUG_FILE": name}
-    names = tuple(k for k in wanted if k not in env)  # a SUBSYS of the user's stays theirs
-    env.update({k: wanted[k] for k in names})
-    return Capture(Path(name), names)
+    before = tuple((k, env.get(k)) for k in wanted)
+    env.update(wanted)
+    return Capture(Path(name), before)
 
 
 def finish_capture(env: MutableMapping[str, str], capture: Capture | None) -> NcclPath | None:
-    """After the group exists: what the file said; the variables set and the file removed."""
+    """After the group exists: what the file said; the variables as they were and the
+    file removed."""
     if capture is None:
         return None
-    for name in capture.names:
-        env.pop(name, None)
+    for name, value in capture.before:
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     try:
         return parse_info(capture.file.read_text(errors="replace"))
     except OSError:
