@@ -116,7 +116,27 @@ def _forged(**fields: Any) -> str:
     return base64.urlsafe_b64encode(json.dumps(data).encode()).decode()
 
 
-def test_a_cursor_of_another_sort_or_made_up_is_refused() -> None:
+BY_NAME = {"sort": "name", "order": "asc"}
+FORGED: tuple[dict[str, Any], ...] = (
+    # Values no database takes, or takes as something else: a cursor is base64 JSON, so
+    # none of them passed the server's checks of characters on the way in.
+    {"cursor": _forged(k=10**30, n="job-1")},  # past SQLite's integers
+    {"cursor": _forged(k=1e300, n="job-1")},  # a number, but no time
+    {"cursor": _forged(k=float("nan"), n="job-1")},
+    {"cursor": _forged(k=float("-inf"), n="job-1")},
+    {"cursor": _forged(k=1.0, n="job-1", t=float("inf"))},
+    {"cursor": _forged(k=1.0, n="job-1", t=float("nan"))},
+    {"cursor": _forged(k=1.0, n="\ud800")},  # a lone surrogate: not UTF-8
+    {"cursor": _forged(k=1.0, n="a\u0000")},  # PostgreSQL's text holds no NUL
+    {**BY_NAME, "cursor": _forged(s="name", d=False, k="\ud800", n="x")},
+    {**BY_NAME, "cursor": _forged(s="name", d=False, k="a\u0000", n="x")},
+    {**BY_NAME, "cursor": _forged(s="name", d=False, k="a\u001b[2J", n="x")},
+)
+
+
+def test_a_cursor_of_another_sort_or_made_up_is_refused(tmp_path: Path, db: str | None) -> None:
+    names = write_jobs(tmp_path / "home", 5)
+    ws = Workspace(tmp_path / "home")
     for asked, field in (
         ({"sort": "size"}, "sort"),
         ({"order": "up"}, "order"),
@@ -127,9 +147,15 @@ def test_a_cursor_of_another_sort_or_made_up_is_refused() -> None:
         ({"cursor": _forged(k="x", n="job-1")}, "cursor"),  # a text key for a time
         ({"cursor": _forged(k=1.5, n=7)}, "cursor"),
         ({"cursor": _forged(k=None, n=None, b=False)}, "cursor"),
+        *((forged, "cursor") for forged in FORGED),
     ):
-        with pytest.raises(PhalanxError, match=f"^{field}: "):
-            JobQuery.parse(**asked)
+        with pytest.raises(PhalanxError, match=f"^{field}: [^\n]*$"):
+            ws.page_jobs(JobQuery.parse(**asked))  # refused before the database sees it
+    assert [j.name for j in ws.page_jobs(JobQuery.parse(**BY_NAME)).jobs] == names
+    # A cursor the list gave still reads back, with its float keys and names.
+    first = ws.page_jobs(JobQuery.parse(limit=2))
+    rest = ws.page_jobs(JobQuery.parse(limit=5, cursor=first.next))
+    assert [j.name for j in first.jobs + rest.jobs] == names[::-1]
 
 
 @dataclass
@@ -209,6 +235,7 @@ def test_bad_list_parameters_are_4xx_one_liners_naming_them(listed: Listed) -> N
         ({"tag": "=v"}, "tag"),
         ({"cursor": _forged(k="'; DROP TABLE jobs; --", n="x")}, "cursor"),
         ({"text": "x" * 1001}, "text"),
+        *((forged, "cursor") for forged in FORGED),
     ):
         answer = _get(listed, **params)
         assert 400 <= answer.status_code < 500, (params, answer.text)
