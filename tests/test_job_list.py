@@ -11,6 +11,7 @@ import base64
 import json
 import os
 import re
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -245,14 +246,17 @@ def test_bad_list_parameters_are_4xx_one_liners_naming_them(listed: Listed) -> N
     assert _get(listed).json()["total"] == COUNT  # every job still there
 
 
-def test_job_list_through_the_server_filters_sorts_and_fits_80_columns(listed: Listed) -> None:
-    import subprocess
+def _job_list(listed: Listed, *args: str, columns: str = "200") -> subprocess.CompletedProcess[str]:
+    """``phalanx job list`` through the server."""
+    env = {**listed.env, "COLUMNS": columns}
+    return subprocess.run(
+        [PHALANX, "job", "list", *args], env=env, capture_output=True, text=True, timeout=60
+    )
 
+
+def test_job_list_through_the_server_filters_sorts_and_fits_80_columns(listed: Listed) -> None:
     def run(*args: str, columns: str = "200") -> subprocess.CompletedProcess[str]:
-        env = {**listed.env, "COLUMNS": columns}
-        return subprocess.run(
-            [PHALANX, "job", "list", *args], env=env, capture_output=True, text=True, timeout=60
-        )
+        return _job_list(listed, *args, columns=columns)
 
     shown = run("--user", "bob", "--tag", "team", "--search", "trial", "--sort", "name",
                 "--order", "desc", "--limit", "5", "--json")  # fmt: skip
@@ -271,3 +275,32 @@ def test_job_list_through_the_server_filters_sorts_and_fits_80_columns(listed: L
     assert [j["name"] for j in json.loads(rest.stdout)] == [listed.names[1]]
     bad = run("--sort", "name", "--cursor", cursor)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "cursor" in bad.stderr
+
+
+def test_job_list_json_page_gives_a_script_every_page_and_the_cursors(listed: Listed) -> None:
+    seen: list[str] = []
+    pages: list[dict[str, Any]] = []
+    args = ["--sort", "name", "--order", "asc", "--limit", "15", "--json-page"]
+    cursor: list[str] = []
+    while True:
+        shown = _job_list(listed, *args, *cursor)
+        assert shown.returncode == 0, shown.stderr
+        page = json.loads(shown.stdout)
+        assert set(page) == {"jobs", "total", "start", "next", "prev", "last"}
+        assert page["total"] == COUNT and page["start"] == len(seen)
+        assert (page["prev"] is None) == (not seen)
+        seen += [j["name"] for j in page["jobs"]]
+        pages.append(page)
+        if page["next"] is None:
+            break
+        cursor = ["--cursor", page["next"]]
+    assert seen == listed.names and len(pages) == 3
+    # Each job as --json shows it; prev and last name the pages a script would expect.
+    assert pages[0]["jobs"][0].keys() == json.loads(_job_list(listed, "--json").stdout)[0].keys()
+    back = json.loads(_job_list(listed, *args, "--cursor", pages[2]["prev"]).stdout)
+    assert [j["name"] for j in back["jobs"]] == listed.names[15:30] and back["start"] == 15
+    last = json.loads(_job_list(listed, *args, "--cursor", pages[0]["last"]).stdout)
+    assert [j["name"] for j in last["jobs"]] == listed.names[-15:]
+    both = _job_list(listed, "--json", "--json-page")
+    assert both.returncode == 2 and both.stderr.count("\n") == 1 and "--json-page" in both.stderr
+    assert both.stdout == ""
