@@ -205,8 +205,8 @@ class Decision:
     preempt: dict[str, str] = field(default_factory=dict)
     """Running jobs to preempt → the queued job they make room for."""
     leave_by: dict[str, float] = field(default_factory=dict)
-    """Running jobs to preempt → when their devices are back at the latest (:func:`leaves_by`
-    their grace); one not here is given :data:`DEFAULT_GRACE_S`."""
+    """Running jobs to preempt → when their devices are back at the latest, the end of
+    their grace (:func:`leaves_by`); one not here is given :data:`DEFAULT_GRACE_S`."""
     waiting: dict[str, str] = field(default_factory=dict)
     """Queued jobs that stay queued → why, in words."""
     position: dict[str, int] = field(default_factory=dict)

@@ -1,7 +1,8 @@
 """The scheduling rule: which queued jobs start now, which running jobs make room.
 
 :func:`decide` is one pass over a compute target's queue. It is a pure
-function of the target's capacity, what runs, what waits and the time, so the
+function of the target's capacity, what runs, what waits and the time (and the
+``retry.preemption_grace`` of each job it preempts, read from its spec), so the
 same inputs always give the same decision.
 
 The rule
