@@ -11,6 +11,7 @@ import base64
 import json
 import os
 import re
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,7 +117,27 @@ def _forged(**fields: Any) -> str:
     return base64.urlsafe_b64encode(json.dumps(data).encode()).decode()
 
 
-def test_a_cursor_of_another_sort_or_made_up_is_refused() -> None:
+BY_NAME = {"sort": "name", "order": "asc"}
+FORGED: tuple[dict[str, Any], ...] = (
+    # Values no database takes, or takes as something else: a cursor is base64 JSON, so
+    # none of them passed the server's checks of characters on the way in.
+    {"cursor": _forged(k=10**30, n="job-1")},  # past SQLite's integers
+    {"cursor": _forged(k=1e300, n="job-1")},  # a number, but no time
+    {"cursor": _forged(k=float("nan"), n="job-1")},
+    {"cursor": _forged(k=float("-inf"), n="job-1")},
+    {"cursor": _forged(k=1.0, n="job-1", t=float("inf"))},
+    {"cursor": _forged(k=1.0, n="job-1", t=float("nan"))},
+    {"cursor": _forged(k=1.0, n="\ud800")},  # a lone surrogate: not UTF-8
+    {"cursor": _forged(k=1.0, n="a\u0000")},  # PostgreSQL's text holds no NUL
+    {**BY_NAME, "cursor": _forged(s="name", d=False, k="\ud800", n="x")},
+    {**BY_NAME, "cursor": _forged(s="name", d=False, k="a\u0000", n="x")},
+    {**BY_NAME, "cursor": _forged(s="name", d=False, k="a\u001b[2J", n="x")},
+)
+
+
+def test_a_cursor_of_another_sort_or_made_up_is_refused(tmp_path: Path, db: str | None) -> None:
+    names = write_jobs(tmp_path / "home", 5)
+    ws = Workspace(tmp_path / "home")
     for asked, field in (
         ({"sort": "size"}, "sort"),
         ({"order": "up"}, "order"),
@@ -127,9 +148,15 @@ def test_a_cursor_of_another_sort_or_made_up_is_refused() -> None:
         ({"cursor": _forged(k="x", n="job-1")}, "cursor"),  # a text key for a time
         ({"cursor": _forged(k=1.5, n=7)}, "cursor"),
         ({"cursor": _forged(k=None, n=None, b=False)}, "cursor"),
+        *((forged, "cursor") for forged in FORGED),
     ):
-        with pytest.raises(PhalanxError, match=f"^{field}: "):
-            JobQuery.parse(**asked)
+        with pytest.raises(PhalanxError, match=f"^{field}: [^\n]*$"):
+            ws.page_jobs(JobQuery.parse(**asked))  # refused before the database sees it
+    assert [j.name for j in ws.page_jobs(JobQuery.parse(**BY_NAME)).jobs] == names
+    # A cursor the list gave still reads back, with its float keys and names.
+    first = ws.page_jobs(JobQuery.parse(limit=2))
+    rest = ws.page_jobs(JobQuery.parse(limit=5, cursor=first.next))
+    assert [j.name for j in first.jobs + rest.jobs] == names[::-1]
 
 
 @dataclass
@@ -209,6 +236,7 @@ def test_bad_list_parameters_are_4xx_one_liners_naming_them(listed: Listed) -> N
         ({"tag": "=v"}, "tag"),
         ({"cursor": _forged(k="'; DROP TABLE jobs; --", n="x")}, "cursor"),
         ({"text": "x" * 1001}, "text"),
+        *((forged, "cursor") for forged in FORGED),
     ):
         answer = _get(listed, **params)
         assert 400 <= answer.status_code < 500, (params, answer.text)
@@ -218,14 +246,17 @@ def test_bad_list_parameters_are_4xx_one_liners_naming_them(listed: Listed) -> N
     assert _get(listed).json()["total"] == COUNT  # every job still there
 
 
-def test_job_list_through_the_server_filters_sorts_and_fits_80_columns(listed: Listed) -> None:
-    import subprocess
+def _job_list(listed: Listed, *args: str, columns: str = "200") -> subprocess.CompletedProcess[str]:
+    """``phalanx job list`` through the server."""
+    env = {**listed.env, "COLUMNS": columns}
+    return subprocess.run(
+        [PHALANX, "job", "list", *args], env=env, capture_output=True, text=True, timeout=60
+    )
 
+
+def test_job_list_through_the_server_filters_sorts_and_fits_80_columns(listed: Listed) -> None:
     def run(*args: str, columns: str = "200") -> subprocess.CompletedProcess[str]:
-        env = {**listed.env, "COLUMNS": columns}
-        return subprocess.run(
-            [PHALANX, "job", "list", *args], env=env, capture_output=True, text=True, timeout=60
-        )
+        return _job_list(listed, *args, columns=columns)
 
     shown = run("--user", "bob", "--tag", "team", "--search", "trial", "--sort", "name",
                 "--order", "desc", "--limit", "5", "--json")  # fmt: skip
@@ -244,3 +275,32 @@ def test_job_list_through_the_server_filters_sorts_and_fits_80_columns(listed: L
     assert [j["name"] for j in json.loads(rest.stdout)] == [listed.names[1]]
     bad = run("--sort", "name", "--cursor", cursor)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "cursor" in bad.stderr
+
+
+def test_job_list_json_page_gives_a_script_every_page_and_the_cursors(listed: Listed) -> None:
+    seen: list[str] = []
+    pages: list[dict[str, Any]] = []
+    args = ["--sort", "name", "--order", "asc", "--limit", "15", "--json-page"]
+    cursor: list[str] = []
+    while True:
+        shown = _job_list(listed, *args, *cursor)
+        assert shown.returncode == 0, shown.stderr
+        page = json.loads(shown.stdout)
+        assert set(page) == {"jobs", "total", "start", "next", "prev", "last"}
+        assert page["total"] == COUNT and page["start"] == len(seen)
+        assert (page["prev"] is None) == (not seen)
+        seen += [j["name"] for j in page["jobs"]]
+        pages.append(page)
+        if page["next"] is None:
+            break
+        cursor = ["--cursor", page["next"]]
+    assert seen == listed.names and len(pages) == 3
+    # Each job as --json shows it; prev and last name the pages a script would expect.
+    assert pages[0]["jobs"][0].keys() == json.loads(_job_list(listed, "--json").stdout)[0].keys()
+    back = json.loads(_job_list(listed, *args, "--cursor", pages[2]["prev"]).stdout)
+    assert [j["name"] for j in back["jobs"]] == listed.names[15:30] and back["start"] == 15
+    last = json.loads(_job_list(listed, *args, "--cursor", pages[0]["last"]).stdout)
+    assert [j["name"] for j in last["jobs"]] == listed.names[-15:]
+    both = _job_list(listed, "--json", "--json-page")
+    assert both.returncode == 2 and both.stderr.count("\n") == 1 and "--json-page" in both.stderr
+    assert both.stdout == ""

@@ -45,7 +45,7 @@ def _rows(ws: Workspace, name: str) -> tuple[list[dict[str, Any]], ...]:
 
 def test_a_supervisor_whose_lease_was_taken_writes_nothing(ws: Workspace, tmp_path: Path) -> None:
     name = ws.create_job(SPEC, spec_text="", name="job").name
-    ledger.apply(ws, "local", Decision(admit={name: (NodeGrant("h", ("0",)),)}), {})
+    ledger.apply(ws, "local", Decision(admit={name: (NodeGrant("h", ("0",)),)}))
     assert ws.claim_supervisor(name, 4242, lambda pid: True) == 1
     ws.set_status(name, JobStatus.RUNNING)
     attempt = ws.start_attempt(name, master_port=29400)

@@ -12,6 +12,7 @@ import random
 from dataclasses import dataclass, field
 
 from phalanx.scheduler.model import (
+    LEAVE_MARGIN_S,
     PRIORITIES,
     TIERS,
     Capacity,
@@ -458,13 +459,31 @@ def test_every_waiting_job_gets_a_start_from_the_time_limits_ahead_or_unknown() 
     }  # fmt: skip
 
 
-def test_a_preempted_job_frees_its_devices_for_the_estimate_at_once() -> None:
+def test_a_preempted_job_frees_its_devices_for_the_estimate_by_its_graces_end() -> None:
     holding = [running("spot", "0,1,2,3,4,5,6,7", tier=TIERS["spot"])]
     jobs = [
-        queued("urgent", gpus(8), 1, priority=PRIORITIES["high"]),
-        queued("next", gpus(8), 2, timeout=100.0),
+        queued("urgent", gpus(8), 1, priority=PRIORITIES["high"], timeout=100.0),
+        queued("next", gpus(8), 2),
     ]
-    decision = decide(EIGHT, holding, jobs, now=50.0)
-    assert decision.preempt == {"spot": "urgent"}
-    # urgent has no time limit: it holds the box for good once it starts, so next is unknown.
-    assert decision.starts == {"urgent": 50.0, "next": None}
+    asked: list[str] = []
+
+    def grace(name: str) -> float:
+        asked.append(name)
+        return 120.0
+
+    decision = decide(EIGHT, holding, jobs, now=50.0, grace=grace)
+    assert decision.preempt == {"spot": "urgent"} and asked == ["spot"]
+    # Its devices are back by its grace's end (and the margin to give them back), not now.
+    back = 50.0 + 120.0 + LEAVE_MARGIN_S
+    assert decision.leave_by == {"spot": back}
+    assert decision.starts == {"urgent": back, "next": back + 100.0}
+    # The next pass reads it back as leaving by then (ledger.holding): the same estimate,
+    # so urgent's start does not jump from one pass to the next.
+    leaving = [running("spot", "0,1,2,3,4,5,6,7", tier=TIERS["spot"], releasing=True,
+                       ends_by=back)]  # fmt: skip
+    later = decide(EIGHT, leaving, jobs, now=51.0, grace=grace)
+    assert later.preempt == {} and asked == ["spot"]
+    assert later.starts == decision.starts
+    # A job whose own time limit ends before its grace would leaves by its limit.
+    short = [running("spot", "0,1,2,3,4,5,6,7", tier=TIERS["spot"], ends_by=60.0)]
+    assert decide(EIGHT, short, jobs, now=50.0, grace=grace).starts["urgent"] == 60.0

@@ -133,16 +133,18 @@ def test_a_decision_is_applied_once_and_devices_come_back(ws: Workspace) -> None
         waiting={small: "waits for 2 GPUs"},
         position={small: 1},
     )
-    assert ledger.apply(ws, "local", decision, {}) == [big]  # a canceled job never starts
-    assert ledger.apply(ws, "local", decision, {}) == []  # nor does one started already
+    assert ledger.apply(ws, "local", decision) == [big]  # a canceled job never starts
+    assert ledger.apply(ws, "local", decision) == []  # nor does one started already
     assert ledger.grant_of(ws, big) == grant
     # No start estimate was given: unknown (None), never invented.
     assert ws.get_job(small).queue == {"position": 1, "reason": "waits for 2 GPUs", "start": None}
     [running] = ledger.holding(ws, "local")
     assert running.name == big and running.nodes[1].memory == 80 * GIB
     # Preempted for the small job: marked releasing, asked to preempt, once.
-    ledger.apply(ws, "local", Decision(preempt={big: small}), {big: 5.0})
+    ledger.apply(ws, "local", Decision(preempt={big: small}, leave_by={big: 2e9}))
     assert ledger.is_releasing(ws, big)
+    [leaving] = ledger.holding(ws, "local")  # until its grace's end, as the estimate said
+    assert leaving.releasing and leaving.ends_by == 2e9
     assert ws.requests(big) == (False, True)
     assert (ws.take_preemption_request(big) or {}).get("for") == small
     assert ws.take_preemption_request(big) is None
@@ -154,7 +156,7 @@ def test_a_decision_is_applied_once_and_devices_come_back(ws: Workspace) -> None
 
 def test_a_terminal_status_frees_devices_and_ends_the_attempt(ws: Workspace) -> None:
     name = ws.create_job(SPEC, spec_text="", name="job").name
-    ledger.apply(ws, "local", Decision(admit={name: (NodeGrant("h", ("0",)),)}), {})
+    ledger.apply(ws, "local", Decision(admit={name: (NodeGrant("h", ("0",)),)}))
     assert ws.claim_supervisor(name, 4242, lambda pid: True)
     assert not ws.claim_supervisor(name, 4343, lambda pid: True)  # a live one holds it
     assert ws.claim_supervisor(name, 4343, lambda pid: False)  # a dead one does not
@@ -182,7 +184,7 @@ def test_the_schedulers_reads_find_the_jobs_each_is_named_for(ws: Workspace) -> 
     queue = QueueEntry(target="local", request={"nodes": 1})
     admitted = ws.create_job(SPEC, spec_text="", name="admitted", queue=queue).name
     waiting = ws.create_job(SPEC, spec_text="", name="waiting", queue=queue).name
-    ledger.apply(ws, "local", Decision(admit={admitted: (NodeGrant("h", ("0",)),)}), {})
+    ledger.apply(ws, "local", Decision(admit={admitted: (NodeGrant("h", ("0",)),)}))
     assert ledger.held_elsewhere(ws, "h", "other") == {"0"}
     assert ledger.held_elsewhere(ws, "h", "local") == set()
     assert ledger.unsupervised(ws) == [admitted]  # it holds devices but no supervisor came

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from phalanx.cli.metrics import metrics_cmd
 from phalanx.client.backends import jobs_backend
-from phalanx.errors import SpecError
+from phalanx.errors import PhalanxError, SpecError
 from phalanx.service.jobs import Jobs, SpecText
 from phalanx.terminal.render import job_json, list_jobs, show_job
 from phalanx.terminal.stream import stream_job
@@ -178,7 +178,14 @@ def show_cmd(name: str, as_json: bool) -> int:
 @click.option("--cursor", help="The page a previous listing named (its `--cursor …`).")
 @click.option("--parent", help="Only the trials of this sweep job.")
 @click.option("--trials", is_flag=True, help="Sweeps' trials too (left out by default).")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output: the jobs.")
+@click.option(
+    "--json-page",
+    "as_json_page",
+    is_flag=True,
+    help="Machine-readable page: {jobs, total, start, next, prev, last}, as the API's;"
+    " give next, prev or last to --cursor for that page.",
+)
 def list_cmd(
     limit: int,
     statuses: tuple[str, ...],
@@ -192,8 +199,11 @@ def list_cmd(
     parent: str | None,
     trials: bool,
     as_json: bool,
+    as_json_page: bool,
 ) -> int:
     """A page of jobs, newest first; filtered and sorted over the whole workspace."""
+    if as_json and as_json_page:
+        raise PhalanxError("--json, --json-page: give one (--json-page: the jobs and the cursors)")
     query = JobQuery.parse(
         status=statuses,
         experiment=experiment,
@@ -209,8 +219,14 @@ def list_cmd(
     )
     backend = jobs_backend()
     page = backend.page(query)
-    if as_json:
-        click.echo(json.dumps([job_json(j, remote=backend.remote) for j in page.jobs], indent=2))
+    if as_json or as_json_page:
+        jobs = [job_json(j, remote=backend.remote) for j in page.jobs]
+        # --json stays a list (as scripts had it before pages); --json-page adds the cursors.
+        out: object = jobs
+        if as_json_page:
+            out = {"jobs": jobs, "total": page.total, "start": page.start, "next": page.next,
+                   "prev": page.prev, "last": page.last}  # fmt: skip
+        click.echo(json.dumps(out, indent=2))
     else:
         list_jobs(console, page)
     return 0

@@ -56,6 +56,7 @@ from phalanx.scheduler.bell import Bell, job_bell, probe_bell, ring, scheduler_b
 from phalanx.scheduler.capacity import local_capacity
 from phalanx.scheduler.keeper import JobKeeper
 from phalanx.scheduler.model import (
+    DEFAULT_GRACE_S,
     TIERS,
     Capacity,
     Decision,
@@ -236,7 +237,7 @@ class Scheduler:
         if capacity.growth is not None:
             since = self._waiting_since.setdefault(target_name, {})
             queued = [replace(j, waiting_since=since.get(j.name)) for j in queued]
-        decision = decide(capacity, holding, queued, now)
+        decision = decide(capacity, holding, queued, now, grace=self._grace)
         if capacity.growth is not None:
             # When each job began to wait for nodes: its limits.timeout counts from then
             # (not from its time queued behind other jobs, nor its earlier attempts).
@@ -253,8 +254,7 @@ class Scheduler:
         for name, why in decision.expired.items():
             log.info("job %s waited its limits.timeout for nodes: %s", name, why)
             self._fail(name, why)
-        grace = {name: self._grace(name) for name in decision.preempt}
-        started = ledger.apply(self.ws, target_name, decision, grace)
+        started = ledger.apply(self.ws, target_name, decision)
         for name in started:
             self._wake(name)
         for name, for_job in decision.preempt.items():
@@ -285,8 +285,9 @@ class Scheduler:
         return None
 
     def _grace(self, name: str) -> float:
+        """A running job's ``retry.preemption_grace`` (asked only of the jobs a pass preempts)."""
         spec = self.ws.get_job(name).spec
-        return float((spec.get("retry") or {}).get("preemption_grace") or 30)
+        return float((spec.get("retry") or {}).get("preemption_grace") or DEFAULT_GRACE_S)
 
     def _wake(self, name: str) -> None:
         """Tell the job's supervisor it may start, or start one for it."""

@@ -3,11 +3,12 @@
 After a pass has decided (:func:`phalanx.scheduler.policy.decide`), the rest of
 the queue is played forward in queue order: running jobs end by their
 ``limits.timeout`` (a job preempted in this pass, or leaving after a preemption,
-ends at once or by its grace), and each waiting job in turn starts at the first
-moment it fits, no earlier than the job ahead of it, and then holds its nodes
-for its own ``limits.timeout``. A job that holds nodes without a time limit
-holds them for good: a job that needs them can never be promised a time, and
-neither can any job behind it (their estimates are *unknown*, never invented).
+by its grace's end if sooner: :func:`phalanx.scheduler.model.leaves_by`), and
+each waiting job in turn starts at the first moment it fits, no earlier than
+the job ahead of it, and then holds its nodes for its own ``limits.timeout``.
+A job that holds nodes without a time limit holds them for good: a job that
+needs them can never be promised a time, and neither can any job behind it
+(their estimates are *unknown*, never invented).
 A job that can never fit the target is skipped, as the pass skips it.
 
 The estimate ignores backfilling (a job further back that starts sooner in a
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from phalanx.scheduler.model import Capacity, NodeGrant, QueuedJob, RunningJob
 from phalanx.scheduler.placement import Free
@@ -44,7 +45,7 @@ def estimate_starts(
     order: Sequence[QueuedJob],
     now: float,
     *,
-    leaving_now: Collection[str] = (),
+    leaving: Mapping[str, float] | None = None,
     skip: Collection[str] = (),
 ) -> dict[str, float | None]:
     """Each job of ``order`` (the waiting jobs, in queue order) → when it should start
@@ -55,13 +56,15 @@ def estimate_starts(
         holding: Jobs holding nodes now, those the pass just started included.
         order: The jobs that keep waiting, in queue order.
         now: The pass's time.
-        leaving_now: Running jobs the pass preempts: their nodes count as free now.
+        leaving: Running jobs the pass preempts → when their devices are back (their
+            grace's end; a job preempted by an earlier pass has it as ``ends_by``).
         skip: Jobs that never start here (they can never fit): unknown, and no turn.
     """
     free = Free.of(capacity, [job.nodes for job in holding])
+    leaving = leaving or {}
     ends: list[tuple[float, int, tuple[NodeGrant, ...]]] = []
     for i, held in enumerate(holding):
-        end = now if held.name in leaving_now else held.ends_by
+        end = min(leaving.get(held.name, math.inf), held.ends_by)
         if math.isfinite(end):
             heapq.heappush(ends, (end, i, held.nodes))
     out: dict[str, float | None] = {}

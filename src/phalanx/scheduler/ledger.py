@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from phalanx.scheduler.model import (
+    DEFAULT_GRACE_S,
     DEFAULT_PRIORITY,
     DEFAULT_TIER,
     Decision,
@@ -34,6 +35,7 @@ from phalanx.scheduler.model import (
     QueuedJob,
     Request,
     RunningJob,
+    leaves_by,
 )
 from phalanx.workspace import JobStatus, QueueEntry, Workspace
 
@@ -174,12 +176,11 @@ def holding(ws: Workspace, target: str) -> list[RunningJob]:
     return jobs
 
 
-def apply(ws: Workspace, target: str, decision: Decision, grace: dict[str, float]) -> list[str]:
+def apply(ws: Workspace, target: str, decision: Decision) -> list[str]:
     """Carry out ``decision`` in one transaction; returns the jobs actually started.
 
-    Args:
-        grace: For each job to preempt, its ``retry.preemption_grace`` (when its
-            devices are back at the latest).
+    A job it preempts is marked releasing until ``decision.leave_by`` (the end of its
+    grace), the time the pass's start estimates counted on and later passes read back.
     """
     now = time.time()
     started: list[str] = []
@@ -206,7 +207,7 @@ def apply(ws: Workspace, target: str, decision: Decision, grace: dict[str, float
             tx.execute("UPDATE jobs SET queue_json = NULL WHERE name = :name", {"name": name})
             started.append(name)
         for name, for_job in decision.preempt.items():
-            until = now + grace.get(name, 30.0) + 10.0
+            until = decision.leave_by.get(name, leaves_by(now, DEFAULT_GRACE_S))
             marked = tx.execute(
                 "UPDATE allocations SET releasing_at = :until WHERE job_name = :name"
                 " AND releasing_at IS NULL",

@@ -16,6 +16,15 @@ PRIORITIES = {"low": 1, "medium": 2, "high": 3}
 TIERS = {"spot": 1, "basic": 2, "standard": 3, "premium": 4}
 DEFAULT_PRIORITY = PRIORITIES["medium"]
 DEFAULT_TIER = TIERS["standard"]
+DEFAULT_GRACE_S = 30.0
+"""``retry.preemption_grace`` when a job's spec does not say."""
+LEAVE_MARGIN_S = 10.0
+"""After a preempted job's grace, for its supervisor to see it end and give its devices back."""
+
+
+def leaves_by(now: float, grace: float) -> float:
+    """When a job preempted at ``now`` gives its devices back at the latest."""
+    return now + grace + LEAVE_MARGIN_S
 
 
 @dataclass(frozen=True)
@@ -195,6 +204,9 @@ class Decision:
     """Jobs that start now, with what each node gets."""
     preempt: dict[str, str] = field(default_factory=dict)
     """Running jobs to preempt → the queued job they make room for."""
+    leave_by: dict[str, float] = field(default_factory=dict)
+    """Running jobs to preempt → when their devices are back at the latest, the end of
+    their grace (:func:`leaves_by`); one not here is given :data:`DEFAULT_GRACE_S`."""
     waiting: dict[str, str] = field(default_factory=dict)
     """Queued jobs that stay queued → why, in words."""
     position: dict[str, int] = field(default_factory=dict)

@@ -1,7 +1,8 @@
 """The scheduling rule: which queued jobs start now, which running jobs make room.
 
 :func:`decide` is one pass over a compute target's queue. It is a pure
-function of the target's capacity, what runs, what waits and the time, so the
+function of the target's capacity, what runs, what waits and the time (and the
+``retry.preemption_grace`` of each job it preempts, read from its spec), so the
 same inputs always give the same decision.
 
 The rule
@@ -40,11 +41,12 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from phalanx.scheduler.estimate import estimate_starts
 from phalanx.scheduler.model import (
+    DEFAULT_GRACE_S,
     Capacity,
     Decision,
     NodeGrant,
@@ -52,6 +54,7 @@ from phalanx.scheduler.model import (
     Request,
     RunningJob,
     gib,
+    leaves_by,
 )
 from phalanx.scheduler.placement import Free, never_fits
 from phalanx.scheduler.scaling import Grower, ceiling
@@ -88,6 +91,8 @@ def decide(
     running: Sequence[RunningJob],
     queued: Sequence[QueuedJob],
     now: float,
+    *,
+    grace: Callable[[str], float] = lambda name: DEFAULT_GRACE_S,
 ) -> Decision:
     """One scheduling pass over a target (see the module docstring for the rule).
 
@@ -96,6 +101,8 @@ def decide(
         running: Jobs holding devices, those leaving after a preemption included.
         queued: Jobs waiting, in any order.
         now: The current time (``time.time()``), for time limits.
+        grace: A running job's ``retry.preemption_grace``, asked of each job the pass
+            preempts: its devices are back by the grace's end (``decision.leave_by``).
 
     Returns:
         The jobs to start with their nodes, the jobs to preempt, and for every
@@ -132,7 +139,7 @@ def decide(
             if grant is not None:
                 _start(decision, free, holding, job, grant, now)
                 continue
-            reservation = _reserve(decision, capacity, free, holding, job, now)
+            reservation = _reserve(decision, capacity, free, holding, job, now, grace)
             continue
         if grant is not None and reservation.lets(job, grant, now, capacity):
             _start(decision, free, holding, job, grant, now)
@@ -155,7 +162,7 @@ def decide(
             holding,
             waits,
             now,
-            leaving_now=decision.preempt.keys(),
+            leaving=decision.leave_by,
             skip={j.name for j in waits if decision.waiting[j.name].startswith("cannot start")},
         )
     else:  # what an elastic target will have is its autoscaler's to say
@@ -184,6 +191,7 @@ def _reserve(
     holding: list[RunningJob],
     job: QueuedJob,
     now: float,
+    grace: Callable[[str], float],
 ) -> _Reservation:
     """Hold the future for the first job that does not fit, preempting for it if it may."""
     leaving = [r for r in holding if r.releasing]
@@ -198,6 +206,7 @@ def _reserve(
     if victims:
         for victim in victims:
             decision.preempt[victim.name] = job.name
+            decision.leave_by[victim.name] = leaves_by(now, grace(victim.name))
             soon.give(victim.nodes, capacity)
         names = ", ".join(v.name for v in victims)
         decision.waiting[job.name] = (

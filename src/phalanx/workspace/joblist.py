@@ -16,12 +16,14 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from phalanx.errors import PhalanxError
+from phalanx.limits import character_problem
 from phalanx.workspace.records import JobRecord, JobStatus
 
 if TYPE_CHECKING:
@@ -138,36 +140,71 @@ class JobQuery:
         """
         if self.cursor is None:
             return None
+        refused = PhalanxError("cursor: not one a job list gave; start again without it")
         try:
             data = json.loads(base64.urlsafe_b64decode(self.cursor.encode("ascii")))
             place = Place(
                 before=bool(data["b"]),
                 key=data.get("k"),
                 name=data.get("n"),
-                now=float(data["t"]),
+                now=_number(data["t"]),
                 sort=str(data["s"]),
                 descending=bool(data["d"]),
             )
-        except (ValueError, KeyError, TypeError, binascii.Error, UnicodeError):
-            raise PhalanxError("cursor: not one a job list gave; start again without it") from None
+        except (ValueError, KeyError, TypeError, OverflowError, binascii.Error, UnicodeError):
+            raise refused from None
         if (place.sort, place.descending) != (self.sort, self.descending):
             raise PhalanxError(
                 "cursor: it belongs to another sort or order; start again without it"
             )
-        numeric = self.sort in NUMERIC
-        typed = place.key is None or (
-            isinstance(place.key, (int, float)) and not isinstance(place.key, bool)
-            if numeric
-            else isinstance(place.key, str)
-        )
-        if (
-            not typed  # a key of another type would be an error of the database's
-            or (place.name is None) != (place.key is None)
-            or (place.name is None and not place.before)
-            or not isinstance(place.name, (str, type(None)))
-        ):
-            raise PhalanxError("cursor: not one a job list gave; start again without it")
-        return place
+        # The cursor is base64 JSON, so nothing in it passed the server's checks of
+        # characters: its key and name are checked here, before any database sees them
+        # (a surrogate is not UTF-8, PostgreSQL's text holds no NUL, SQLite's integers
+        # end at 2**63).
+        key = place.key
+        try:
+            if key is not None:
+                key = _number(key) if self.sort in NUMERIC else _text(key)
+            name = None if place.name is None else _text(place.name)
+        except (ValueError, TypeError, OverflowError):
+            raise refused from None
+        if (name is None) != (key is None) or (name is None and not place.before):
+            raise refused
+        return replace(place, key=key, name=name)
+
+
+MAX_NUMBER = 1e12
+"""The largest time (or duration) in seconds a cursor may hold: some 30,000 years."""
+
+
+def _number(value: Any) -> float:
+    """A cursor's time or numeric key, as a float.
+
+    Raises:
+        ValueError: not finite, or past ±``MAX_NUMBER``.
+        OverflowError: an integer past a float's range.
+        TypeError: not a number (text, a boolean…).
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError("not a number")
+    number = float(value)
+    if not math.isfinite(number) or abs(number) > MAX_NUMBER:
+        raise ValueError("no time")
+    return number
+
+
+def _text(value: Any) -> str:
+    """A cursor's text key or name.
+
+    Raises:
+        ValueError: it holds a character no text of a job's holds (:mod:`phalanx.limits`).
+        TypeError: not text.
+    """
+    if not isinstance(value, str):
+        raise TypeError("not text")
+    if character_problem(value) is not None:
+        raise ValueError("not a job's text")
+    return value
 
 
 @dataclass(frozen=True)
