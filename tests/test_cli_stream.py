@@ -3,14 +3,20 @@ bounded memory whatever a rank writes."""
 
 from __future__ import annotations
 
+import math
 import re
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+import pytest
 
 import turns
 from conftest import LOCAL_AND_SERVER, PHALANX, Cli
+from phalanx.launch.logtimes import ENTRY, times_path
+from phalanx.server.logread import MAX_RANKS_AT_ONCE
 
 TALK = """
 import os, time
@@ -209,3 +215,30 @@ def test_stream_all_ranks_with_timestamps_shows_lines_in_the_order_written(cli: 
     # Without --timestamps a line is as it was before: no time in front.
     plain = cli.run("job", "stream", name, "--all-ranks")
     assert "[rank 0] turn 0 of rank 0" in plain.stdout.splitlines()
+
+
+@pytest.mark.parametrize("cli", ["server"], indirect=True)
+def test_stream_through_a_server_shows_unknown_times_and_refuses_too_many_ranks(
+    cli: Cli,
+) -> None:
+    """A log whose index begins with an unknown time (an attempt before any index) is
+    streamed through a server, that line without a time; a job that made more rank logs
+    than are read together gets a one-line refusal naming the limit, not a 500."""
+    name = cli.create(cli.write("job.yml", "command: echo done\n"))
+    job_dir = Path(cli.wait(name, ("Completed",))["job_dir"])
+    log = job_dir / "user_logs" / "std_log_process_0.txt"
+    log.write_bytes(b"old line\nnew line\n")
+    times_path(log).write_bytes(ENTRY.pack(9, math.nan) + ENTRY.pack(18, 1000.5))
+    proc = cli.run("job", "stream", name, "--all-ranks", "--timestamps")
+    assert proc.returncode == 0, proc.stderr
+    clock = time.strftime("%H:%M:%S", time.localtime(1000.5)) + ".500"
+    assert [ln for ln in proc.stdout.splitlines() if " line" in ln] == [
+        "-            [rank 0] old line", f"{clock} [rank 0] new line"
+    ]  # fmt: skip
+    for rank in range(1, MAX_RANKS_AT_ONCE + 1):
+        (job_dir / "user_logs" / f"std_log_process_{rank}.txt").write_bytes(b"")
+    refused = cli.run("job", "stream", name, "--all-ranks")
+    assert refused.returncode == 2, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert f"at most {MAX_RANKS_AT_ONCE} are read together" in refused.stderr
+    assert "Traceback" not in refused.stderr

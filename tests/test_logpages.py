@@ -4,11 +4,15 @@ and metric downsampling."""
 from __future__ import annotations
 
 import contextlib
+import math
 from pathlib import Path
 
+import pytest
+
+from phalanx.errors import PhalanxError
 from phalanx.jobs.logs import LINE_CAP, LogFollower, decode_block
 from phalanx.launch.logtimes import ENTRY, TimesWriter, stamp_appended, times_path
-from phalanx.server.logread import read_back, read_merged, search
+from phalanx.server.logread import MAX_RANKS_AT_ONCE, read_back, read_logs, read_merged, search
 from phalanx.workspace.layout import JobPaths
 from phalanx.workspace.metrics import downsample
 
@@ -133,3 +137,57 @@ def test_merged_pages_back_by_time_across_ranks(tmp_path: Path) -> None:
             break
         before = left
     assert [text for _, text, _ in got] == [text for _, _, text in sorted(written)]
+
+
+def test_merged_pages_of_latin1_logs_give_every_line_once(tmp_path: Path) -> None:
+    """Bytes that are not UTF-8 (a rank printing Latin-1) show as U+FFFD; paging back
+    through the merged view still gives every line once, whole and in time order."""
+    paths = JobPaths(tmp_path / "job")
+    paths.user_logs.mkdir(parents=True)
+    written: list[tuple[float, int, str]] = []
+    for rank, every in ((0, 1.0), (1, 7.0)):
+        log = paths.rank_log(rank)
+        writer = TimesWriter(log, 0)
+        with open(log, "ab") as f:
+            for i in range(400 if rank == 0 else 60):
+                data = f"r{rank} l{i} caf\xe9 ".encode("latin-1") + b"\xe9\xfc" * 10 + b"\n"
+                written.append((i * every + rank / 10, rank, data[:-1].decode(errors="replace")))
+                writer.note(len(data), i * every + rank / 10)
+                f.write(data)
+        writer.close()
+    got: list[list[object]] = []
+    before = None
+    while True:
+        page = read_merged(paths, before, nbytes=300)
+        got = page["lines"] + got
+        left = {r: s for r, s in page["starts"].items() if s > 0}
+        if not left:
+            break
+        before = left
+    assert [(r, text, ts) for r, text, ts in got] == [(r, t, ts) for ts, r, t in sorted(written)]
+
+
+def test_every_rank_at_once_is_refused_past_its_limit_and_times_are_per_line(
+    tmp_path: Path,
+) -> None:
+    """A job makes its own user_logs: past MAX_RANKS_AT_ONCE rank logs, a merged page or
+    every rank's poll is refused with a message naming the limit; and a poll's times are
+    at most one per line end, whatever the index holds, an unknown one as None (JSON
+    has no NaN)."""
+    paths = JobPaths(tmp_path / "job")
+    paths.user_logs.mkdir(parents=True)
+    log = paths.rank_log(0)
+    log.write_bytes(b"".join(b"line %5d\n" % i for i in range(1000)))  # 11 bytes a line
+    with open(times_path(log), "wb") as f:
+        f.write(ENTRY.pack(11, math.nan))
+        f.write(b"".join(ENTRY.pack(o, float(o)) for o in range(12, 11_001)))  # one a byte
+    (item,) = read_logs(paths, all_ranks=True, offsets={}, timed=True)
+    assert len(item["times"]) <= 1000 + 2
+    assert item["times"][0] == [11, None] and item["times"][1] == [22, 22.0]
+    for rank in range(1, MAX_RANKS_AT_ONCE + 1):
+        paths.rank_log(rank).write_bytes(b"")
+    with pytest.raises(PhalanxError, match=f"at most {MAX_RANKS_AT_ONCE} are read together"):
+        read_merged(paths, None, nbytes=4096)
+    with pytest.raises(PhalanxError, match=str(MAX_RANKS_AT_ONCE)):
+        read_logs(paths, all_ranks=True, offsets={}, timed=True)
+    assert read_logs(paths, all_ranks=False, offsets={}, timed=True)[0]["size"] == 11_000

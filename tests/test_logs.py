@@ -12,7 +12,16 @@ import tracemalloc
 from pathlib import Path
 
 from phalanx.jobs.logs import LINE_CAP, PARTIAL_AFTER_S, READ_BYTES, LogFollower, LogLine
-from phalanx.launch.logtimes import BYTES_PER_ENTRY, FREE_ENTRIES, TimesWriter, entries, lookup
+from phalanx.launch.logtimes import (
+    BYTES_PER_ENTRY,
+    ENTRY,
+    FREE_ENTRIES,
+    TimesWriter,
+    entries,
+    lookup,
+    times_path,
+)
+from phalanx.launch.worker import _copy_output
 from phalanx.workspace.layout import JobPaths
 
 
@@ -153,7 +162,7 @@ def test_the_worker_copies_output_as_written_times_each_line_and_leaves_a_daemon
     log = tmp_path / "user_logs" / "std_log_process_0.txt"
     assert log.read_bytes() == b"one\ntwo\nthree\n"  # no time written into the log
     ends = [4, 8, 14]
-    one, two, three = lookup(entries(log, 0, 14), ends)
+    one, two, three = lookup(entries(log, ends), ends)
     assert one is not None and two is not None and three is not None
     assert two - one >= 0.4 and three >= two
     # The follower gives the same times, and the live API's lines carry them.
@@ -171,8 +180,97 @@ def test_a_times_index_marks_untimed_bytes_and_stays_within_its_budget(tmp_path:
         writer.note(1, 1000.0 + i / 1e6)
     writer.close()
     size = 25 + FREE_ENTRIES * 3
-    found = entries(log, 0, size, cap=1 << 20)
+    found = entries(log, range(size + 1))  # every entry: one at or after each byte
     assert found[0][0] == 25 and lookup(found, [25]) == [None]  # unknown, never invented
     assert FREE_ENTRIES < len(found) <= FREE_ENTRIES + 3 * FREE_ENTRIES // BYTES_PER_ENTRY + 2
     assert found[-1] == (size, 1000.0 + (FREE_ENTRIES * 3 - 1) / 1e6)  # the last byte's time
     assert [o for o, _ in found] == sorted(o for o, _ in found)
+
+
+def test_a_line_of_unknown_time_keeps_its_place_among_its_ranks_lines(tmp_path: Path) -> None:
+    """Attempt 1's last line lost its entry (its wrapper was killed): it is of unknown
+    time, and still comes before attempt 2's lines of the same rank, after the lines
+    written before it."""
+    paths = JobPaths(tmp_path)
+    paths.make()
+    zero, one = paths.rank_log(0), paths.rank_log(1)
+    for log, lines in ((zero, [("a1", 10.0)]), (one, [("r1", 15.0)])):
+        writer = TimesWriter(log, 0)
+        for text, when in lines:
+            writer.note(len(text) + 1, when)
+            with open(log, "a") as f:
+                f.write(text + "\n")
+        writer.close()
+    with open(zero, "a") as f:
+        f.write("tail\n")  # no entry: the wrapper died before it wrote one
+    writer = TimesWriter(zero, zero.stat().st_size)  # attempt 2
+    writer.note(2, 20.0)
+    with open(zero, "a") as f:
+        f.write("b\n")
+    writer.close()
+    follower = LogFollower(paths, all_ranks=True, timed=True)
+    assert [(ln.rank, ln.text, ln.time) for ln in follower.poll()] == [
+        (0, "a1", 10.0), (0, "tail", None), (1, "r1", 15.0), (0, "b", 20.0)
+    ]  # fmt: skip
+
+
+def test_bytes_that_are_not_utf8_keep_every_line_end_exact(tmp_path: Path) -> None:
+    """A rank printing Latin-1: each invalid byte shows as U+FFFD, yet each line's end is
+    its real offset, so its time is its own (not a later line's)."""
+    paths = JobPaths(tmp_path)
+    paths.make()
+    log = paths.rank_log(0)
+    writer = TimesWriter(log, 0)
+    written = []
+    with open(log, "ab") as f:
+        for i in range(50):
+            data = f"caf\xe9 {i} ".encode("latin-1") + b"\xe9" * 20 + b"\n"
+            writer.note(len(data), 1000.0 + i)
+            f.write(data)
+            written.append((f"caf\ufffd {i} " + "\ufffd" * 20, 1000.0 + i))
+    writer.close()
+    follower = LogFollower(paths, timed=True)
+    assert [(ln.text, ln.time) for ln in follower.poll()] == written
+    assert follower.offsets() == {0: log.stat().st_size}
+
+
+def test_a_crafted_index_costs_no_more_than_the_lines_asked_about(tmp_path: Path) -> None:
+    """A job writes its own index: one of an entry per byte gives back one entry per
+    line end asked about, not every entry in the range."""
+    log = tmp_path / "std_log_process_0.txt"
+    log.write_bytes(b"x" * 99 + b"\n" + b"y" * 99_899 + b"\n")
+    with open(times_path(log), "wb") as f:
+        f.write(b"".join(ENTRY.pack(o, float(o)) for o in range(1, 100_001)))
+    found = entries(log, [100, 100_000])
+    assert found == [(100, 100.0), (100_000, 100_000.0)]
+    assert lookup(found, [100, 100_000]) == [100.0, 100_000.0]
+
+
+def test_an_index_past_its_log_is_cut_back_before_the_next_attempt_appends(
+    tmp_path: Path,
+) -> None:
+    """A wrapper killed between stamping a read and writing it leaves an entry past the
+    log's end: the next attempt's writer drops it, so offsets keep growing."""
+    log = tmp_path / "std_log_process_0.txt"
+    log.write_bytes(b"abc\n")
+    times_path(log).write_bytes(ENTRY.pack(4, 1.0) + ENTRY.pack(10, 2.0) + b"torn")
+    writer = TimesWriter(log, 4)
+    writer.note(3, 3.0)
+    with open(log, "ab") as f:
+        f.write(b"de\n")
+    writer.close()
+    assert entries(log, range(8)) == [(4, 1.0), (7, 3.0)]
+    assert lookup(entries(log, [4, 7]), [4, 7]) == [1.0, 3.0]
+
+
+def test_a_write_that_fails_leaves_no_entry_past_the_log(tmp_path: Path) -> None:
+    """A full disk (``/dev/full`` as the log: every write fails): the index never says
+    bytes were written that the log lacks, so later times stay on their own lines."""
+    log_path = tmp_path / "std_log_process_0.txt"
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen(["sh", "-c", "echo one; echo two"], stdout=write_end)
+    os.close(write_end)
+    with open("/dev/full", "wb", buffering=0) as full:
+        assert _copy_output(proc, read_end, full.fileno(), log_path) == 0
+    index = times_path(log_path).read_bytes()
+    assert index and {o for o, _ in ENTRY.iter_unpack(index)} == {0}

@@ -6,8 +6,17 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from phalanx.compute.ship import Scanner, apply
-from phalanx.launch.logtimes import entries, lookup, times_path
+from phalanx.launch.logtimes import (
+    TimesWriter,
+    entries,
+    is_index,
+    lookup,
+    stamp_appended,
+    times_path,
+)
 
 
 def _pair(tmp_path: Path) -> tuple[Path, Path, Scanner]:
@@ -169,9 +178,49 @@ def test_a_shipped_rank_log_is_timed_on_arrival_and_the_nodes_index_stays(
         f.write("node line 2\n")
     _ship(scanner, ws)
     size = shipped.stat().st_size
-    found = entries(shipped, 0, size)
     # The earlier attempt's bytes are of unknown time; each shipped piece has its arrival.
     first = len("before any index\n")
+    found = entries(shipped, [first, first + 12, size])
     assert lookup(found, [first, first + 12, size]) == [None, found[1][1], found[2][1]]
     assert [o for o, _ in found] == [first, first + 12, size]
     assert t0 <= found[1][1] <= found[2][1] <= time.time()
+
+
+def test_only_rank_logs_indexes_stay_and_only_rank_logs_are_stamped(tmp_path: Path) -> None:
+    """A job's own files named like an index (``outputs/.x.times``, a ``user_logs``
+    file of its own) are shipped; only a rank log's own index stays on the node, and
+    only a rank log is stamped on arrival (no index appears beside any other log)."""
+    node, ws, scanner = _pair(tmp_path)
+    (node / "outputs").mkdir()
+    (node / "outputs" / ".model.times").write_bytes(b"the job's own file")
+    (node / "user_logs").mkdir()
+    (node / "user_logs" / ".notes.times").write_bytes(b"also the job's")
+    (node / "user_logs" / "std_log_process_0.txt").write_text("rank line\n")
+    times_path(node / "user_logs" / "std_log_process_0.txt").write_bytes(b"node offsets")
+    (node / "user_logs" / "train.log").write_text("the job's own log\n")
+    _ship(scanner, ws)
+    assert (ws / "outputs" / ".model.times").read_bytes() == b"the job's own file"
+    assert (ws / "user_logs" / ".notes.times").read_bytes() == b"also the job's"
+    assert (ws / "user_logs" / "train.log").read_text() == "the job's own log\n"
+    assert not times_path(ws / "user_logs" / "train.log").exists()
+    rank_log = ws / "user_logs" / "std_log_process_0.txt"
+    assert lookup(entries(rank_log, [10]), [10])[0] is not None  # stamped here, not the node's
+    assert is_index(".std_log_process_12.times")
+    assert not is_index(".std_log_process_x.times") and not is_index(".train.times")
+
+
+def test_a_fifo_in_place_of_an_index_is_refused_not_written(tmp_path: Path) -> None:
+    """The supervisor (root) stamps a shipped log's index: a FIFO a job put there would
+    accept a few writes, then block it for good. It is refused; the log still arrives."""
+    node, ws, scanner = _pair(tmp_path)
+    (ws / "user_logs").mkdir()
+    shipped = ws / "user_logs" / "std_log_process_0.txt"
+    os.mkfifo(times_path(shipped))
+    (node / "user_logs").mkdir()
+    (node / "user_logs" / "std_log_process_0.txt").write_text("line\n")
+    _ship(scanner, ws)
+    assert shipped.read_text() == "line\n"
+    with pytest.raises(OSError):
+        stamp_appended(shipped, 0, 5, 1.0)
+    with pytest.raises(OSError):
+        TimesWriter(shipped, 5)

@@ -9,6 +9,7 @@ offsets: no line is lost or shown twice.
 from __future__ import annotations
 
 import base64
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,12 +64,15 @@ class RemoteLogFollower(LogFollower):
             if state is not None and int(item["offset"]) != state.offset:
                 continue  # an answer to an older question; the next poll asks again
             self._fetched[self._key(rank)] = (base64.b64decode(item["data"]), int(item["size"]))
-            # A server from before time indexes sends none: the lines have no time.
-            self._times[self._key(rank)] = [(int(o), float(t)) for o, t in item.get("times", [])]
+            # A server from before time indexes sends none: the lines have no time. An
+            # unknown time comes as null (JSON has no NaN).
+            self._times[self._key(rank)] = [
+                (int(o), math.nan if t is None else float(t)) for o, t in item.get("times", [])
+            ]
             logs.append((rank, self._key(rank)))
         return logs
 
-    def _entries(self, path: Path, start: int, end: int) -> list[tuple[int, float]]:
+    def _entries(self, path: Path, ends: list[int]) -> list[tuple[int, float]]:
         """The time-index entries sent with the last bytes of this log (every line
         stamped in a poll ends at or after the offset those bytes were asked from)."""
         return self._times.get(path, [])

@@ -33,7 +33,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from phalanx.launch.logtimes import stamp_appended
+from phalanx.launch.logtimes import is_index, is_rank_log, stamp_appended
 
 BATCH_BYTES = 64 << 20
 _TAIL = 4096
@@ -165,17 +165,20 @@ class Scanner:
                 dirs[:] = [d for d in dirs if d not in self.skip]
             for name in files:
                 path = here / name
-                if _private(name) or path.is_symlink() or not path.is_file():
+                rel = path.relative_to(base).as_posix()
+                if _private(root, rel) or path.is_symlink() or not path.is_file():
                     continue
-                yield path.relative_to(base).as_posix(), path
+                yield rel, path
 
 
-def _private(name: str) -> bool:
+def _private(root: str, rel: str) -> bool:
     """A file that stays on its node: a container's environment file (0600, the job's
-    variables), which the sweep removes there; a log's time index, whose offsets are
-    the node's log's (the workspace's copy is stamped as its bytes arrive)."""
+    variables), which the sweep removes there; a rank log's time index, whose offsets
+    are the node's log's (the workspace's copy is stamped as its bytes arrive). A file
+    of the job's own by a similar name (an output ``.x.times``) is shipped."""
+    folder, _, name = rel.rpartition("/")
     return (name.startswith(".container_") and name.endswith(".env")) or (
-        name.startswith(".") and name.endswith(".times")
+        root == "job" and folder == "user_logs" and is_index(name)
     )
 
 
@@ -208,7 +211,7 @@ def apply(changes: list[Change], roots: Mapping[str, Path]) -> list[tuple[str, s
             with open(dest, "ab") as f:
                 before = f.seek(0, os.SEEK_END)
                 f.write(change.data)
-            if rel.parts[0] == "user_logs" and len(rel.parts) == 2:
+            if rel.parts[0] == "user_logs" and len(rel.parts) == 2 and is_rank_log(rel.name):
                 # A rank's log: its lines' time is when they arrived here (the node's
                 # own index counts the node's bytes, not this copy's).
                 with contextlib.suppress(OSError):

@@ -3,10 +3,12 @@
 A rank may write anything: a progress bar redrawn with carriage returns for
 hours, or hundreds of megabytes without a newline. So nothing here grows with
 the log: each :meth:`LogFollower.poll` reads at most :data:`READ_BYTES` of a
-file, decodes it incrementally (a UTF-8 character split between two reads is
-whole once its last byte arrives), and holds back at most one unfinished line
-per file, shorter than :data:`LINE_CAP` characters. A longer line is returned
-in pieces, every piece after the first marked as a continuation.
+file, splits the bytes at line ends and decodes each line on its own (so every
+line's end is its exact byte offset, whatever bytes that are not UTF-8 it holds,
+and a character split between two reads is whole once its last byte arrives),
+and holds back at most one unfinished line per file, shorter than
+:data:`LINE_CAP` bytes. A longer line is returned in pieces, every piece after
+the first marked as a continuation.
 
 Lines end at ``\\n``, ``\\r\\n`` or ``\\r``. A carriage return redraws the line
 on a terminal, so a line that a later ``\\r`` redraws within the same read is
@@ -16,7 +18,6 @@ through.
 
 from __future__ import annotations
 
-import codecs
 import math
 import os
 import time
@@ -36,7 +37,7 @@ READ_BYTES = 1 << 20
 # ...and of all files together, but never less than MIN_READ_BYTES a file.
 POLL_BYTES = 16 << 20
 MIN_READ_BYTES = 64 << 10
-# A line longer than this (in characters) is returned in pieces.
+# A line longer than this (in bytes) is returned in pieces.
 LINE_CAP = 64 << 10
 
 
@@ -48,15 +49,24 @@ class LogLine(NamedTuple):
     cont: bool = False
     """The piece continues a line whose beginning was returned before."""
     end: int = 0
-    """The byte offset in its log just past the piece (estimated where the log held bytes
-    that are not UTF-8): what its time is looked up by."""
+    """The byte offset in its log just past the piece (its line end included): what its
+    time is looked up by, and where the next line begins."""
     time: float | None = None
     """When it was written (Unix seconds), where the follower is ``timed`` and the log's
     time index (:mod:`phalanx.launch.logtimes`) covers it."""
 
 
-def _utf8() -> codecs.IncrementalDecoder:
-    return codecs.getincrementaldecoder("utf-8")(errors="replace")
+def _whole(data: bytes) -> int:
+    """How many of ``data``'s bytes end on a whole UTF-8 character: a character whose
+    last bytes are still to come is held back."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte < 0x80:
+            return len(data)
+        if byte >= 0xC0:  # the lead byte of a character of 2, 3 or 4 bytes
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return len(data) - back if need > back else len(data)
+    return len(data)
 
 
 @dataclass
@@ -65,8 +75,8 @@ class _File:
 
     rank: int
     offset: int = 0
-    decoder: codecs.IncrementalDecoder = field(default_factory=_utf8)
-    partial: str = ""
+    partial: bytes = b""
+    """The unfinished line's bytes, not yet decoded."""
     since: float | None = None
     """When ``partial`` began to wait for its line end."""
     cr: bool = False
@@ -74,7 +84,10 @@ class _File:
     shown: bool = False
     """Part of the current line was returned already (its pieces that follow are continuations)."""
     pos: int = 0
-    """The byte offset of the first byte not yet decoded into a line or ``partial``."""
+    """The byte offset just past the bytes taken (into lines, ``partial``, or dropped)."""
+    key: float = -math.inf
+    """The latest time of the lines returned so far: what a line of unknown time is
+    ordered by (after them), so one rank's lines keep their order."""
 
 
 @dataclass
@@ -106,12 +119,12 @@ class LogFollower:
     def start_at(self, offsets: dict[int, int]) -> None:
         """Begin each rank's file at a byte offset (the start of a line) rather than at 0."""
         for rank, offset in offsets.items():
-            self._files[self.paths.rank_log(rank)] = _File(rank, offset)
+            self._files[self.paths.rank_log(rank)] = _File(rank, offset, pos=offset)
 
     def offsets(self) -> dict[int, int]:
         """Where a reader that reconnects resumes: each file's offset less the unfinished
         line held back (so that line is not lost; a piece of it shown already repeats)."""
-        return {s.rank: s.offset - len(s.partial.encode()) for s in self._files.values()}
+        return {s.rank: s.offset - len(s.partial) - s.cr for s in self._files.values()}
 
     def poll(self) -> list[LogLine]:
         """The lines written since the last call, at most :data:`READ_BYTES` of each file.
@@ -121,6 +134,7 @@ class LogFollower:
         progress shows while it moves; the rest of it follows as a continuation.
         """
         out: list[LogLine] = []
+        keys: list[float] = []
         now = time.monotonic()
         logs = self._logs()
         budget = max(MIN_READ_BYTES, min(READ_BYTES, POLL_BYTES // max(1, len(logs))))
@@ -128,27 +142,40 @@ class LogFollower:
         for rank, path in logs:
             state = self._files.setdefault(path, _File(rank))
             first = len(out)
-            held = len(state.decoder.getstate()[0])  # bytes read but not yet a character
             data = self._read(path, state, budget)
             if data:
-                state.pos = state.offset - len(data) - held
-                self._take(state, state.decoder.decode(data), now, out)
+                state.pos = state.offset - len(data)
+                self._take(state, data, now, out)
             if state.partial and state.since is not None and now - state.since >= PARTIAL_AFTER_S:
-                self._emit(state, state.partial, out, ended=False)
+                self._emit_waiting(state, out)
             if self.timed and len(out) > first:
                 out[first:] = self._stamped(path, out[first:])
+                keys += self._keys(state, out[first:])
         if self.timed and self.all_ranks:  # stable: each rank's lines keep their order
-            out.sort(key=lambda ln: math.inf if ln.time is None else ln.time)
+            order = sorted(range(len(out)), key=keys.__getitem__)
+            out = [out[i] for i in order]
         return out
+
+    @staticmethod
+    def _keys(state: _File, lines: list[LogLine]) -> list[float]:
+        """What each of a rank's ``lines`` is ordered by: its time, or where unknown (the
+        tail of an attempt before times were kept, an entry still held back) the latest
+        time of the rank's lines before it, so a rank's lines never change places."""
+        keys = []
+        for line in lines:
+            if line.time is not None:
+                state.key = max(state.key, line.time)
+            keys.append(state.key)
+        return keys
 
     def _stamped(self, path: Path, lines: list[LogLine]) -> list[LogLine]:
         """``lines`` (of one file, in order) with their times."""
-        found = self._entries(path, lines[0].end, lines[-1].end)
-        times = lookup(found, [ln.end for ln in lines])
+        ends = [ln.end for ln in lines]
+        times = lookup(self._entries(path, ends), ends)
         return [ln._replace(time=t) for ln, t in zip(lines, times, strict=True)]
 
-    def _entries(self, path: Path, start: int, end: int) -> list[tuple[int, float]]:
-        return entries(path, start, end)
+    def _entries(self, path: Path, ends: list[int]) -> list[tuple[int, float]]:
+        return entries(path, ends)
 
     def flush(self) -> Iterator[LogLine]:
         """Everything not yet returned, unterminated last lines included.
@@ -163,9 +190,8 @@ class LogFollower:
         out: list[LogLine] = []
         for path, state in self._files.items():
             first = len(out)
-            self._take(state, state.decoder.decode(b"", final=True), time.monotonic(), out)
             if state.partial:
-                self._emit(state, state.partial, out, ended=True)
+                self._emit(state, state.partial, out, ended=True, end=state.pos - state.cr)
             state.cr = state.shown = False
             if self.timed and len(out) > first:
                 out[first:] = self._stamped(path, out[first:])
@@ -184,59 +210,93 @@ class LogFollower:
             self.behind = True
         return data
 
-    def _take(self, state: _File, text: str, now: float, out: list[LogLine]) -> None:
-        """Add decoded text to the file's state; complete lines go to ``out``."""
-        if not text:
+    def _take(self, state: _File, data: bytes, now: float, out: list[LogLine]) -> None:
+        """Add bytes read to the file's state; complete lines go to ``out``.
+
+        The bytes are split at ``\\n`` and ``\\r`` (neither is ever part of a UTF-8
+        character) before anything is decoded, so each line's end is its exact offset.
+        """
+        if not data:
             return
         if state.cr:
             state.cr = False
-            if text.startswith("\n"):  # "\r\n" split between two reads: one line end
-                text = text[1:]
+            if data.startswith(b"\n"):  # "\r\n" split between two reads: one line end
+                data = data[1:]
                 state.pos += 1
-                self._emit(state, state.partial, out, ended=True)
+                self._emit(state, state.partial, out, ended=True, end=state.pos - 2)
             else:  # redrawn by what follows
                 self._drop(state)
         # Split at newlines only: a bar redrawn a million times is one piece, not a million.
-        pieces = text.split("\n")
+        pieces = data.split(b"\n")
         for i, piece in enumerate(pieces):
             ended = i < len(pieces) - 1
-            state.pos += len(piece.encode()) + ended
-            cr = piece.endswith("\r")
+            state.pos += len(piece) + ended
+            cr = piece.endswith(b"\r")
             if cr:  # "\r\n" is one line end; a last "\r" may be half of one
                 piece = piece[:-1]
-            if "\r" in piece:
+            if b"\r" in piece:
                 self._drop(state)  # redrawn within this read: only the latest state shows
-                piece = piece.rpartition("\r")[2]
+                piece = piece.rpartition(b"\r")[2]
             if ended:
-                self._emit(state, state.partial + piece, out, ended=True)
+                end = state.pos - 1 - cr
+                self._emit(state, state.partial + piece, out, ended=True, end=end)
             else:
                 state.partial += piece
                 state.cr = cr
         if state.partial and state.since is None:
             state.since = now  # a line began
         if len(state.partial) >= LINE_CAP:
-            whole = len(state.partial) - len(state.partial) % LINE_CAP
+            whole = _whole(state.partial[: len(state.partial) - len(state.partial) % LINE_CAP])
             head, state.partial = state.partial[:whole], state.partial[whole:]
-            self._emit(state, head, out, ended=False, keep=True)
+            end = state.pos - state.cr - len(state.partial)
+            self._emit(state, head, out, ended=False, end=end, keep=True)
             state.since = now if state.partial else None
 
+    def _emit_waiting(self, state: _File, out: list[LogLine]) -> None:
+        """Return an unfinished line that waited long enough, as it stands (a character
+        whose last bytes are still to come waits for them)."""
+        whole = _whole(state.partial)
+        if whole:
+            head, rest = state.partial[:whole], state.partial[whole:]
+            end = state.pos - state.cr - len(rest)
+            self._emit(state, head, out, ended=False, end=end)
+            state.partial = rest
+
     def _emit(
-        self, state: _File, text: str, out: list[LogLine], *, ended: bool, keep: bool = False
+        self,
+        state: _File,
+        data: bytes,
+        out: list[LogLine],
+        *,
+        ended: bool,
+        end: int,
+        keep: bool = False,
     ) -> None:
-        """Return ``text`` in pieces of at most :data:`LINE_CAP`; ``ended``: the line is over."""
-        if text or not (ended and state.shown):  # an end right after a shown piece adds nothing
-            for start in range(0, max(len(text), 1), LINE_CAP):
-                piece = text[start : start + LINE_CAP]
-                out.append(LogLine(state.rank, piece, state.shown, state.pos))
+        """Return ``data`` (whose last byte is just before byte ``end`` of the log) in
+        pieces of at most :data:`LINE_CAP` bytes; ``ended``: the line is over (its last
+        piece's end is then past its line end)."""
+        if data or not (ended and state.shown):  # an end right after a shown piece adds nothing
+            start = 0
+            while True:
+                cut = len(data)
+                if cut - start > LINE_CAP:
+                    cut = start + (_whole(data[start : start + LINE_CAP]) or LINE_CAP)
+                last = cut >= len(data)
+                at = (state.pos if ended else end) if last else end - len(data) + cut
+                text = data[start:cut].decode("utf-8", errors="replace")
+                out.append(LogLine(state.rank, text, state.shown, at))
                 state.shown = True
+                start = cut
+                if last:
+                    break
         if not keep:
-            state.partial, state.since = "", None
+            state.partial, state.since = b"", None
         if ended:
             state.shown = False
 
     @staticmethod
     def _drop(state: _File) -> None:
-        state.partial, state.since, state.shown = "", None, False
+        state.partial, state.since, state.shown = b"", None, False
 
 
 def decode_block(rank: int, data: bytes, base: int = 0) -> list[LogLine]:
@@ -245,11 +305,10 @@ def decode_block(rank: int, data: bytes, base: int = 0) -> list[LogLine]:
     The block should begin at the start of a line (at byte ``base`` of its log, which
     each line's ``end`` counts from); its last line is returned even if unterminated.
     """
-    state = _File(rank)
+    state = _File(rank, base, pos=base)
     out: list[LogLine] = []
     follower = LogFollower(JobPaths(Path()))
-    state.pos = base
-    follower._take(state, state.decoder.decode(data, final=True), time.monotonic(), out)
+    follower._take(state, data, time.monotonic(), out)
     if state.partial:
-        follower._emit(state, state.partial, out, ended=True)
+        follower._emit(state, state.partial, out, ended=True, end=state.pos - state.cr)
     return out

@@ -8,7 +8,10 @@ to a sidecar, ``user_logs/.std_log_process_<r>.times`` (hidden, and in
 attempt), a flat file of 16-byte entries ``<offset: u64><time: f64>``: every byte
 before ``offset`` had been written by ``time`` (Unix seconds). A line's time is that
 of the first entry at or after its end. Offsets and times only grow, so a lookup is
-a binary search, and a page of lines needs only the entries of its bytes.
+a binary search, and a page of lines needs one entry a line at most (the job writes
+its index: a reader keeps no more of it than that, whatever it holds). A writer
+first cuts entries past the log's end (bytes stamped but never written: a killed
+wrapper, a failed write), so offsets keep growing across attempts.
 
 Who writes it: the rank's wrapper (:mod:`phalanx.launch.worker`), which reads the
 rank's output from a pipe and stamps each read before it appends it to the log;
@@ -28,8 +31,11 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import errno
 import math
 import os
+import re
+import stat
 import struct
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,11 +43,16 @@ from pathlib import Path
 from phalanx.nofollow import open_file
 
 ENTRY = struct.Struct("<Qd")
-# Never through a link: the supervisor writes a shipped log's index as root.
-_WRITE = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+# Never through a link, and never blocking on a FIFO a job put in its place: the
+# supervisor writes a shipped log's index as root.
+_WRITE = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_RANK_LOG = re.compile(r"std_log_process_[0-9]{1,7}\.txt")
+_INDEX = re.compile(r"\.std_log_process_[0-9]{1,7}\.times")
 FREE_ENTRIES = 4096
 BYTES_PER_ENTRY = 64
 _UNKNOWN = float("nan")
+# Entries read at once after a search: the next lines' are usually among them.
+_NEAR = 64
 
 
 def times_path(log: Path) -> Path:
@@ -49,17 +60,58 @@ def times_path(log: Path) -> Path:
     return log.with_name(f".{log.stem}.times")
 
 
+def is_rank_log(name: str) -> bool:
+    """Whether a file's ``name`` (in ``user_logs``) is a rank's log, which gets an index."""
+    return _RANK_LOG.fullmatch(name) is not None
+
+
 def is_index(name: str) -> bool:
-    """Whether a file's ``name`` is a log's time index (phalanx's, not the job's: left out
-    of the files a user lists and downloads)."""
-    return name.startswith(".std_log") and name.endswith(".times")
+    """Whether a file's ``name`` is a rank log's time index (phalanx's, not the job's: left
+    out of the files a user lists and downloads); any other name is the job's own."""
+    return _INDEX.fullmatch(name) is not None
 
 
-def _last(fd: int) -> tuple[int, float] | None:
-    size = os.fstat(fd).st_size
-    if size < ENTRY.size:
+def _open_index(log: Path) -> int:
+    """The index of ``log``, opened to append: only a regular file (a FIFO in its place
+    would take a few writes, then block the writer for good)."""
+    fd = os.open(times_path(log), _WRITE, 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(times_path(log)))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _offset_at(fd: int, i: int) -> int:
+    return int(ENTRY.unpack(os.pread(fd, ENTRY.size, i * ENTRY.size))[0])
+
+
+def _first_at(fd: int, lo: int, count: int, offset: int) -> int:
+    """The first entry in ``lo..count`` whose offset is at or after ``offset``."""
+    hi = count
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _offset_at(fd, mid) < offset:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _last(fd: int, size: int) -> tuple[int, float] | None:
+    """The index's last entry, once entries past byte ``size`` of the log (their bytes
+    never reached it: a write failed, or the writer was killed between stamping and
+    writing) and a torn last entry are cut off, so offsets keep growing."""
+    count = os.fstat(fd).st_size // ENTRY.size
+    keep = _first_at(fd, 0, count, size + 1)
+    if keep * ENTRY.size != os.fstat(fd).st_size:
+        os.ftruncate(fd, keep * ENTRY.size)
+    if keep == 0:
         return None
-    offset, when = ENTRY.unpack(os.pread(fd, ENTRY.size, size - size % ENTRY.size - ENTRY.size))
+    offset, when = ENTRY.unpack(os.pread(fd, ENTRY.size, (keep - 1) * ENTRY.size))
     return int(offset), float(when)
 
 
@@ -72,13 +124,17 @@ class TimesWriter:
     """
 
     def __init__(self, log: Path, size: int) -> None:
-        self.fd = os.open(times_path(log), _WRITE, 0o644)
+        self.fd = _open_index(log)
         self.end = size
         self.last = 0.0
         self.count = 0
         self.written = 0
         self.pending: tuple[int, float] | None = None
-        last = _last(self.fd)
+        try:
+            last = _last(self.fd, size)
+        except BaseException:
+            os.close(self.fd)
+            raise
         if size > (last[0] if last else 0):  # bytes no entry covers: their time is unknown
             self._put(size, _UNKNOWN)
         if last and not math.isnan(last[1]):
@@ -93,6 +149,16 @@ class TimesWriter:
             self._put(self.end, self.last)
         else:
             self.pending = (self.end, self.last)
+
+    def resync(self, size: int) -> None:
+        """The log is ``size`` bytes, not what was noted: a write of it failed or fell
+        short (a full disk). The entries past ``size`` go, and one at ``size`` says its
+        bytes were written by now, so later bytes' offsets are the log's again."""
+        self.pending = None
+        with contextlib.suppress(OSError):
+            _last(self.fd, size)
+        self.end = size
+        self._put(size, self.last)
 
     def settle(self) -> None:
         """Write an entry held back by the budget (the output went quiet)."""
@@ -115,9 +181,9 @@ def stamp_appended(log: Path, before: int, after: int, when: float) -> None:
     (the supervisor writing a shipped node's log)."""
     if after <= before:
         return
-    fd = os.open(times_path(log), _WRITE, 0o644)
+    fd = _open_index(log)
     try:
-        last = _last(fd)
+        last = _last(fd, before)
         data = b""
         if before > (last[0] if last else 0):
             data += ENTRY.pack(before, _UNKNOWN)
@@ -128,34 +194,37 @@ def stamp_appended(log: Path, before: int, after: int, when: float) -> None:
         os.close(fd)
 
 
-def entries(log: Path, start: int, end: int, cap: int = 1 << 16) -> list[tuple[int, float]]:
-    """The index's entries for bytes ``start..end`` of ``log``: from the first entry at
-    or after ``start`` to the first at or after ``end`` (at most ``cap``)."""
+def entries(log: Path, ends: Sequence[int]) -> list[tuple[int, float]]:
+    """For each of ``ends`` (byte offsets of ``log``, ascending), the index's first entry
+    at or after it, each entry once: what :func:`lookup` needs for lines ending there.
+
+    Nothing more is kept, whatever the index holds between them: a job writes its own
+    index, so its size bounds nothing; memory grows with the lines asked about only.
+    """
     try:  # as the log itself is read: never through a link, only a regular file
         fd = open_file(times_path(log))
     except OSError:
         return []
     try:
         count = os.fstat(fd).st_size // ENTRY.size
-
-        def offset_at(i: int) -> int:
-            return int(ENTRY.unpack(os.pread(fd, ENTRY.size, i * ENTRY.size))[0])
-
-        lo, hi = 0, count
-        while lo < hi:  # the first entry whose offset is >= start
-            mid = (lo + hi) // 2
-            if offset_at(mid) < start:
-                lo = mid + 1
-            else:
-                hi = mid
         out: list[tuple[int, float]] = []
-        while lo < count and len(out) < cap:
-            block = os.pread(fd, ENTRY.size * min(4096, count - lo), lo * ENTRY.size)
-            for offset, when in ENTRY.iter_unpack(block[: len(block) - len(block) % ENTRY.size]):
-                out.append((int(offset), float(when)))
-                if offset >= end or len(out) >= cap:
-                    return out
-            lo += max(1, len(block) // ENTRY.size)
+        at = 0  # no entry before this one is at or after the ends still to come
+        near: list[tuple[int, float]] = []  # the entries from ``at`` on, as last read
+        for end in ends:
+            if out and out[-1][0] >= end:
+                continue  # the entry found for an earlier end covers this one too
+            found = next((e for e in near if e[0] >= end), None)
+            if found is None:  # not among the next few: a binary search from here
+                at = _first_at(fd, at + len(near), count, end)
+                block = os.pread(fd, ENTRY.size * min(_NEAR, count - at), at * ENTRY.size)
+                block = block[: len(block) - len(block) % ENTRY.size]  # cut short meanwhile
+                near = [(int(o), float(t)) for o, t in ENTRY.iter_unpack(block)]
+                if not near:
+                    break  # past the index's end: no later end is covered either
+                found = near[0]
+            out.append(found)
+        return out
+    except struct.error:  # the index was cut short while it was searched
         return out
     finally:
         os.close(fd)

@@ -131,7 +131,11 @@ def _copy_output(proc: subprocess.Popen[bytes], pipe: int, log: int, log_path: P
                     break
                 if times is not None:
                     times.note(len(data), time.time())
-                _write_all(log, data)
+                if not _write_all(log, data) and times is not None:
+                    # Some bytes noted never reached the log: the index's offsets
+                    # follow the log's size again.
+                    with contextlib.suppress(OSError):
+                        times.resync(os.fstat(log).st_size)
             elif times is not None:
                 times.settle()
             now = time.monotonic()
@@ -146,13 +150,15 @@ def _copy_output(proc: subprocess.Popen[bytes], pipe: int, log: int, log_path: P
     return proc.wait()
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes) -> bool:
+    """Write ``data`` whole; whether it all went (a full disk loses the rest)."""
     view = memoryview(data)
     while view:
         try:
             view = view[os.write(fd, view) :]
         except OSError:  # a full disk: this output is lost, as it would be anyway
-            return
+            return False
+    return True
 
 
 def main(argv: list[str]) -> int:

@@ -25,7 +25,14 @@ from fastapi.responses import StreamingResponse
 from phalanx.errors import PhalanxError
 from phalanx.jobs.logs import LogFollower
 from phalanx.server.auth import User
-from phalanx.server.logread import parse_offsets, rank_of, read_back, read_merged, search
+from phalanx.server.logread import (
+    parse_offsets,
+    rank_logs,
+    rank_of,
+    read_back,
+    read_merged,
+    search,
+)
 from phalanx.server.settings import request_workspace, settings_of, workspace
 from phalanx.service.jobs import LocalJobs
 
@@ -44,7 +51,7 @@ RankQuery = Annotated[str, Query(pattern=r"^(all|[0-9]{1,6})$")]
 
 def _ranks(paths: Any, rank: str) -> list[int]:
     if rank == "all":
-        return [rank_of(p) for p in paths.rank_logs()]
+        return [rank_of(p) for p in rank_logs(paths)]
     return [int(rank)]
 
 
@@ -124,6 +131,8 @@ async def log_events(
         offsets = parse_offsets(request.headers.get("last-event-id") or at)
     except ValueError:
         raise PhalanxError("at: give rank:offset pairs, e.g. at=0:1200,1:0") from None
+    if rank == "all":  # refused before the stream begins, as a page of every rank is
+        await asyncio.to_thread(rank_logs, workspace(settings).paths(job.name))
     follower = LogFollower(
         workspace(settings).paths(job.name),
         all_ranks=rank == "all",

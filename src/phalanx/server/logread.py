@@ -10,9 +10,11 @@ from __future__ import annotations
 import base64
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
+from phalanx.errors import PhalanxError
 from phalanx.jobs.logs import MIN_READ_BYTES, POLL_BYTES, READ_BYTES, LogLine, decode_block
 from phalanx.launch.logtimes import entries, lookup
 from phalanx.nofollow import open_file
@@ -21,8 +23,26 @@ from phalanx.workspace.layout import JobPaths
 # No file is larger (a seek past 2**63 overflows), and no job has more ranks.
 MAX_OFFSET = 1 << 62
 MAX_RANK = 1 << 20
-# The most time-index entries sent with one poll's bytes of a log.
-TIMES_CAP = 1 << 15
+# The most rank logs one request reads together (every rank's poll, merged page, or
+# page of each rank). A job writes its own user_logs, so the number of logs there is
+# its choice; at this many a poll's reads are at their floor of MIN_READ_BYTES a log.
+MAX_RANKS_AT_ONCE = POLL_BYTES // MIN_READ_BYTES
+_NEWLINE = re.compile(b"\n")
+
+
+def rank_logs(paths: JobPaths) -> list[Path]:
+    """Every rank's log, to be read in one request.
+
+    Raises:
+        PhalanxError: more than :data:`MAX_RANKS_AT_ONCE` (a 400, naming the limit).
+    """
+    logs = paths.rank_logs()
+    if len(logs) > MAX_RANKS_AT_ONCE:
+        raise PhalanxError(
+            f"this job has {len(logs)} rank logs; at most {MAX_RANKS_AT_ONCE} are read "
+            "together: read them one rank at a time (rank=N; `job stream` without --all-ranks)"
+        )
+    return logs
 
 
 def parse_offsets(text: str) -> dict[int, int]:
@@ -48,10 +68,8 @@ def read_logs(
 ) -> list[dict[str, Any]]:
     """Each log's bytes from its offset (a bounded amount per poll), with its size, and
     when ``timed`` the entries of its time index for those bytes (``times``)."""
-    if all_ranks:
-        logs = [(int(p.stem.rsplit("_", 1)[1]), p) for p in paths.rank_logs()]
-    else:
-        logs = [(0, paths.rank_log(0))]
+    one = [(0, paths.rank_log(0))]
+    logs = [(rank_of(p), p) for p in rank_logs(paths)] if all_ranks else one
     budget = max(MIN_READ_BYTES, min(READ_BYTES, POLL_BYTES // max(1, len(logs))))
     out = []
     for rank, path in logs:
@@ -69,8 +87,10 @@ def read_logs(
             "data": base64.b64encode(data).decode(),
             "size": size,
         }
-        if timed:
-            item["times"] = entries(path, offset, offset + len(data), cap=TIMES_CAP)
+        if timed:  # for each line end in the bytes (and their start and end) its entry
+            ends = [offset, *(offset + m.end() for m in _NEWLINE.finditer(data))]
+            found = entries(path, [*ends, offset + len(data)])
+            item["times"] = [[o, t if math.isfinite(t) else None] for o, t in found]
         out.append(item)
     return out
 
@@ -105,7 +125,8 @@ def read_back(
             data, start = data[cut + 1 :], start + cut + 1
     lines = decode_block(rank, data, start)
     if timed and lines:
-        stamps = lookup(entries(path, lines[0].end, lines[-1].end), [ln.end for ln in lines])
+        ends = [ln.end for ln in lines]
+        stamps = lookup(entries(path, ends), ends)
         lines = [ln._replace(time=t) for ln, t in zip(lines, stamps, strict=True)]
     return {"rank": rank, "start": start, "end": end, "size": size, "lines": lines}
 
@@ -126,7 +147,7 @@ def read_merged(paths: JobPaths, before: dict[int, int] | None, *, nbytes: int) 
     Returns ``{"lines": [[rank, text, time], …], "starts": {rank: start},
     "ends": {rank: end}}``; a rank that reached its log's beginning has start 0.
     """
-    ranks = [rank_of(p) for p in paths.rank_logs()]
+    ranks = [rank_of(p) for p in rank_logs(paths)]
     if before is not None:
         ranks = [r for r in ranks if before.get(r, 0) > 0]
     share = max(4 << 10, nbytes // max(1, len(ranks)))
