@@ -64,14 +64,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpu_check_machine import gpu_engine, has_gpu, stand_in_smi, stop_workspace
+from gpu_check_report import STAGES, figure, table, write
+
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 BIN = Path(PYTHON).parent
 TERMINAL = ("Completed", "Failed", "Canceled")
-STAGES = (
-    "machine", "nccl", "capacity", "batch", "synthetic", "shards", "decode", "checkpoint",
-    "container",
-)  # fmt: skip
 # Seconds of the whole budget each stage may use at most (the rest goes on).
 SHARES = {
     "machine": 0.03,
@@ -485,22 +484,6 @@ def stage_checkpoint(c: Check) -> dict[str, Any]:
     return json.loads(out.read_text())
 
 
-def gpu_engine(env: dict[str, str]) -> tuple[str | None, str]:
-    """An engine with GPU support, or None and why not."""
-    found = [e for e in ("podman", "docker") if shutil.which(e, path=env["PATH"])]
-    if not found:
-        return None, "no container engine (podman or docker) on this machine"
-    cdi = [p for p in ("/etc/cdi/nvidia.yaml", "/var/run/cdi/nvidia.yaml") if Path(p).exists()]
-    if "podman" in found and cdi:
-        return "podman", f"podman with CDI ({cdi[0]})"
-    if "docker" in found:
-        info = subprocess.run(["docker", "info", "--format", "{{json .Runtimes}}"],
-                              capture_output=True, text=True, timeout=20)  # fmt: skip
-        if "nvidia" in info.stdout:
-            return "docker", "docker with the nvidia runtime"
-    return None, f"{' and '.join(found)} but no GPU support (no CDI spec, no nvidia runtime)"
-
-
 def stage_container(c: Check) -> dict[str, Any]:
     engine, why = gpu_engine(c.env)
     if engine is None or c.dry:
@@ -529,108 +512,6 @@ RUNNERS: dict[str, Callable[[Check], dict[str, Any]]] = {
     "checkpoint": stage_checkpoint,
     "container": stage_container,
 }
-
-
-# -----------------------------------------------------------------------------
-# The table
-
-
-def figure(stage: str, r: dict[str, Any]) -> str:
-    """One stage's result as a table cell."""
-    if "error" in r:
-        return f"**failed**: {r['error'][:300]}"
-    if stage == "machine":
-        versions = f"torch {r['torch']}, CUDA {r['cuda']}, NCCL {r.get('nccl')}"
-        return f"{r.get('nvidia_smi') or 'no GPU'}; {versions}, {r['cores']} cores"
-    if stage == "nccl":
-        return f"`{r['line']}` ({r['backend']}, one rank)"
-    if stage == "capacity":
-        order = f"{r['job1'][2][11:19]} ≤ {r['job2'][1][11:19]}"
-        gpus = ",".join(r["gpus_in_queue"])
-        return f"queue shows GPU(s) {gpus}; two 1-GPU jobs ran one after the other ({order})"
-    if stage == "batch":
-        peak = f" (peak {float(r['peak_gb']):.1f} GiB)" if r.get("peak_gb") else ""
-        return f"{r['batch']} per GPU{peak}"
-    if stage == "synthetic":
-        rates = f"phalanx {r['img_per_sec_phalanx']:.0f}, torchrun {r['img_per_sec_torchrun']:.0f}"
-        return f"{rates} img/s: ratio **{r['ratio']:.3f}** (goal ≥ 0.99)"
-    if stage == "shards":
-        rates = f"shards {r['img_per_sec_shards']:.0f}, synthetic {r['img_per_sec_synthetic']:.0f}"
-        cell = f"CPU decode: {rates} img/s: ratio **{r['ratio']:.3f}** (goal ≥ 0.95)"
-        if r.get("img_per_sec_shards_gpu_decode"):
-            gpu = r["img_per_sec_shards_gpu_decode"]
-            cell += f"; GPU decode: {gpu:.0f} img/s: ratio **{r['ratio_gpu_decode']:.3f}**"
-        elif r.get("gpu_decode_error"):
-            cell += f"; GPU decode failed: {r['gpu_decode_error'][:200]}"
-        return cell
-    if stage == "decode":
-        rates = ", ".join(f"{k} {v}" for k, v in r.items() if k != "seconds")
-        return rates[:400]
-    if stage == "checkpoint":
-        stalls = f"sync {r['sync_stall_s']:.3f} s, async {r['async_stall_s']:.3f} s"
-        ratio = f"ratio **{r['async_over_sync']:.3f}** (goal ≤ 0.2)"
-        return f"{stalls}: {ratio}, {r['state_mb']:.0f} MB state"
-    if stage == "container":
-        if not r["ran"]:
-            return str(r["note"])
-        return f"ran in {r['image']} ({r['engine']}): {r['gpus_seen']}"
-    return json.dumps(r)
-
-
-def table(c: Check, header: str) -> str:
-    rows = [header, "", "| stage | seconds | result |", "|---|---|---|"]
-    for stage in STAGES:
-        if stage in c.results:
-            r = c.results[stage]
-            cell = figure(stage, r).replace("|", "\\|").replace("\n", " ")
-            rows.append(f"| {stage} | {r.get('seconds', 0):.0f} | {cell} |")
-    return "\n".join(rows) + "\n"
-
-
-def write(c: Check, header: str) -> Path:
-    out = Path(os.environ.get("OUT") or REPO / "benchmarks" / "results")
-    out.mkdir(parents=True, exist_ok=True)
-    public = {k: v for k, v in c.results.items() if not k.startswith("_")}
-    (out / "gpu_check.json").write_text(json.dumps(public, indent=2, default=str) + "\n")
-    (out / "gpu_check.md").write_text(table(c, header))
-    return out
-
-
-def has_gpu() -> tuple[bool, str]:
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return False, "no nvidia-smi"
-    try:
-        import torch
-    except ImportError:
-        return False, "torch is not importable"
-    if not torch.cuda.is_available():
-        return False, f"nvidia-smi is there but torch {torch.__version__} sees no CUDA device"
-    return True, torch.cuda.get_device_name(0)
-
-
-def stand_in_smi(folder: Path) -> None:
-    """A ``nvidia-smi`` that lists one GPU, for the dry run's capacity stage (no GPU here)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    smi = folder / "nvidia-smi"
-    smi.write_text(
-        '#!/bin/sh\ncase "$*" in *query-gpu=index*) echo 0 ;;\n'
-        "*query-gpu=name*) echo 'stand-in (dry run), 0, 0 MiB' ;; *) exit 1 ;; esac\n"
-    )
-    smi.chmod(0o755)
-
-
-def stop_workspace(home: str) -> None:
-    """End what this check's workspace started and left (its scheduler waits a while
-    for more jobs before it ends by itself); only processes of this workspace."""
-    import psutil
-
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("PHALANX_HOME") == home and proc.pid != os.getpid():
-                proc.kill()
-        except (psutil.Error, OSError):
-            continue
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -687,12 +568,12 @@ def main(argv: list[str] | None = None) -> int:
             saved = max(0.0, saved + share - r["seconds"])
             c.results[stage] = r
             print(f"gpu-check: {stage}: {figure(stage, r)}", flush=True)
-            write(c, header + " (so far)")  # a call cut short still leaves its figures
+            write(c.results, header + " (so far)")  # a call cut short still leaves its figures
     finally:
         stop_workspace(env["PHALANX_HOME"])
         shutil.rmtree(work, ignore_errors=True)
-    out = write(c, header)
-    print("\n" + table(c, header))
+    out = write(c.results, header)
+    print("\n" + table(c.results, header))
     print(f"gpu-check: results in {out}/gpu_check.json and gpu_check.md")
     failed = [s for s in stages if "error" in c.results[s]]
     return 1 if failed and args.dry_run else 0
