@@ -651,7 +651,7 @@ with urllib.request.urlopen(req, timeout=120) as events:
         if line.startswith("event: "):
             event = line[7:]
         elif line.startswith("data: ") and event != "end":
-            for rank, text, _ in json.loads(line[6:])["lines"]:
+            for rank, text, *_ in json.loads(line[6:])["lines"]:  # cont, time
                 first = first or time.time()
                 print(f"[{rank}] {text}", flush=True)
         elif line == "" and event == "end":

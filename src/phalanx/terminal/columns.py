@@ -17,11 +17,13 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
+from phalanx.terminal.termsafe import sanitize
+
 GAP = "  "
 # Where a note with a word too long to sit under the second column starts.
 NOTE_LEAD = "    "
-# Any control character (an escape sequence's start included): a cell is one line of text.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# A colour sequence, which termsafe keeps and a cell does not (it would count as width).
+_SGR = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def fit_table(
@@ -145,14 +147,16 @@ def print_table(
 ) -> list[str]:
     """A table fitted to ``out``'s width (see :func:`fit_table`), its header in bold.
 
-    Cells are printed as plain text: neither rich markup nor a control character in a
-    name or a user's words reaches the terminal (each control character shows as ``?``).
+    Cells are printed as plain text: neither rich markup nor an escape sequence in a
+    name or a user's words reaches the terminal (sequences are dropped as
+    :func:`~phalanx.terminal.termsafe.sanitize` drops them, colours too; other control
+    characters show as ``^X``).
 
     Returns:
         The headers of the optional columns left out, to say so.
     """
-    clean = [[_CONTROL.sub("?", cell) for cell in row] for row in rows]
-    tidy = None if notes is None else [None if n is None else _CONTROL.sub("?", n) for n in notes]
+    clean = [[_plain(cell) for cell in row] for row in rows]
+    tidy = None if notes is None else [None if n is None else _plain(n) for n in notes]
     left_out: list[str] = []
     lines = fit_table(headers, clean, out.width - indent, optional=optional, notes=tidy,
                       under=under, left_out=left_out)  # fmt: skip
@@ -161,6 +165,11 @@ def print_table(
         out.print((pad + line).rstrip(), style="bold" if i == 0 else None, markup=False,
                   highlight=False, overflow="ignore", crop=False, soft_wrap=True)  # fmt: skip
     return left_out
+
+
+def _plain(text: str) -> str:
+    """``text`` as one line of plain characters for a cell."""
+    return _SGR.sub("", sanitize(text)).replace("\n", " ").replace("\t", " ")
 
 
 def short_time(value: float | str | None, *, now: float | None = None) -> str:
