@@ -175,6 +175,12 @@ record = {"rank": 0, "exit_code": 1, "signal": None, "signals_received": [],
           "ended_at": time.time(), "error": None, "log_file": str(home / "secrets.json")}
 (attempt / "rank_0.json").write_text(json.dumps(record))
 print("record planted", flush=True)
+# The rank wrapper copies this output into the log: kill it only once it has (what a
+# rank writes in the instant its wrapper is SIGKILLed may be lost with the wrapper).
+log = Path(os.environ["PHALANX_JOB_DIR"]) / "user_logs" / "std_log_process_0.txt"
+deadline = time.time() + 30
+while time.time() < deadline and "record planted" not in log.read_text(errors="replace"):
+    time.sleep(0.05)
 pid = os.getpid()
 while "phalanx.launch.worker" not in Path(f"/proc/{pid}/cmdline").read_text():
     pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
