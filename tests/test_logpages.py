@@ -127,6 +127,12 @@ def test_merged_pages_back_by_time_across_ranks(tmp_path: Path) -> None:
                 writer.note(len(text) + 1, i * every + rank / 10)
                 f.write(text.encode() + b"\n")
         writer.close()
+    got = _merged_back_to_the_start(paths)
+    assert [text for _, text, _ in got] == [text for _, _, text in sorted(written)]
+
+
+def _merged_back_to_the_start(paths: JobPaths) -> list[list[object]]:
+    """Every merged line, read as the studio reads them: 300-byte pages, backwards."""
     got: list[list[object]] = []
     before = None
     while True:
@@ -134,9 +140,8 @@ def test_merged_pages_back_by_time_across_ranks(tmp_path: Path) -> None:
         got = page["lines"] + got
         left = {r: s for r, s in page["starts"].items() if s > 0}
         if not left:
-            break
+            return got
         before = left
-    assert [text for _, text, _ in got] == [text for _, _, text in sorted(written)]
 
 
 def test_merged_pages_of_latin1_logs_give_every_line_once(tmp_path: Path) -> None:
@@ -155,15 +160,7 @@ def test_merged_pages_of_latin1_logs_give_every_line_once(tmp_path: Path) -> Non
                 writer.note(len(data), i * every + rank / 10)
                 f.write(data)
         writer.close()
-    got: list[list[object]] = []
-    before = None
-    while True:
-        page = read_merged(paths, before, nbytes=300)
-        got = page["lines"] + got
-        left = {r: s for r, s in page["starts"].items() if s > 0}
-        if not left:
-            break
-        before = left
+    got = _merged_back_to_the_start(paths)
     assert [(r, text, ts) for r, text, ts in got] == [(r, t, ts) for ts, r, t in sorted(written)]
 
 
