@@ -89,8 +89,11 @@ check: lint typecheck
 	$(BIN)/python -m pytest -q -p no:cacheprovider -k "not postgresql" $(UNIT_TESTS)
 
 ## test-hosts: the tests on separate hosts (network, mount, PID namespaces; root)
-test-hosts: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_hosts.py tests/test_hosts_ray.py
+# What they run on the hosts: Azurite (the blob host), PostgreSQL (the server's), Open MPI
+# (an MPI job) and the test image (a job in an image built on the worker hosts).
+test-hosts: $(STAMP) $(AZURITE) mpi postgresql test-image
+	PHALANX_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m pytest -q -p no:cacheprovider \
+	  tests/test_hosts.py tests/test_hosts_ray.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests examples benchmarks tools

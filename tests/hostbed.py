@@ -11,10 +11,10 @@ Each host of a :class:`HostBed` is a set of Linux namespaces made by the bed
   private tmpfs mounts, so no host sees another's files, the test's
   ``tmp_path`` or any ``PHALANX_HOME``; so are podman's stores (its images and
   its run state), so a host has only the images loaded or built on it. The
-  interpreter's own installation is bound back read-only where a private mount
-  hid it; the checkout (phalanx's
-  code and virtual environment) is shared read-only, as an install is the same
-  on every machine.
+  checkout (phalanx's code), its virtual environment and, where a private mount
+  hid it, the interpreter's installation are shared read-only at their own
+  paths (:func:`kept`), as an install is the same on every machine: a checkout
+  cloned into ``/tmp`` or ``~`` is bound back over the private mount.
 - ``/sys`` is the host's network namespace's own, with this machine's cgroup
   hierarchies bound back under it (for the container runtime).
 - **PID** and **UTS**: its own process table (``/proc`` shows only its
@@ -60,10 +60,11 @@ START_S = 20.0
 # The first process of a host: its host name, private mounts, then reaping orphans
 # (it is the namespace's init) until it is killed, which ends the host.
 _INIT = r"""# phalanx's host bed: the first process of a host (tests/hostbed.py)
-import os, signal, socket, subprocess, sys
-name, keep, private = sys.argv[1], sys.argv[2], sys.argv[3:]
+import json, os, signal, socket, subprocess, sys
+name, keep, private = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3:]
 socket.sethostname(name)
-held = os.open(keep, os.O_PATH) if keep else None
+# What the host keeps of this machine, held before a private mount can hide it.
+held = {path: os.open(path, os.O_PATH) for path in keep}
 # /sys as this network namespace shows it (its own links), with the machine's cgroup
 # hierarchies bound back under it for the container runtime.
 cgroups = os.open("/sys/fs/cgroup", os.O_PATH)
@@ -75,15 +76,14 @@ for path in private:
     mode = "mode=1777" if path.startswith(("/tmp", "/var/tmp", "/dev/shm")) else "mode=0755"
     os.makedirs(path, exist_ok=True)
     subprocess.run(["mount", "-t", "tmpfs", "-o", mode, "phalanx-hostbed", path], check=True)
-if held is not None:
-    os.makedirs(keep, exist_ok=True)
-    subprocess.run(["mount", "--no-canonicalize", "--bind", f"/proc/self/fd/{held}", keep],
-                   check=True, pass_fds=(held,))
-    subprocess.run(["mount", "-o", "remount,bind,ro", keep], check=True)
-    os.close(held)
-repo = os.environ["HOSTBED_REPO"]
-subprocess.run(["mount", "--bind", repo, repo], check=True)
-subprocess.run(["mount", "-o", "remount,bind,ro", repo], check=True)
+# Each kept path bound (back) at its own path, read-only; its mount point is made in
+# the private mount that hid it.
+for path, fd in held.items():
+    os.makedirs(path, exist_ok=True)
+    subprocess.run(["mount", "--no-canonicalize", "--bind", f"/proc/self/fd/{fd}", path],
+                   check=True, pass_fds=(fd,))
+    subprocess.run(["mount", "-o", "remount,bind,ro", path], check=True)
+    os.close(fd)
 def reap(*_):
     while True:
         try:
@@ -121,7 +121,7 @@ class Host:
     def env(self, **extra: str) -> dict[str, str]:
         """A plain environment for the host: no variable of the test's (no ``PHALANX_*``)."""
         env = {
-            "PATH": f"{REPO / '.venv' / 'bin'}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+            "PATH": f"{Path(sys.prefix) / 'bin'}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
             "HOME": "/root",
             "LANG": "C.UTF-8",
             "PYTHONDONTWRITEBYTECODE": "1",  # the checkout is read-only here
@@ -306,14 +306,13 @@ class HostBed:
         _ip("-n", self.switch, "link", "set", there, "master", "br0", "up")
         _ip("-n", ns, "addr", "add", f"{address}/{self.subnet.prefixlen}", "dev", here)
         _ip("-n", ns, "link", "set", here, "up")
-        keep = _hidden_install()
         init = RECORDS / "hostinit.py"
         init.write_text(_INIT)
         holder = subprocess.Popen(
             ["nsenter", f"--net=/run/netns/{ns}", "unshare", "--mount", "--uts", "--pid", "--fork",
-             "--mount-proc", "--propagation", "private", "--",
-             sys.executable, str(init), name, keep, *PRIVATE, *CONTAINER_STORES],
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOSTBED_REPO": str(REPO)},
+             "--mount-proc", "--propagation", "private", "--", sys.executable, str(init), name,
+             json.dumps(kept()), *PRIVATE, *CONTAINER_STORES],
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -322,6 +321,9 @@ class HostBed:
         assert holder.stdout is not None
         line = _read_line(holder, START_S)
         if line != "ready":
+            # An init that failed has closed its output and is ending: its error says why.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                holder.wait(timeout=5)
             err = (
                 holder.stderr.read().decode() if holder.poll() is not None and holder.stderr else ""
             )
@@ -353,14 +355,22 @@ def _child_of(pid: int) -> int:
     raise HostBedError(f"unshare ({pid}) started no host process")
 
 
-def _hidden_install() -> str:
-    """The interpreter's installation when a private mount would hide it, else ``""``."""
+def kept() -> list[str]:
+    """The paths of this machine that every host shares, read-only: the checkout, the
+    virtual environment the tests run in and, where a private mount hides it, the
+    interpreter's installation (a venv's ``python`` links there). None lies inside
+    another, so each is one bind mount."""
+    wanted = [REPO]
+    if sys.prefix != sys.base_prefix:  # a virtual environment, wherever it lies
+        wanted.append(Path(sys.prefix).resolve())
     base = Path(sys.base_prefix).resolve()
-    for private in PRIVATE:
-        if base.is_relative_to(private):
-            top = Path(private) / base.relative_to(private).parts[0]
-            return str(top)
-    return ""
+    if any(base.is_relative_to(hidden) for hidden in (*PRIVATE, *CONTAINER_STORES)):
+        wanted.append(base)
+    keep: list[Path] = []
+    for path in sorted(set(wanted), key=lambda p: len(p.parts)):
+        if not any(path.is_relative_to(outer) for outer in keep):
+            keep.append(path)
+    return [str(path) for path in keep]
 
 
 def _free_subnet() -> ipaddress.IPv4Network:

@@ -26,7 +26,8 @@ from hostbed import Host, HostBed
 
 pytestmark = pytest.mark.timeout(600)
 
-SERVER_HOME = "/root/phalanx"
+SERVER_HOME = "/root/phalanx-server"
+"""Not ``~/phalanx``: a checkout cloned there is on every host, read-only."""
 PORT = 8765
 
 
@@ -88,6 +89,48 @@ def test_hosts_share_nothing_but_the_network(tmp_path: Path) -> None:
         # The install is shared read-only: no host writes into the checkout.
         assert a.run(["touch", str(hostbed.REPO / "written-by-a")], check=False).returncode
     assert hostbed.leftovers(bed.bed) == []
+
+
+# Run in a checkout of its own: a bed whose checkout and venv a private mount hides.
+IN_A_CHECKOUT = """
+import json, subprocess, sys
+sys.path.insert(0, sys.argv[1])
+import hostbed
+with hostbed.HostBed(["a"]) as bed:
+    a = bed["a"]
+    seen = {
+        "kept": hostbed.kept(),
+        "prefix": a.run([sys.executable, "-c", "import sys; print(sys.prefix)"]).stdout.strip(),
+        "read": a.run(["cat", sys.argv[1] + "/mark"]).stdout,
+        "touch": a.run(["touch", sys.argv[1] + "/mark"], check=False).returncode,
+        "beside": a.exists(sys.argv[2]),
+    }
+print(json.dumps({**seen, "left": hostbed.leftovers(bed.bed)}))
+"""
+
+
+def test_a_checkout_in_tmp_with_its_venv_is_on_every_host_read_only(tmp_path: Path) -> None:
+    """Cloned into /tmp (or ~), the checkout and its venv lie where each host has a private
+    mount: the bed binds them back, read-only, beside the interpreter the venv links to."""
+    checkout = tmp_path / "phalanx"
+    (checkout / "tests").mkdir(parents=True)
+    (checkout / "tests" / "hostbed.py").write_text(
+        (hostbed.REPO / "tests" / "hostbed.py").read_text()
+    )
+    (checkout / "tests" / "mark").write_text("the checkout's\n")
+    (tmp_path / "beside").mkdir()
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(checkout / ".venv")],
+                   check=True, timeout=120)  # fmt: skip
+    venv_python = str(checkout / ".venv" / "bin" / "python")
+    run = subprocess.run([venv_python, "-c", IN_A_CHECKOUT, str(checkout / "tests"),
+                          str(tmp_path / "beside")], capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-4000:]
+    seen = json.loads(run.stdout)
+    assert str(checkout) in seen["kept"], seen  # the venv inside it: one mount for both
+    assert seen["prefix"] == str(checkout / ".venv"), seen  # the venv's python runs there
+    assert seen["read"] == "the checkout's\n" and seen["touch"] != 0, seen
+    assert seen["beside"] is False and seen["left"] == [], seen  # only the checkout
 
 
 def test_the_bed_leaves_nothing_behind_after_a_failure_or_a_killed_test() -> None:
