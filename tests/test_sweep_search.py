@@ -384,3 +384,50 @@ def test_hyperband_stops_a_bad_trial_in_its_bracket() -> None:
     assert reasons[:6] == [None] * 6
     stopped = [r for r in reasons[6:] if r is not None]
     assert stopped and all(r.startswith("hyperband: 0.1 not among the best") for r in stopped)
+
+
+@pytest.mark.parametrize(
+    ("policy", "prefix"),
+    [
+        ("{type: bandit, slack_factor: 0.2, delay_evaluation: 1}", "bandit: 0.05 not within"),
+        ("{type: median_stopping, delay_evaluation: 1}", "median stopping: best 0.05 worse"),
+        ("{type: truncation_selection, truncation_percentage: 50, delay_evaluation: 1}",
+         "truncation selection: 0.05 in the worst 50 % of 2 trials"),
+    ],
+)  # fmt: skip
+def test_a_trial_that_reports_first_is_judged_once_its_peers_catch_up(
+    policy: str, prefix: str
+) -> None:
+    # Two trials at once, as a controller's rounds see them: the bad one has always
+    # logged one step more than the good one. Each step of the bad trial is judged
+    # alone when it comes; it must be judged there again when the good one gets there.
+    spec = sweep(BASE + f"early_termination: {policy}\n")
+    search = Search("s", spec, [])
+    bad, good = search.propose().number, search.propose().number
+    stopped: dict[int, str] = {}
+    for round_ in range(1, 6):
+        curves = {
+            bad: [(s, 0.05) for s in range(round_)],
+            good: [(s, 1.0) for s in range(round_ - 1)],
+        }
+        stopped = search.advance(curves)
+        if stopped:
+            break
+    assert round_ == 2, stopped  # the good trial reached step 0 in round 2
+    assert list(stopped) == [bad]
+    assert stopped[bad].startswith(prefix) and stopped[bad].endswith("at step 0"), stopped
+
+
+def test_a_trial_is_judged_again_only_at_the_steps_its_interval_judges() -> None:
+    spec = sweep(
+        BASE + "early_termination: {type: bandit, slack_amount: 0.1, evaluation_interval: 2,"
+        " delay_evaluation: 2}\n"
+    )
+    search = Search("s", spec, [])
+    bad, good = search.propose().number, search.propose().number
+    # The bad trial is ahead: its steps 0 … 2 are in; the good one reports step 0 (not
+    # judged: the 1st report), then step 1 (the 2nd report: judged).
+    assert search.advance({bad: [(0, 0.0), (1, 0.0), (2, 0.0)], good: [(0, 1.0)]}) == {}
+    assert search.advance({bad: [(0, 0.0), (1, 0.0), (2, 0.0)], good: [(0, 1.0), (1, 1.0)]}) == {
+        bad: "bandit: 0 not within 0.1 of best 1 at step 1"
+    }

@@ -241,6 +241,53 @@ def test_each_policy_stops_the_bad_trials(cli: Cli) -> None:
             assert len(trial["curve"]) < 20
 
 
+LEADER = """
+import os, pathlib, sys, time
+from phalanx.train.metrics import log_metric
+number = int(os.environ["PHALANX_JOB_NAME"].rsplit("_", 1)[1])
+sync, wait = pathlib.Path(sys.argv[1]), 120.0  # the first step waits for trial 0 to start
+for step in range(10):
+    if number == 0:  # the bad trial, always a step ahead: it logs, then lets trial 1 log
+        log_metric("score", 0.05, step=step)
+        (sync / str(step)).touch()
+    else:
+        deadline = time.monotonic() + wait
+        while not (sync / str(step)).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        wait = 3.0 if (sync / str(step)).exists() else 0.0  # trial 0 was stopped
+        time.sleep(0.3)
+        log_metric("score", 1.0, step=step)
+    time.sleep(0.3)
+"""
+
+LEADING = """
+trial:
+  code: src
+  command: python leader.py ${{inputs.sync}}
+search_space:
+  x: {type: uniform, min_value: 0, max_value: 1}
+objective: {primary_metric: score, goal: maximize}
+early_termination: {type: bandit, slack_factor: 0.2, delay_evaluation: 1}
+limits: {max_total_trials: 2, max_concurrent_trials: 2}
+"""
+
+
+def test_a_trial_that_always_logs_first_is_compared_with_its_peer(cli: Cli) -> None:
+    # Trial 0 logs each step 0.3 s before trial 1 does, 20 times worse: it is judged at
+    # a step once trial 1 gets there, and stopped.
+    sync = cli.workdir / "sync"
+    sync.mkdir()
+    cli.write("src/leader.py", LEADER)
+    spec = cli.write("leading.yml", "type: sweep\n" + LEADING + f"inputs: {{sync: '{sync}'}}\n")
+    sweep = cli.wait(cli.create(spec), ("Completed", "Failed"), timeout=180)
+    assert sweep["status"] == "Completed", sweep
+    first, second = sweep["sweep"]["trials"]
+    assert first["state"] == "pruned", first
+    assert first["reason"].startswith("bandit: 0.05 not within 20 % of best 1 at step"), first
+    assert len(first["curve"]) < 10
+    assert second["state"] == "completed" and sweep["sweep"]["best_trial"] == 1
+
+
 BAYESIAN = """
 trial:
   code: src

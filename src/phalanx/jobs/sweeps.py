@@ -139,6 +139,7 @@ class SweepRunner:
     ) -> None:
         """Feed the study what running trials reported; record those that ended; stop
         those the policy gives up on."""
+        running: dict[int, tuple[TrialRecord, JobRecord, list[tuple[int, float]]]] = {}
         for record in records:
             child = children.get(record.job_name)
             if record.state is TrialState.PENDING:
@@ -163,26 +164,22 @@ class SweepRunner:
                 search.report(record.number, curve)
                 self._ended(spec, search, record, child, curve)
                 continue
-            # Judged at each new step in turn, as if it had been read as it was logged:
-            # a policy compares trials at the same step (ASHA at its rungs), however many
-            # steps a trial logged between two rounds.
-            reason, new = None, False
-            for point in curve:
-                if search.report(record.number, [point]):
-                    new = True
-                    reason = search.judge(record.number)
-                    if reason is not None:
-                        break
+            running[record.number] = (record, child, curve)
+        # Every running trial is judged, also at the steps others reached only now (see
+        # Search.advance): a policy compares trials at the same step.
+        stops = search.advance({number: curve for number, (_, _, curve) in running.items()})
+        for number, (record, child, curve) in running.items():
+            reason = stops.get(number)
             if reason is not None:
-                self._say(f"trial {record.number} stopped: {reason}")
-                update_trial(self.ws, self.name, record.number, state=TrialState.PRUNED,
-                             reason=reason, value=_last(curve), attrs=search.attrs(record.number),
+                self._say(f"trial {number} stopped: {reason}")
+                update_trial(self.ws, self.name, number, state=TrialState.PRUNED,
+                             reason=reason, value=_last(curve), attrs=search.attrs(number),
                              curve=curve)  # fmt: skip
-                search.tell(record.number, TrialState.PRUNED, None)
+                search.tell(number, TrialState.PRUNED, None)
                 self._asked.add(child.name)
                 request_stop(self.ws, child.name)
-            elif new and search.attrs(record.number) != record.attrs:
-                update_trial(self.ws, self.name, record.number, attrs=search.attrs(record.number))
+            elif search.attrs(number) != record.attrs:
+                update_trial(self.ws, self.name, number, attrs=search.attrs(number))
 
     def _ended(
         self,

@@ -3,7 +3,10 @@
 Azure ML's three policies are rules of their own (none is quite one of
 Optuna's pruners: Optuna's median pruner, for one, compares only with trials
 that have ended), so each is an Optuna :class:`~optuna.pruners.BasePruner`
-here, judging a trial at a step against every trial that reached that step.
+here, judging a trial at a step against every trial that reached that step,
+and judging it there again when another trial reaches that step later (as Azure
+ML applies its policy to every running trial at each evaluation): a trial that
+logs ahead of its peers is compared once they catch up.
 ``asha`` and ``hyperband`` are Optuna's ``SuccessiveHalvingPruner`` and
 ``HyperbandPruner`` as they are. Every pruner answers :func:`explain`: the
 reason a stopped trial's job carries ("bandit: 0.41 not within 20 % of best
@@ -45,7 +48,13 @@ class _AzurePolicy(BasePruner):
     def explain(self, study: Study, trial: FrozenTrial) -> str | None:
         """Why the trial should stop at its last step; ``None`` to let it run."""
         step = trial.last_step
-        if step is None or not self._due(len(trial.intermediate_values)):
+        return None if step is None else self.explain_at(study, trial, step)
+
+    def explain_at(self, study: Study, trial: FrozenTrial, step: int) -> str | None:
+        """Why the trial should stop at ``step`` (one it reported), against what every
+        trial reported there now; ``None`` to let it run, or when ``step`` is not one its
+        interval and delay judge."""
+        if not self._due(sum(1 for s in trial.intermediate_values if s <= step)):
             return None
         return self.judge(study, trial, step)
 
@@ -162,6 +171,19 @@ def make_pruner(spec: SweepSpec) -> BasePruner:
             reduction_factor=policy.reduction_factor,
         )
     return optuna.pruners.NopPruner()
+
+
+def judges_every_step(pruner: BasePruner) -> bool:
+    """Whether ``pruner`` is one of Azure ML's rules, judged with :func:`explain_at` at any
+    step a trial reported, again as other trials reach it. Optuna's own pruners judge a
+    trial at its last step only, as it reports it (ASHA's rungs are asynchronous)."""
+    return isinstance(pruner, _AzurePolicy)
+
+
+def explain_at(pruner: BasePruner, study: Study, trial: FrozenTrial, step: int) -> str | None:
+    """Why an Azure ML rule stops the trial at ``step``; ``None`` to let it run."""
+    assert isinstance(pruner, _AzurePolicy)
+    return pruner.explain_at(study, trial, step)
 
 
 def explain(pruner: BasePruner, study: Study, trial: FrozenTrial) -> str | None:

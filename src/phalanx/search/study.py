@@ -12,6 +12,7 @@ proposes again what a recorded trial already has.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,7 @@ from optuna.samplers import BaseSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
-from phalanx.search.policies import explain, make_pruner
+from phalanx.search.policies import explain, explain_at, judges_every_step, make_pruner
 from phalanx.search.space import Value, dimensions, distributions, values_of
 from phalanx.spec.sweep import SweepSpec
 from phalanx.workspace.trials import TrialRecord
@@ -113,6 +114,8 @@ class Search:
         for key, value in (study_attrs or {}).items():
             self.study._storage.set_study_system_attr(self.study._study_id, key, value)
         self._ids: dict[int, int] = {}
+        self._fresh: set[int] = set()
+        """Steps some trial reported since the running trials were last judged."""
         for record in records:
             self._restore(record)
 
@@ -175,8 +178,46 @@ class Search:
         for step, value in points:
             if step not in frozen.intermediate_values:
                 self.study._storage.set_trial_intermediate_value(self._ids[number], step, value)
+                self._fresh.add(step)
                 new = True
         return new
+
+    def advance(self, curves: Mapping[int, list[tuple[int, float]]]) -> dict[int, str]:
+        """Add the running trials' points (trial number → its curve so far) and judge them;
+        the trials the early-termination policy stops, with why.
+
+        Azure ML's rules judge every running trial at each step that some trial reported
+        since the last call (points of trials that ended since included), in step order,
+        against what every trial reported at that step: so a trial that logs ahead of its
+        peers is judged at a step again once they reach it. Optuna's pruners judge a trial
+        at each of its new steps in turn, as if each were read as it was logged.
+        """
+        pruner = self.study.pruner
+        stops: dict[int, str] = {}
+        if not judges_every_step(pruner):
+            for number, points in curves.items():
+                for point in points:
+                    if self.report(number, [point]) and (reason := self.judge(number)):
+                        stops[number] = reason
+                        break
+            self._fresh.clear()
+            return stops
+        for number, points in curves.items():
+            self.report(number, points)
+        fresh, self._fresh = sorted(self._fresh), set()
+        for step in fresh:
+            for number in curves:
+                frozen = self._frozen(number)
+                if (
+                    number in stops
+                    or frozen.state is not TrialState.RUNNING
+                    or step not in frozen.intermediate_values
+                ):
+                    continue
+                reason = explain_at(pruner, self.study, frozen, step)
+                if reason is not None:
+                    stops[number] = reason
+        return stops
 
     def judge(self, number: int) -> str | None:
         """Why the early-termination policy stops the trial now; ``None`` to let it run."""
