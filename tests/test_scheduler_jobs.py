@@ -481,3 +481,60 @@ def test_waiting_jobs_get_a_start_from_the_time_limit_ahead_or_unknown(cli: Cli)
         cli.env.pop("COLUMNS", None)
         for name in (last, unlimited, limited):
             cli.run("job", "cancel", name, timeout=60)
+
+
+# A job that asks for 2 CPU slots and holds them until the file named after it exists.
+WHOLE_MACHINE = """
+command: >-
+  python -c "import os, time, pathlib;
+  gate = pathlib.Path(os.environ['RELEASE_DIR'], os.environ['PHALANX_JOB_NAME']);
+  [time.sleep(0.1) for _ in range(3000) if not gate.exists()]"
+environment_variables: {{RELEASE_DIR: "{gates}"}}
+resources: {{cpus_per_instance: 2}}
+"""
+
+
+def test_two_local_targets_draw_cpu_slots_from_one_machine(cli: Cli) -> None:
+    """`cpu-cluster` beside `local` on a machine of 2 CPU slots: a job of each needs all
+    2; the second waits, saying which job of which target holds them (job show, the
+    queue, job stream), and starts only after the first ended. A target asking for more
+    slots than the machine has is refused at create."""
+    cli.run("compute", "create", "--type", "local", "--name", "local", "--gpus", "none",
+            "--cpus", "2", check=True)  # fmt: skip
+    big = cli.run("compute", "create", "--type", "local", "--name", "big", "--gpus", "none",
+                  "--cpus", "3")  # fmt: skip
+    assert big.returncode == 2 and len(big.stderr.strip().splitlines()) == 1, big.stderr
+    assert "--cpus 3: this machine has 2 CPU slots" in big.stderr, big.stderr
+    cli.run("compute", "create", "--type", "local", "--name", "cpu-cluster", "--gpus", "none",
+            check=True)  # fmt: skip
+    gates = cli.home.parent / "gates"
+    gates.mkdir()
+    spec = cli.write("whole.yml", WHOLE_MACHINE.format(gates=gates))
+    first = cli.create(spec)
+    cli.wait(first, ("Running",))
+    second = cli.create(spec, "compute=cpu-cluster")
+    cli.env["COLUMNS"] = "200"  # the stream's waiting line whole
+    stream = cli.popen("job", "stream", second)
+    try:
+        deadline = time.monotonic() + 30
+        while not (cli.show(second).get("queue") or {}).get("reason"):
+            assert time.monotonic() < deadline, "the scheduler never explained the wait"
+            time.sleep(0.2)
+        reason = cli.show(second)["queue"]["reason"]
+        assert reason == (
+            f"needs 2 CPUs on 1 node; 0 of this machine's 2 CPU slots free, 2 held by job "
+            f"{first} on compute 'local'"
+        )
+        view = json.loads(cli.run("queue", "--compute", "cpu-cluster", "--json",
+                                  check=True).stdout)[0]  # fmt: skip
+        assert [(q["job"], q["reason"]) for q in view["queued"]] == [(second, reason)]
+        (gates / first).touch()
+        (gates / second).touch()
+        out, _ = stream.communicate(timeout=90)
+    finally:
+        stream.kill()
+    assert f"  #1 in the queue of cpu-cluster: {reason}" in out, out
+    ran = [cli.wait(name, ("Completed", "Failed")) for name in (first, second)]
+    assert [job["status"] for job in ran] == ["Completed", "Completed"]
+    [before], [after] = ran[0]["attempts"], ran[1]["attempts"]
+    assert after["started_at"] >= before["ended_at"], (before, after)

@@ -17,10 +17,12 @@ from phalanx.scheduler.model import (
     TIERS,
     Capacity,
     Host,
+    Machine,
     NodeGrant,
     QueuedJob,
     Request,
     RunningJob,
+    launchers_for,
 )
 from phalanx.scheduler.placement import Free, never_fits
 from phalanx.scheduler.policy import decide
@@ -487,3 +489,85 @@ def test_a_preempted_job_frees_its_devices_for_the_estimate_by_its_graces_end() 
     # A job whose own time limit ends before its grace would leaves by its limit.
     short = [running("spot", "0,1,2,3,4,5,6,7", tier=TIERS["spot"], ends_by=60.0)]
     assert decide(EIGHT, short, jobs, now=50.0, grace=grace).starts["urgent"] == 60.0
+
+
+# Local targets of one machine: each is a queue, the machine's CPU slots one pool.
+
+
+def _machine_target(name: str, share: float, *elsewhere: RunningJob, slots: float = 2) -> Capacity:
+    """Target ``name`` of a machine of ``slots`` CPU slots, holding at most ``share`` of
+    them, while ``elsewhere`` (jobs of its other targets) hold what they hold."""
+    machine = Machine("m", slots, 0, launchers_for(slots), elsewhere)
+    return Capacity(name, (Host("m", (), share, 0, launchers_for(share)),), machine=machine)
+
+
+def test_a_machine_s_slots_are_one_pool_whichever_target_a_job_names() -> None:
+    whole = queued("whole", Request(nodes=1, cpus=2))
+    on_local = RunningJob("first", (NodeGrant("m", cpus=2.0),), ends_by=50.0, target="local")
+    decision = decide(_machine_target("cpu-cluster", 2, on_local), [], [whole], now=0)
+    assert decision.admit == {}  # its own share is free; the machine's is not
+    assert decision.waiting["whole"] == (
+        "needs 2 CPUs on 1 node; 0 of this machine's 2 CPU slots free, 2 held by job first "
+        "on compute 'local'"
+    )
+    assert decision.starts["whole"] == 50.0  # when the other target's job ends by its limit
+    assert never_fits(whole.request, _machine_target("cpu-cluster", 2, on_local)) is None
+    alone = decide(_machine_target("cpu-cluster", 2), [], [whole], now=0)
+    assert alone.admit["whole"] == (NodeGrant("m", cpus=2.0),)
+    # A share caps the target's own jobs whatever the machine has free.
+    one = [queued("a", Request(nodes=1, cpus=1)), queued("b", Request(nodes=1, cpus=1), 1)]
+    capped = decide(_machine_target("team", 1, slots=4), [], one, now=0)
+    assert list(capped.admit) == ["a"]
+    assert capped.waiting["b"] == "needs 1 CPU on 1 node; 0 CPUs free, 0 launchers free"
+    # Launchers are the machine's too: a GPU job counts no slot but runs a launcher.
+    gpu_jobs = tuple(
+        RunningJob(f"g{i}", (NodeGrant("m", ("0",)),), target="gpubox") for i in range(2)
+    )
+    light = queued("light", Request(nodes=1, cpus=0.5))
+    waits = decide(_machine_target("local", 2, *gpu_jobs), [], [light], now=0)
+    assert waits.waiting["light"] == (
+        "needs 0.5 CPUs on 1 node; 0 of the 2 launchers this machine runs at once free, "
+        "2 held by jobs g0, g1 on compute 'gpubox'"
+    )
+
+
+def test_targets_sharing_a_machine_at_random_never_hold_more_than_it_has() -> None:
+    """Two targets of a 4-slot machine (one may hold at most 2), scheduled one after the
+    other as the scheduler's rounds do, with random 1-3-slot jobs: the machine's slots
+    and launchers are never over-given, a share never exceeded, and every job ends."""
+    rng = random.Random(5)
+    slots, shares = 4.0, {"local": 4.0, "team": 2.0}
+    queues: dict[str, dict[str, QueuedJob]] = {t: {} for t in shares}
+    running: dict[str, dict[str, RunningJob]] = {t: {} for t in shares}
+    ended = 0
+    for tick in range(3000):
+        now = float(tick)
+        if tick >= 300 and not any(queues.values()) and not any(running.values()):
+            break  # every job ended
+        for jobs in running.values():
+            for name, job in list(jobs.items()):
+                if job.ends_by <= now or rng.random() < 0.1:
+                    del jobs[name]
+                    ended += 1
+        if tick < 300 and rng.random() < 0.4:
+            target = rng.choice(sorted(shares))
+            cpus = float(rng.randint(1, int(shares[target])))
+            name = f"j{tick}"
+            queues[target][name] = queued(name, Request(nodes=1, cpus=cpus), now,
+                                          timeout=rng.choice([None, 5.0, 20.0]))  # fmt: skip
+        for target, share in shares.items():
+            elsewhere = [j for t, jobs in running.items() if t != target for j in jobs.values()]
+            capacity = _machine_target(target, share, *elsewhere, slots=slots)
+            decision = decide(capacity, list(running[target].values()),
+                              list(queues[target].values()), now)  # fmt: skip
+            for name, nodes in decision.admit.items():
+                job = queues[target].pop(name)
+                ends = now + job.timeout if job.timeout else now + rng.randint(1, 30)
+                running[target][name] = RunningJob(name, nodes, ends_by=ends, target=target)
+            held = [n for jobs in running.values() for j in jobs.values() for n in j.nodes]
+            assert sum(n.cpus for n in held) <= slots, (tick, running)
+            assert len(held) <= launchers_for(slots)
+            for t, jobs in running.items():
+                assert sum(n.cpus for j in jobs.values() for n in j.nodes) <= shares[t]
+    assert not any(queues.values()) and not any(running.values())
+    assert ended > 100

@@ -1,51 +1,72 @@
 """What a compute target has: this machine's GPUs and cores, or a Ray cluster's nodes.
 
-A local target is one host, this machine. Every node of a job on it is a launcher
-process here, so the host also counts launchers: one per CPU slot the target
-declares (``--cpus``, else this machine's cores), at least one, every job's nodes
-together (:func:`phalanx.scheduler.model.launchers_for`). The default target on a
-2-core machine thus runs 2 nodes at once (the demo's 2 nodes x 1 process), and a
-job of more nodes than that is refused when it is created.
+Every local target is a queue over one machine, this one. Its GPUs are its own
+(each device belongs to one target); its CPU slots, memory and launchers are the
+machine's, which every local target's jobs draw from together
+(:class:`~phalanx.scheduler.model.Machine`): a target's ``--cpus`` and
+``--memory`` are only the most of them its own jobs hold at once. The machine
+has what the built-in ``local`` declares (its settings are this machine's own:
+``--cpus`` may count more slots than cores, for many light jobs), else the cores
+and memory found.
+
+Every node of a job on it is a launcher process here, so the machine also counts
+launchers: one per CPU slot, at least one, every job's nodes together
+(:func:`phalanx.scheduler.model.launchers_for`), and a target at most one per
+slot of its own. The default target on a 2-core machine thus runs 2 nodes at
+once (the demo's 2 nodes x 1 process), and a job of more nodes than that is
+refused when it is created.
 """
 
 from __future__ import annotations
 
 from phalanx.compute.machine import detect_cpus, detect_gpus, detect_memory
-from phalanx.compute.targets import LocalTarget, list_targets
+from phalanx.compute.targets import LOCAL, LocalTarget, list_targets, resolve_target
 from phalanx.scheduler import ledger
-from phalanx.scheduler.model import Capacity, Host, launchers_for
+from phalanx.scheduler.model import Capacity, Host, Machine, launchers_for
 from phalanx.workspace import Workspace
 
-__all__ = ["LOCAL_HOST", "local_capacity"]
+__all__ = ["LOCAL_HOST", "local_capacity", "local_machine"]
 
 LOCAL_HOST = "localhost"
 """The host of every local target's allocations: one machine, whatever its name."""
 
 
-def local_capacity(target: LocalTarget, ws: Workspace | None = None) -> Capacity:
-    """One host, this machine: the target's GPUs, CPU slots and memory, or what it has.
+def local_machine(ws: Workspace, *, besides: str | None = None) -> Machine:
+    """This machine as every local target shares it: its CPU slots and memory (the
+    built-in ``local``'s ``--cpus`` and ``--memory``, else the cores and memory found)
+    and, with ``besides``, the jobs of local targets other than ``besides`` that hold
+    part of it now."""
+    own = resolve_target(LOCAL, ws)
+    assert isinstance(own, LocalTarget)  # create_target keeps 'local' a local target
+    cpus = own.cpus if own.cpus is not None else detect_cpus()
+    memory = own.memory if own.memory is not None else detect_memory()
+    elsewhere = () if besides is None else tuple(ledger.holding_elsewhere(ws, LOCAL_HOST, besides))
+    return Machine(LOCAL_HOST, cpus, memory, launchers_for(cpus), elsewhere)
+
+
+def local_capacity(target: LocalTarget, ws: Workspace) -> Capacity:
+    """One host, this machine: the target's GPUs, and its share of the machine's CPU
+    slots and memory (what it declares, at most the machine's; else all of them).
 
     The built-in ``local`` without ``--gpus`` has every GPU found except those other
-    local targets were given. With ``ws``, GPUs still held by jobs of other targets
-    (one deleted or changed while they ran) are left out too, so no device is ever
-    handed out twice.
+    local targets were given. GPUs still held by jobs of other targets (one deleted or
+    changed while they ran) are left out too, so no device is ever handed out twice.
+    The capacity's ``machine`` carries what other targets' jobs hold of the machine.
     """
+    machine = local_machine(ws, besides=target.name)
     if target.gpus is not None:
         gpus = tuple(target.gpus)
     else:
-        gpus = detect_gpus()
-        if ws is not None:
-            taken = {
-                gpu
-                for other in list_targets(ws)
-                if isinstance(other, LocalTarget) and other.name != target.name and other.gpus
-                for gpu in other.gpus
-            }
-            gpus = tuple(g for g in gpus if g not in taken)
-    if ws is not None:
-        held = ledger.held_elsewhere(ws, LOCAL_HOST, target.name)
-        gpus = tuple(g for g in gpus if g not in held)
-    cpus = target.cpus if target.cpus is not None else detect_cpus()
-    memory = target.memory if target.memory is not None else detect_memory()
+        taken = {
+            gpu
+            for other in list_targets(ws)
+            if isinstance(other, LocalTarget) and other.name != target.name and other.gpus
+            for gpu in other.gpus
+        }
+        gpus = tuple(g for g in detect_gpus() if g not in taken)
+    held = {gpu for job in machine.elsewhere for node in job.nodes for gpu in node.gpus}
+    gpus = tuple(g for g in gpus if g not in held)
+    cpus = machine.cpus if target.cpus is None else min(target.cpus, machine.cpus)
+    memory = machine.memory if target.memory is None else min(target.memory, machine.memory)
     host = Host(LOCAL_HOST, gpus, cpus, memory, launchers=launchers_for(cpus))
-    return Capacity(target.name, (host,), spread=False)
+    return Capacity(target.name, (host,), spread=False, machine=machine)

@@ -62,11 +62,13 @@ def estimate_starts(
     """
     free = Free.of(capacity, [job.nodes for job in holding])
     leaving = leaving or {}
-    ends: list[tuple[float, int, tuple[NodeGrant, ...]]] = []
-    for i, held in enumerate(holding):
+    # (end, tie-break, nodes, whether another target of a shared machine holds them)
+    ends: list[tuple[float, int, tuple[NodeGrant, ...], bool]] = []
+    outside = capacity.machine.elsewhere if capacity.machine is not None else ()
+    for i, held in enumerate([*holding, *outside]):
         end = min(leaving.get(held.name, math.inf), held.ends_by)
         if math.isfinite(end):
-            heapq.heappush(ends, (end, i, held.nodes))
+            heapq.heappush(ends, (end, i, held.nodes, i >= len(holding)))
     out: dict[str, float | None] = {}
     at = now
     known = True
@@ -76,11 +78,12 @@ def estimate_starts(
             continue
         grant = free.place(job.request, capacity.spread)
         while grant is None and ends:
-            end, _, nodes = heapq.heappop(ends)
-            free.give(nodes, capacity)
+            end, _, nodes, away = heapq.heappop(ends)
+            free.give(nodes, capacity, outside=away)
             at = max(at, end)
             while ends and ends[0][0] <= at:  # jobs ending at the same moment free theirs too
-                free.give(heapq.heappop(ends)[2], capacity)
+                _, _, nodes, away = heapq.heappop(ends)
+                free.give(nodes, capacity, outside=away)
             grant = free.place(job.request, capacity.spread)
         if grant is None:  # it waits on nodes held without a time limit
             known = False
@@ -89,5 +92,6 @@ def estimate_starts(
         out[job.name] = float(math.ceil(at))
         free.take(grant)
         if job.timeout is not None:
-            heapq.heappush(ends, (at + job.timeout, len(holding) + count, grant))
+            heapq.heappush(ends, (at + job.timeout, len(holding) + len(outside) + count, grant,
+                                  False))  # fmt: skip
     return out

@@ -136,13 +136,23 @@ def queued(ws: Workspace, target: str) -> list[QueuedJob]:
 
 def holding(ws: Workspace, target: str) -> list[RunningJob]:
     """The jobs holding devices of ``target``, with what each node holds."""
+    return _holding(ws, "a.target = :target", {"target": target})
+
+
+def holding_elsewhere(ws: Workspace, host: str, target: str) -> list[RunningJob]:
+    """The jobs of targets other than ``target`` holding part of ``host`` (a machine
+    several local targets share), with what each node holds and its target."""
+    return _holding(ws, "a.host = :host AND a.target != :target", {"host": host, "target": target})
+
+
+def _holding(ws: Workspace, where: str, params: dict[str, Any]) -> list[RunningJob]:
     rows = ws.query(
-        "SELECT a.job_name, a.node, a.host, a.gpus_json, a.cpus, a.memory, a.granted_at,"
-        " a.releasing_at,"
+        "SELECT a.job_name, a.node, a.target, a.host, a.gpus_json, a.cpus, a.memory,"
+        " a.granted_at, a.releasing_at,"
         " j.priority, j.tier, j.timeout, j.started_at FROM allocations a "
-        "JOIN jobs j ON j.name = a.job_name WHERE a.target = :target"
+        f"JOIN jobs j ON j.name = a.job_name WHERE {where}"
         " ORDER BY a.job_name, a.node",
-        {"target": target},
+        params,
     )
     by_job: dict[str, list[RowMapping]] = {}
     for row in rows:
@@ -151,7 +161,7 @@ def holding(ws: Workspace, target: str) -> list[RunningJob]:
     for name, group in by_job.items():
         first = group[0]
         nodes = tuple(
-            NodeGrant(r["host"], tuple(json.loads(r["gpus_json"])), r["cpus"], r["memory"])
+            NodeGrant(r["host"], tuple(json.loads(r["gpus_json"])), r["cpus"], r["memory"] or 0)
             for r in group
         )
         # Since it was given its devices (an over-estimate for a job that ran before it was
@@ -171,6 +181,7 @@ def holding(ws: Workspace, target: str) -> list[RunningJob]:
                 ends_by=ends_by,
                 releasing=releasing is not None,
                 started=first["granted_at"],
+                target=first["target"],
             )
         )
     return jobs
@@ -254,15 +265,6 @@ def grant_of(ws: Workspace, name: str) -> tuple[NodeGrant, ...]:
         NodeGrant(r["host"], tuple(json.loads(r["gpus_json"])), r["cpus"], r["memory"] or 0)
         for r in rows
     )
-
-
-def held_elsewhere(ws: Workspace, host: str, target: str) -> set[str]:
-    """The device ids of ``host`` that jobs of targets other than ``target`` hold."""
-    rows = ws.query(
-        "SELECT gpus_json FROM allocations WHERE host = :host AND target != :target",
-        {"host": host, "target": target},
-    )
-    return {gpu for row in rows for gpu in json.loads(row["gpus_json"])}
 
 
 def is_releasing(ws: Workspace, name: str) -> bool:

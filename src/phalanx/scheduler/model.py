@@ -74,6 +74,25 @@ class Growth:
 
 
 @dataclass(frozen=True)
+class Machine:
+    """A machine that several targets carve from (every local target: this machine).
+
+    Its CPU slots, memory and launchers belong to the machine, not to one target: a
+    target's :class:`Host` is only the most its own jobs may hold, and every target's
+    jobs together never hold more than the machine has. (Its GPUs need no pool: each
+    belongs to one target.)
+    """
+
+    host: str
+    """The host name the target's allocations on it carry."""
+    cpus: float
+    memory: int
+    launchers: int
+    elsewhere: tuple[RunningJob, ...] = ()
+    """Jobs of the machine's other targets and what they hold of it now."""
+
+
+@dataclass(frozen=True)
 class Capacity:
     """Everything a compute target has, host by host."""
 
@@ -84,6 +103,9 @@ class Capacity:
     compute has one host, which every node of a job shares."""
     growth: Growth | None = None
     """An elastic cluster: what its autoscaler may add; ``None``: the hosts are all."""
+    machine: Machine | None = None
+    """The machine its host shares with other targets (a local target); ``None``: its
+    hosts are its own."""
 
     @property
     def gpus(self) -> int:
@@ -185,6 +207,8 @@ class RunningJob:
     """Asked to leave (preempted for another job); ``ends_by`` is then its grace's end."""
     started: float = 0.0
     """When it was given its devices (the latest started is preempted first: it lost least)."""
+    target: str | None = None
+    """The compute target it runs on (``None`` where the caller did not say)."""
 
     @property
     def preemptible(self) -> bool:

@@ -3,11 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from phalanx.scheduler.model import Capacity, NodeGrant, Request, gib
 
 _EPS = 1e-9
+
+
+@dataclass
+class MachineLeft:
+    """What a machine several targets share has left, every target's jobs counted."""
+
+    host: str
+    cpus: float
+    memory: int
+    launchers: int
+
+    def hold(self, node: NodeGrant, sign: int) -> None:
+        """Count ``node`` as held (``sign`` -1) or given back (+1), if it is on this machine."""
+        if node.host == self.host:
+            self.cpus += sign * node.cpus
+            self.memory += sign * node.memory
+            self.launchers += sign
 
 
 @dataclass
@@ -19,16 +36,33 @@ class Free:
     memory: dict[str, int]
     launchers: dict[str, int | None] = field(default_factory=dict)
     """Launchers a host may still start; ``None`` (or absent) where it does not count them."""
+    machine: MachineLeft | None = None
+    """What the machine the target shares with others has left (``Capacity.machine``): a
+    host's slots, memory and launchers are then the lesser of the target's and this."""
 
     @classmethod
-    def of(cls, capacity: Capacity, held: Iterable[Iterable[NodeGrant]] = ()) -> Free:
-        """The target's capacity less what ``held`` grants hold (unknown hosts ignored)."""
+    def of(
+        cls,
+        capacity: Capacity,
+        held: Iterable[Iterable[NodeGrant]] = (),
+        *,
+        elsewhere: bool = True,
+    ) -> Free:
+        """The target's capacity less what ``held`` grants hold (unknown hosts ignored) and,
+        with ``elsewhere``, less what other targets' jobs hold of a shared machine."""
         free = cls(
             gpus={h.name: list(h.gpus) for h in capacity.hosts},
             cpus={h.name: float(h.cpus) for h in capacity.hosts},
             memory={h.name: h.memory for h in capacity.hosts},
             launchers={h.name: h.launchers for h in capacity.hosts},
         )
+        machine = capacity.machine
+        if machine is not None:
+            free.machine = MachineLeft(machine.host, machine.cpus, machine.memory,
+                                       machine.launchers)  # fmt: skip
+            if elsewhere:
+                for job in machine.elsewhere:
+                    free.take(job.nodes, outside=True)
         for nodes in held:
             free.take(nodes)
         return free
@@ -39,11 +73,22 @@ class Free:
             dict(self.cpus),
             dict(self.memory),
             dict(self.launchers),
+            replace(self.machine) if self.machine is not None else None,
         )
 
-    def take(self, nodes: Iterable[NodeGrant]) -> None:
+    def alone(self) -> Free:
+        """What is free counting the target's own jobs only (the machine's pool left out)."""
+        free = self.copy()
+        free.machine = None
+        return free
+
+    def take(self, nodes: Iterable[NodeGrant], *, outside: bool = False) -> None:
+        """Count ``nodes`` as held; ``outside``: by another target's job, which holds the
+        shared machine's slots but none of this target's own."""
         for node in nodes:
-            if node.host not in self.cpus:
+            if self.machine is not None:
+                self.machine.hold(node, -1)
+            if outside or node.host not in self.cpus:
                 continue  # a host the target no longer has (a lost Ray node)
             held = set(node.gpus)
             self.gpus[node.host] = [g for g in self.gpus[node.host] if g not in held]
@@ -53,11 +98,16 @@ class Free:
             if left is not None:
                 self.launchers[node.host] = left - 1
 
-    def give(self, nodes: Iterable[NodeGrant], capacity: Capacity) -> None:
-        """Return ``nodes``' devices and slots (in the host's own device order)."""
+    def give(
+        self, nodes: Iterable[NodeGrant], capacity: Capacity, *, outside: bool = False
+    ) -> None:
+        """Return ``nodes``' devices and slots (in the host's own device order); ``outside``:
+        a job of another target, which gives back only the shared machine's."""
         order = {h.name: h.gpus for h in capacity.hosts}
         for node in nodes:
-            if node.host not in self.cpus:
+            if self.machine is not None:
+                self.machine.hold(node, +1)
+            if outside or node.host not in self.cpus:
                 continue
             back = set(self.gpus[node.host]) | set(node.gpus)
             self.gpus[node.host] = [g for g in order[node.host] if g in back]
@@ -67,11 +117,44 @@ class Free:
             if left is not None:
                 self.launchers[node.host] = left + 1
 
+    def _shared(self, host: str) -> MachineLeft | None:
+        machine = self.machine
+        return machine if machine is not None and machine.host == host else None
+
+    def cpus_left(self, host: str) -> float:
+        shared = self._shared(host)
+        return self.cpus[host] if shared is None else min(self.cpus[host], shared.cpus)
+
+    def memory_left(self, host: str) -> int:
+        shared = self._shared(host)
+        return self.memory[host] if shared is None else min(self.memory[host], shared.memory)
+
+    def launchers_left(self, host: str) -> int | None:
+        """Launchers ``host`` may still start; ``None`` where nobody counts them."""
+        left = self.launchers.get(host)
+        shared = self._shared(host)
+        if shared is None:
+            return left
+        return shared.launchers if left is None else min(left, shared.launchers)
+
+    def fits(self, host: str, request: Request) -> bool:
+        """Whether one node of ``request`` fits on what ``host`` has free."""
+        left = self.launchers_left(host)
+        return (
+            len(self.gpus[host]) >= request.gpus
+            and self.cpus_left(host) + _EPS >= request.cpus
+            and self.memory_left(host) >= request.memory
+            and (left is None or left >= 1)
+        )
+
     def gpu_count(self) -> int:
         return sum(len(g) for g in self.gpus.values())
 
     def cpu_count(self) -> float:
-        return sum(max(0.0, c) for c in self.cpus.values())
+        return sum(max(0.0, self.cpus_left(h)) for h in self.cpus)
+
+    def memory_count(self) -> int:
+        return sum(max(0, self.memory_left(h)) for h in self.memory)
 
     def place(self, request: Request, spread: bool) -> tuple[NodeGrant, ...] | None:
         """Nodes for ``request`` on what is free, or ``None`` when it does not fit.
@@ -87,44 +170,28 @@ class Free:
         """
         if self.most_nodes(request, spread) < request.nodes:
             return None
-        gpus = {h: list(g) for h, g in self.gpus.items()}
-        cpus = dict(self.cpus)
-        memory = dict(self.memory)
-        launchers = dict(self.launchers)
-
-        def fits(h: str) -> bool:
-            left = launchers.get(h)
-            return (
-                len(gpus[h]) >= request.gpus
-                and cpus[h] + _EPS >= request.cpus
-                and memory[h] >= request.memory
-                and (left is None or left >= 1)
-            )
+        work = self.copy()
 
         def best(h: str) -> tuple[int, float]:
-            return len(gpus[h]), cpus[h]
+            return len(work.gpus[h]), work.cpus[h]
 
         if spread:
             # One node per host: taking a host changes no other, so best fit for each
             # node in turn is the fitting hosts in best-fit order (min() and a stable
             # sort agree on ties).
-            chosen = sorted((h for h in cpus if fits(h)), key=best)[: request.nodes]
+            chosen = sorted((h for h in work.cpus if work.fits(h, request)), key=best)
             if len(chosen) < request.nodes:
                 return None
-            return tuple(_grant(h, gpus[h], request) for h in chosen)
+            return tuple(_grant(h, work.gpus[h], request) for h in chosen[: request.nodes])
         nodes: list[NodeGrant] = []
         for _ in range(request.nodes):
-            fitting = [h for h in cpus if fits(h)]
+            fitting = [h for h in work.cpus if work.fits(h, request)]
             if not fitting:
                 return None
             host = min(fitting, key=best)
-            nodes.append(_grant(host, gpus[host], request))
-            gpus[host] = gpus[host][request.gpus :]
-            cpus[host] -= request.cpus
-            memory[host] -= request.memory
-            left = launchers.get(host)
-            if left is not None:
-                launchers[host] = left - 1
+            node = _grant(host, work.gpus[host], request)
+            nodes.append(node)
+            work.take((node,))
         return tuple(nodes)
 
     def most_nodes(self, request: Request, spread: bool) -> int:
@@ -133,15 +200,15 @@ class Free:
         total = 0
         for h in self.cpus:
             most = float(request.nodes)
-            left = self.launchers.get(h)
+            left = self.launchers_left(h)
             if left is not None:
                 most = min(most, max(0, left))
             if request.gpus:
                 most = min(most, len(self.gpus[h]) // request.gpus)
             if request.cpus > 0:
-                most = min(most, max(0.0, self.cpus[h] + _EPS) / request.cpus)
+                most = min(most, max(0.0, self.cpus_left(h) + _EPS) / request.cpus)
             if request.memory > 0:
-                most = min(most, max(0, self.memory[h]) // request.memory)
+                most = min(most, max(0, self.memory_left(h)) // request.memory)
             if spread:
                 most = min(most, 1)
             total += int(most)
@@ -158,7 +225,7 @@ def _grant(host: str, gpus: list[str], request: Request) -> NodeGrant:
 
 def never_fits(request: Request, capacity: Capacity) -> str | None:
     """Why ``request`` cannot fit ``capacity`` even with nothing else running, or ``None``."""
-    if Free.of(capacity).place(request, capacity.spread) is not None:
+    if Free.of(capacity, elsewhere=False).place(request, capacity.spread) is not None:
         return None
     name = capacity.target
     hosts = capacity.hosts

@@ -146,7 +146,7 @@ def decide(
             continue
         ahead = decision.position[job.name] - 1
         held_for = reservation.job.name if grant is not None else None
-        decision.waiting[job.name] = _wait_reason(job.request, free, ahead, held_for)
+        decision.waiting[job.name] = _wait_reason(capacity, job.request, free, ahead, held_for)
     if grower is not None:
         decision.wanted = grower.wanted(holding, reserved=reservation is not None)
         for name, waits_for in growing.items():
@@ -215,7 +215,7 @@ def _reserve(
         )
         return _Reservation(job, now, soon)
     shadow, then = _shadow(capacity, free, holding, job.request)
-    decision.waiting[job.name] = _wait_reason(job.request, free, 0, None)
+    decision.waiting[job.name] = _wait_reason(capacity, job.request, free, 0, None)
     return _Reservation(job, shadow, then)
 
 
@@ -223,17 +223,25 @@ def _shadow(
     capacity: Capacity, free: Free, holding: Sequence[RunningJob], request: Request
 ) -> tuple[float, Free]:
     """The earliest time ``request`` fits as running jobs end by their time limits, and
-    what is free then; infinity and what finite-limit jobs free, when no time limit tells."""
+    what is free then; infinity and what finite-limit jobs free, when no time limit tells.
+
+    Jobs of the shared machine's other targets end too, giving back the machine's slots
+    (they never give this target's own)."""
     then = free.copy()
-    for job in sorted(holding, key=lambda r: r.ends_by):
+    outside = capacity.machine.elsewhere if capacity.machine is not None else ()
+    ending = sorted(
+        [(job, False) for job in holding] + [(job, True) for job in outside],
+        key=lambda pair: pair[0].ends_by,
+    )
+    for job, away in ending:
         if math.isinf(job.ends_by):
             break
-        then.give(job.nodes, capacity)
+        then.give(job.nodes, capacity, outside=away)
         if then.place(request, capacity.spread) is not None:
             # Jobs ending at the same moment free their share too.
-            for other in holding:
+            for other, other_away in ending:
                 if other is not job and other.ends_by == job.ends_by:
-                    then.give(other.nodes, capacity)
+                    then.give(other.nodes, capacity, outside=other_away)
             return job.ends_by, then
     return math.inf, then
 
@@ -284,16 +292,23 @@ def _victims(
     return []
 
 
-def _wait_reason(request: Request, free: Free, ahead: int, held_for: str | None) -> str:
-    """``needs 4 GPUs on 1 node; 2 free; 1 job ahead``."""
-    if request.gpus:
+def _wait_reason(
+    capacity: Capacity, request: Request, free: Free, ahead: int, held_for: str | None
+) -> str:
+    """``needs 4 GPUs on 1 node; 2 GPUs free; 1 job ahead``, or where the machine's pool is
+    what keeps the job out, ``needs 2 CPUs on 1 node; 0 of this machine's 2 CPU slots
+    free, 2 held by job X on compute 'local'``."""
+    machine = _machine_short(capacity, request, free)
+    if machine is not None:
+        have = machine
+    elif request.gpus:
         have = f"{free.gpu_count()} GPU{'s' if free.gpu_count() != 1 else ''} free"
     else:
         have = f"{free.cpu_count():g} CPU{'s' if free.cpu_count() != 1 else ''} free"
-    if request.memory:
-        have += f", {gib(sum(max(0, m) for m in free.memory.values()))} memory free"
-    counted = list(free.launchers.values())
-    if counted and None not in counted:
+    if machine is None and request.memory:
+        have += f", {gib(free.memory_count())} memory free"
+    counted = [free.launchers_left(h) for h in free.cpus]
+    if machine is None and counted and None not in counted:
         launchers = sum(max(0, n or 0) for n in counted)
         if launchers < request.nodes:
             have += f", {launchers} launcher{'s' if launchers != 1 else ''} free"
@@ -303,3 +318,40 @@ def _wait_reason(request: Request, free: Free, ahead: int, held_for: str | None)
     if held_for is not None:
         reason += f" (what is free is held for {held_for}, which is first in line)"
     return reason
+
+
+def _machine_short(capacity: Capacity, request: Request, free: Free) -> str | None:
+    """What of the shared machine ``request`` finds too little of, and which other targets'
+    jobs hold it, when that (not the target's own share) keeps it out; else ``None``."""
+    machine, left = capacity.machine, free.machine
+    if machine is None or left is None or free.alone().place(request, capacity.spread) is None:
+        return None
+    on_it = [
+        (job, [node for node in job.nodes if node.host == machine.host])
+        for job in machine.elsewhere
+    ]
+    if left.cpus + 1e-9 < request.cpus * request.nodes:
+        have = f"{left.cpus:g} of this machine's {machine.cpus:g} CPU slots free"
+        held = f"{sum(n.cpus for _, nodes in on_it for n in nodes):g}"
+    elif left.memory < request.memory * request.nodes:
+        have = f"{gib(max(0, left.memory))} of this machine's {gib(machine.memory)} memory free"
+        held = gib(sum(n.memory for _, nodes in on_it for n in nodes))
+    else:
+        have = (
+            f"{max(0, left.launchers)} of the {machine.launchers} launchers this machine "
+            "runs at once free"
+        )
+        held = f"{sum(len(nodes) for _, nodes in on_it)}"
+    by_target: dict[str, list[str]] = {}
+    for job, nodes in on_it:
+        if nodes:
+            by_target.setdefault(job.target or "?", []).append(job.name)
+    if not by_target:
+        return have
+    holders = []
+    for target, names in sorted(by_target.items()):
+        shown = ", ".join(sorted(names)[:3]) + (
+            f" and {len(names) - 3} more" if len(names) > 3 else ""
+        )
+        holders.append(f"job{'s' if len(names) != 1 else ''} {shown} on compute {target!r}")
+    return f"{have}, {held} held by {' and '.join(holders)}"

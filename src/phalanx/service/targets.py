@@ -115,7 +115,9 @@ class WorkspaceTargets:
         ws = self.ws
         self.caller.require_admin("compute create", "targets decide where everyone's jobs run")
         if req.type == "local":
-            create_target(ws, local_target(req), owner=self.caller.user)
+            local = local_target(req)
+            check_within_machine(ws, local)
+            create_target(ws, local, owner=self.caller.user)
             return {"name": req.name, "type": "local", "where": describe_local(ws, req.name)}
         address = ray_address(req)
         if not req.no_check:
@@ -353,6 +355,71 @@ def local_target(req: TargetCreate) -> LocalTarget:
     return LocalTarget(name=req.name, gpus=devices, cpus=cpus, memory=size)
 
 
+def check_within_machine(ws: Workspace, target: LocalTarget) -> None:
+    """Every local target's jobs draw from this machine's one pool of CPU slots and memory
+    (:mod:`phalanx.scheduler.capacity`): a target may hold at most what the machine has,
+    and the built-in ``local``, whose settings are the machine's, may not leave it less
+    than a target was given.
+
+    Raises:
+        PhalanxError: naming the flag, the machine's size and the fix.
+    """
+    from phalanx.compute.machine import detect_cpus, detect_memory
+    from phalanx.scheduler.capacity import local_machine
+    from phalanx.scheduler.model import gib
+
+    if target.name != LOCAL:
+        machine = local_machine(ws)
+        declared = resolve_target(LOCAL, ws)
+        assert isinstance(declared, LocalTarget)
+        if target.cpus is not None and target.cpus > machine.cpus:
+            whence = (
+                "as compute 'local' declares"
+                if declared.cpus is not None
+                else "its cores; compute 'local' --cpus N declares another number"
+            )
+            raise PhalanxError(
+                f"--cpus {target.cpus:g}: this machine has {machine.cpus:g} CPU slots "
+                f"({whence}), shared by every local target's jobs; give at most "
+                f"{machine.cpus:g}, the most compute {target.name!r}'s jobs may hold at once"
+            )
+        if target.memory is not None and target.memory > machine.memory:
+            whence = "as compute 'local' declares" if declared.memory is not None else "all of it"
+            raise PhalanxError(
+                f"--memory {gib(target.memory)}: this machine has {gib(machine.memory)} of "
+                f"memory ({whence}), shared by every local target's jobs; give at most "
+                f"{gib(machine.memory)}, the most compute {target.name!r}'s jobs may hold at once"
+            )
+        return
+    cpus = target.cpus if target.cpus is not None else detect_cpus()
+    memory = target.memory if target.memory is not None else detect_memory()
+    for other in list_targets(ws):
+        if not isinstance(other, LocalTarget) or other.name == LOCAL:
+            continue
+        if other.cpus is not None and other.cpus > cpus:
+            given = (
+                f"--cpus {cpus:g}"
+                if target.cpus is not None
+                else f"without --cpus (this machine's {cpus:g} cores)"
+            )
+            raise PhalanxError(
+                f"{given}: compute {other.name!r} may hold {other.cpus:g} of this machine's CPU "
+                f"slots, more than this leaves the machine; give --cpus {other.cpus:g} or "
+                f"more, or `phalanx compute delete {other.name}` first"
+            )
+        if other.memory is not None and other.memory > memory:
+            given = (
+                f"--memory {gib(memory)}"
+                if target.memory is not None
+                else f"without --memory (this machine's {gib(memory)})"
+            )
+            raise PhalanxError(
+                f"{given}: compute {other.name!r} may hold {gib(other.memory)} of this "
+                f"machine's memory, more than this leaves the machine; give --memory "
+                f"{gib(other.memory)} or more, or `phalanx compute delete {other.name}` first"
+            )
+
+
 def describe_local(ws: Workspace, name: str) -> str:
     """What a local target has: its GPUs, CPU slots and memory."""
     from phalanx.scheduler.capacity import local_capacity
@@ -360,9 +427,23 @@ def describe_local(ws: Workspace, name: str) -> str:
 
     target = resolve_target(name, ws)
     assert isinstance(target, LocalTarget)
-    host = local_capacity(target, ws).hosts[0]
+    capacity = local_capacity(target, ws)
+    host, machine = capacity.hosts[0], capacity.machine
+    assert machine is not None
     gpus = ",".join(host.gpus) if host.gpus else "none"
-    return f"this machine: GPUs {gpus}, {host.cpus:g} CPU slots, {gib(host.memory)} memory"
+    cpus = (
+        f"{host.cpus:g}" if host.cpus == machine.cpus else f"{host.cpus:g} of its {machine.cpus:g}"
+    )
+    memory = (
+        gib(host.memory)
+        if host.memory == machine.memory
+        else f"{gib(host.memory)} of its {gib(machine.memory)}"
+    )
+    shared = sum(isinstance(t, LocalTarget) and t.name != name for t in list_targets(ws))
+    also = (
+        f", shared with {shared} other local target{'s' if shared != 1 else ''}" if shared else ""
+    )
+    return f"this machine: GPUs {gpus}, {cpus} CPU slots, {memory} memory{also}"
 
 
 RAY_ADDRESS_ENV = "PHALANX_RAY_ADDRESS"
