@@ -4,7 +4,9 @@
 GPUs and CPU cores it finds; ``phalanx compute create --type local --name
 local --gpus 0-3 --cpus 16`` changes what the built-in target may use, and a
 local target of another name (``--name team-a --gpus 4-7``) is a second queue
-over another part of this machine. A Ray
+on this machine: GPUs of its own, and a share of the CPU slots and memory that
+every local target's jobs draw from together (the built-in target's ``--cpus``
+and ``--memory`` are the machine's: :mod:`phalanx.scheduler.capacity`). A Ray
 cluster is named inline, ``compute: ray://HOST:PORT`` (Ray Client) or
 ``compute: HOST:PORT`` (the cluster's GCS address, from a machine of the
 cluster), or registered once with ``phalanx compute create --type ray`` and
@@ -52,9 +54,12 @@ class LocalTarget(BaseModel):
     """GPU ids jobs may be given (``CUDA_VISIBLE_DEVICES`` values); found with
     ``nvidia-smi`` when ``None``."""
     cpus: float | None = Field(default=None, gt=0)
-    """CPU slots jobs may use; this machine's cores when ``None``."""
+    """CPU slots: for the built-in ``local``, this machine's, which every local target's
+    jobs share (its cores when ``None``); for another, the most of them its jobs hold at
+    once (all when ``None``)."""
     memory: int | None = Field(default=None, gt=0)
-    """Bytes of memory jobs may ask for; this machine's memory when ``None``."""
+    """Bytes of memory jobs may ask for, the same way: the machine's for ``local`` (all of
+    it when ``None``), a share of it for another."""
 
     @field_validator("gpus", mode="before")
     @classmethod
