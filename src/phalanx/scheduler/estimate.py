@@ -3,7 +3,8 @@
 After a pass has decided (:func:`phalanx.scheduler.policy.decide`), the rest of
 the queue is played forward in queue order: running jobs end by their
 ``limits.timeout`` (a job preempted in this pass, or leaving after a preemption,
-by its grace's end if sooner: :func:`phalanx.scheduler.model.leaves_by`), and
+by its grace's end if sooner: :func:`phalanx.scheduler.model.leaves_by`; the jobs
+of a shared machine's other targets too, giving back only the machine's), and
 each waiting job in turn starts at the first moment it fits, no earlier than
 the job ahead of it, and then holds its nodes for its own ``limits.timeout``.
 A job that holds nodes without a time limit holds them for good: a job that

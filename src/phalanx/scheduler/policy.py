@@ -35,6 +35,12 @@ The rule
 6. **Growth.** On an elastic cluster a job that does not fit today's nodes but
    fits what the cluster may still add waits for new nodes instead: no
    reservation, no preemption (:mod:`phalanx.scheduler.scaling`).
+7. **A shared machine.** A local target's host is a share of this machine
+   (``capacity.machine``), whose CPU slots, memory and launchers every local
+   target's jobs draw from: a job fits only where both its target's share and
+   what the machine has left have room. The other targets' jobs end by their
+   time limits in the shadow time and the estimates, are never preempted from
+   here, and a job they keep out is told which of them hold the machine.
 """
 
 from __future__ import annotations
