@@ -10,12 +10,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from phalanx.errors import PhalanxError
 from phalanx.launch.sysmetrics import INTERVAL_ENV
 from phalanx.scheduler.bell import job_bell, ring
+from phalanx.scheduler.handoff import hand_over
 from phalanx.scheduler.ledger import release
 from phalanx.scheduler.process import ensure_running, is_supervisor
 from phalanx.workspace import (
@@ -45,10 +47,12 @@ def submit(
     parent: str | None = None,
     code: Path | None = None,
 ) -> JobRecord:
-    """Record the job in its target's queue and start its supervisor; returns the Queued job.
+    """Record the job in its target's queue; returns the Queued job.
 
-    The supervisor waits (asleep) until the scheduler gives the job its devices.
-    It carries this command's environment, as a job started here always has.
+    A queued job costs no process: the scheduler starts its supervisor when it
+    gives the job its devices. That supervisor carries this command's environment,
+    as a job started here always has: it is handed to the scheduler, which keeps it
+    in memory only (:mod:`phalanx.scheduler.handoff`).
 
     Args:
         parent: The sweep the job is a trial of.
@@ -70,7 +74,9 @@ def submit(
         created_by=created_by,
         parent=parent,
     )
-    spawn_supervisor(ws, job.name)
+    # When no scheduler listens, the one started here carries this environment anyway
+    # (a job created before its scheduler listened runs in that scheduler's).
+    hand_over(ws.home, job.name, job.created_at, supervisor_env(ws))
     ensure_running(ws.home, ws.child_env())
     return ws.get_job(job.name)
 
@@ -147,7 +153,10 @@ def check_trial_names(ws: Workspace, name: str | None, *, sweep: bool) -> None:
 
 def request_stop(ws: Workspace, name: str) -> None:
     """Ask a job to stop (as ``cancel`` does) without waiting for it: its supervisor
-    ends it Canceled, or the scheduler does when that supervisor is gone."""
+    ends it Canceled, or the scheduler does when that supervisor is gone. A job still
+    waiting in the queue has no supervisor (nor anything else) to stop: it ends here."""
+    from phalanx.scheduler.ledger import grant_of
+
     job = ws.get_job(name)
     if job.status.is_terminal:
         return
@@ -157,6 +166,10 @@ def request_stop(ws: Workspace, name: str) -> None:
     if pid is not None and supervisor_alive(job):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
+    elif job.status is JobStatus.QUEUED and not grant_of(ws, name):
+        # No grant can come now (the scheduler gives none to a job asked to stop); one
+        # given just before is its supervisor's to end, once the scheduler starts it.
+        ws.set_status(name, JobStatus.CANCELED)
 
 
 def queue_entry(ws: Workspace, spec: JobSpec) -> QueueEntry:
@@ -226,9 +239,9 @@ def fill_queue_entry(ws: Workspace, name: str) -> None:
     ledger.fill_request(ws, name, queue_entry(ws, JobSpec.model_validate(ws.get_job(name).spec)))
 
 
-def spawn_supervisor(ws: Workspace, name: str) -> int:
-    """Start the job's supervisor, detached, in this process's environment; its pid."""
-    paths = ws.paths(name)
+def supervisor_env(ws: Workspace) -> dict[str, str]:
+    """The environment a supervisor of ``ws`` started from this process runs in: this
+    process's, less what belongs to no job it starts."""
     # A job submitted from inside another job is not that job's: drop its markers. A Ray
     # token this process was given for one cluster is no other job's business.
     env = {
@@ -242,10 +255,22 @@ def spawn_supervisor(ws: Workspace, name: str) -> int:
     for keep, value in os.environ.items():
         if keep in ("PHALANX_DEBUG", LIMIT_ENV, INTERVAL_ENV) or keep.startswith("PHALANX_CACHE_"):
             env[keep] = value
+    return env
+
+
+def spawn_supervisor(ws: Workspace, name: str, env: Mapping[str, str] | None = None) -> int:
+    """Start the job's supervisor, detached, under its guard (:mod:`phalanx.jobs.guard`);
+    the guard's pid.
+
+    Args:
+        env: The environment it runs in (the one its submitter handed over);
+            :func:`supervisor_env` of this process when ``None``.
+    """
+    paths = ws.paths(name)
     with open(paths.supervisor_log, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "phalanx.jobs.supervisor", name],
-            env=env,
+            [sys.executable, "-m", "phalanx.jobs.guard", name],
+            env=dict(env) if env is not None else supervisor_env(ws),
             cwd=paths.root,
             stdin=subprocess.DEVNULL,
             stdout=log,

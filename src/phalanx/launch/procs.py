@@ -27,9 +27,23 @@ def _marker(proc: psutil.Process) -> tuple[str | None, str | None]:
     return env.get("PHALANX_JOB_DIR"), env.get("PHALANX_ATTEMPT")
 
 
-def _is_supervisor(proc: psutil.Process) -> bool:
+# phalanx's own processes: a job's supervisor or guard (another job's, or one a job
+# submitted), the workspace's scheduler or a cluster's probe. A supervisor may be their
+# ancestor (it started the scheduler; a scheduler that died left its children to it),
+# but neither they nor what runs under them are its job's.
+_DAEMONS = frozenset(
+    {
+        "phalanx.jobs.supervisor",
+        "phalanx.jobs.guard",
+        "phalanx.jobs.schedulerd",
+        "phalanx.scheduler.rayprobe",
+    }
+)
+
+
+def _is_daemon(proc: psutil.Process) -> bool:
     try:
-        return "phalanx.jobs.supervisor" in proc.cmdline()
+        return not _DAEMONS.isdisjoint(proc.cmdline())
     except (psutil.Error, OSError):
         return False
 
@@ -85,15 +99,50 @@ def job_processes(
         if marker == job_dir and (attempt is None or proc_attempt == str(attempt)):
             found[proc.pid] = proc
     if descendants:
-        with contextlib.suppress(psutil.Error):
-            for proc in psutil.Process(me).children(recursive=True):
-                marker, _ = _marker(proc)
-                # A job started from inside this one has a supervisor of its own.
-                if _PROTECTED and _protected(proc):
-                    continue
-                if marker in (None, job_dir) and not _is_supervisor(proc):
-                    found.setdefault(proc.pid, proc)
+        for proc in _descendants(job_dir):
+            found.setdefault(proc.pid, proc)
     return [p for p in found.values() if _alive(p)]
+
+
+def _descendants(job_dir: str) -> list[psutil.Process]:
+    """This process's descendants that are the job's: unmarked or marked with ``job_dir``.
+
+    A branch is left whole where it stops being the job's: at one of phalanx's own
+    processes (:data:`_DAEMONS`), a protected helper, or a process of another job.
+    """
+    found: list[psutil.Process] = []
+    try:
+        stack = psutil.Process().children()
+    except psutil.Error:
+        return found
+    while stack:
+        proc = stack.pop()
+        if (_PROTECTED and _protected(proc)) or _is_daemon(proc):
+            continue
+        marker, _ = _marker(proc)
+        if marker not in (None, job_dir):
+            continue
+        found.append(proc)
+        with contextlib.suppress(psutil.Error):
+            stack.extend(proc.children())
+    return found
+
+
+def sweep_descendants(job_dir: str, grace_s: float) -> int:
+    """Stop this process's descendants that are the job's (see :func:`_descendants`),
+    scanning again until none is left; how many were stopped.
+
+    Only descendants: a process of the job elsewhere may be another supervisor's (one
+    that took the job over), which this process must leave alone.
+    """
+    total = 0
+    for round_ in range(_SWEEP_ROUNDS):
+        procs = [p for p in _descendants(job_dir) if _alive(p)]
+        if not procs:
+            break
+        total += len(procs)
+        kill_all(procs, grace_s if round_ == 0 else 0.0)
+    return total
 
 
 def _runs_as(proc: psutil.Process, uid: int) -> bool:

@@ -26,6 +26,12 @@ def scheduler_bell(home: Path) -> str:
     return _address(home, "scheduler")
 
 
+def scheduler_desk(home: Path) -> str:
+    """Where a job's submitter hands the scheduler its environment
+    (:mod:`phalanx.scheduler.handoff`): a stream socket, not a bell."""
+    return _address(home, "scheduler-desk")
+
+
 def job_bell(home: Path, job: str) -> str:
     return _address(home, f"job-{job}")
 

@@ -11,9 +11,11 @@ once a second) it
    checkpoints, or fails. Its devices are free either way;
 2. makes a decision per compute target with work (:func:`policy.decide`) and
    applies it in one transaction: jobs started get their devices and their
-   supervisor is rung (or started, for a job whose supervisor was lost);
-   preempted jobs get the preemption request their runner already honours;
-   every waiting job gets its position and the reason it waits.
+   supervisor is started (a queued job has none: it costs no process while it
+   waits), in the environment its submitter handed over
+   (:mod:`phalanx.scheduler.handoff`), or rung (a job preempted earlier waits
+   with its supervisor); preempted jobs get the preemption request their runner
+   already honours; every waiting job gets its position and the reason it waits.
 
 It exits once the workspace has had nothing queued or holding devices for
 ``IDLE_EXIT_S`` seconds; the next ``job create`` starts it again. Nothing is
@@ -54,6 +56,7 @@ from phalanx.errors import DatabaseUnavailable, PhalanxError
 from phalanx.scheduler import ledger
 from phalanx.scheduler.bell import Bell, job_bell, probe_bell, ring, scheduler_bell
 from phalanx.scheduler.capacity import local_capacity
+from phalanx.scheduler.handoff import Desk
 from phalanx.scheduler.keeper import JobKeeper
 from phalanx.scheduler.model import (
     DEFAULT_GRACE_S,
@@ -77,17 +80,31 @@ log = logging.getLogger("phalanx.scheduler")
 
 ROUND_S = 1.0
 IDLE_EXIT_S = 30.0
-# A supervisor that `job create` started records itself within moments; only after
-# this long is a job with devices and no supervisor given one by the scheduler.
+# A supervisor started records itself within moments (seconds on a loaded machine): a
+# job given one is not given another before this long.
 SPAWN_AFTER_S = 10.0
+# A job created while this scheduler listened has its environment handed over within
+# moments of its creation: it is not started without it before this long.
+HANDOFF_WAIT_S = 5.0
 
 
 class Scheduler:
     """One round of scheduling over a workspace; the server runs the same rounds."""
 
-    def __init__(self, ws: Workspace, keeper: JobKeeper, leases: LeaseWatch | None = None) -> None:
+    def __init__(
+        self,
+        ws: Workspace,
+        keeper: JobKeeper,
+        leases: LeaseWatch | None = None,
+        desk: Desk | None = None,
+    ) -> None:
         self.ws = ws
         self.keeper = keeper
+        self.desk = desk
+        """The environments submitters handed over (``None``: every job runs in this
+        process's)."""
+        self._spawned: dict[str, float] = {}
+        """Jobs this process started a supervisor for → when (monotonic)."""
         self._probe_started: dict[str, float] = {}
         self._waiting_since: dict[str, dict[str, float]] = {}
         """Elastic target → its jobs waiting for nodes → since when (this process's view)."""
@@ -120,6 +137,7 @@ class Scheduler:
         targets = ledger.targets_with_work(self.ws)
         if self._rounds % 10 == 1:
             self._watch_idle_scalers(set(targets))
+            self._forget_ended()
         for target in targets:
             try:
                 self.schedule(target)
@@ -290,12 +308,53 @@ class Scheduler:
         return float((spec.get("retry") or {}).get("preemption_grace") or DEFAULT_GRACE_S)
 
     def _wake(self, name: str) -> None:
-        """Tell the job's supervisor it may start, or start one for it."""
+        """Start the job's supervisor (or tell the one it has that it may start)."""
         job = self.ws.get_job(name)
         if self.keeper.supervisor_alive(job):
             ring(job_bell(self.ws.home, name))
-        elif job.supervisor_pid is not None or time.time() - job.created_at > SPAWN_AFTER_S:
-            self.keeper.spawn_supervisor(self.ws, name)
+            return
+        if time.monotonic() - self._spawned.get(name, -math.inf) < SPAWN_AFTER_S:
+            return  # one is starting
+        ready, env = self._handed(job)
+        if not ready:
+            return  # a later round (the submitter rings once it has handed it over)
+        self._spawned[name] = time.monotonic()
+        self.keeper.spawn_supervisor(self.ws, name, env)
+
+    def _handed(self, job: JobRecord) -> tuple[bool, dict[str, str] | None]:
+        """Whether ``job``'s supervisor may start now, and in what environment: the one
+        its submitter handed over, or (``None``) this process's when none was and none
+        will be. Not yet while the submitter is still handing it over."""
+        if self.desk is None:
+            return True, None
+        env = self.desk.env_for(job.name, job.created_at)
+        if env is not None:
+            return True, env
+        if job.created_at < self.desk.since:
+            # Created before anyone could hand it over here: by the command that started
+            # this process (whose environment it carries), or while none ran.
+            return True, None
+        if time.time() - job.created_at < HANDOFF_WAIT_S:
+            return False, None
+        log.warning("job %s: no environment was handed over for it; it runs in the "
+                    "scheduler's", job.name)  # fmt: skip
+        return True, None
+
+    def _forget_ended(self) -> None:
+        """Drop the environments (and start times) of jobs that ended."""
+        now = time.monotonic()
+        self._spawned = {n: t for n, t in self._spawned.items() if now - t < SPAWN_AFTER_S}
+        if self.desk is None:
+            return
+        for name in self.desk.jobs():
+            try:
+                over = self.ws.get_job(name).status.is_terminal
+            except DatabaseUnavailable:
+                raise
+            except PhalanxError:  # no such job (deleted)
+                over = True
+            if over:
+                self.desk.drop(name)
 
     def spawn_missing(self) -> None:
         """Jobs holding devices whose supervisor never came (its start failed): start one."""
@@ -372,6 +431,17 @@ def _start_probe(ws: Workspace, target: str) -> None:
         )
 
 
+def _reap_children() -> None:
+    """Collect the exit status of the supervisors this process started (each under its
+    guard), which it never waits for: without this each would stay a zombie while the
+    scheduler runs. Their ``Popen`` objects were dropped while they ran, which lists
+    them for ``subprocess._cleanup`` (``os.waitpid(-1)`` would also take the status of
+    a command the scheduler waits for)."""
+    cleanup = getattr(subprocess, "_cleanup", None)
+    if cleanup is not None:
+        cleanup()
+
+
 def main(keeper: JobKeeper) -> int:
     """Schedule the workspace of ``PHALANX_HOME`` until it is idle; ``keeper`` acts on jobs."""
     logging.basicConfig(
@@ -388,6 +458,7 @@ def main(keeper: JobKeeper) -> int:
         return 0  # another scheduler runs this workspace
     try:
         bell = Bell(scheduler_bell(home))
+        desk = Desk(home).start()
     except OSError:
         return 0  # one is just starting
     os.write(lock, json.dumps({"pid": os.getpid()}).encode())
@@ -397,7 +468,7 @@ def main(keeper: JobKeeper) -> int:
         log.error("%s; exiting", exc)
         return 1
     log.info("scheduling workspace %s", ws.home)
-    scheduler = Scheduler(ws, keeper)
+    scheduler = Scheduler(ws, keeper, desk=desk)
     idle_since = time.monotonic()
     down = False
     while True:
@@ -419,6 +490,7 @@ def main(keeper: JobKeeper) -> int:
             if down:
                 log.info("the workspace database is back; scheduling again")
             down = False
+        _reap_children()
         now = time.monotonic()
         if busy:
             idle_since = now

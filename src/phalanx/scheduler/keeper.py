@@ -9,6 +9,7 @@ round it needs four things done to jobs, and the jobs layer does them
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from phalanx.workspace import JobRecord, Workspace
@@ -33,6 +34,9 @@ class JobKeeper(Protocol):
         """Record what a job that has no queue entry yet asks for (its spec read again)."""
         ...
 
-    def spawn_supervisor(self, ws: Workspace, name: str) -> int:
-        """Start the job's supervisor, detached; its pid."""
+    def spawn_supervisor(
+        self, ws: Workspace, name: str, env: Mapping[str, str] | None = None
+    ) -> int:
+        """Start the job's supervisor, detached, in ``env`` (the one its submitter handed
+        over; this process's when ``None``); the pid of the process started."""
         ...
