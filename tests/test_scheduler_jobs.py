@@ -498,7 +498,8 @@ def test_two_local_targets_draw_cpu_slots_from_one_machine(cli: Cli) -> None:
     """`cpu-cluster` beside `local` on a machine of 2 CPU slots: a job of each needs all
     2; the second waits, saying which job of which target holds them (job show, the
     queue, job stream), and starts only after the first ended. A target asking for more
-    slots than the machine has is refused at create."""
+    slots than the machine has is refused at create, and so is a `local` (the machine's
+    size) smaller than a target's share."""
     cli.run("compute", "create", "--type", "local", "--name", "local", "--gpus", "none",
             "--cpus", "2", check=True)  # fmt: skip
     big = cli.run("compute", "create", "--type", "local", "--name", "big", "--gpus", "none",
@@ -506,7 +507,7 @@ def test_two_local_targets_draw_cpu_slots_from_one_machine(cli: Cli) -> None:
     assert big.returncode == 2 and len(big.stderr.strip().splitlines()) == 1, big.stderr
     assert "--cpus 3: this machine has 2 CPU slots" in big.stderr, big.stderr
     cli.run("compute", "create", "--type", "local", "--name", "cpu-cluster", "--gpus", "none",
-            check=True)  # fmt: skip
+            "--cpus", "2", check=True)  # fmt: skip
     gates = cli.home.parent / "gates"
     gates.mkdir()
     spec = cli.write("whole.yml", WHOLE_MACHINE.format(gates=gates))
@@ -538,3 +539,8 @@ def test_two_local_targets_draw_cpu_slots_from_one_machine(cli: Cli) -> None:
     assert [job["status"] for job in ran] == ["Completed", "Completed"]
     [before], [after] = ran[0]["attempts"], ran[1]["attempts"]
     assert after["started_at"] >= before["ended_at"], (before, after)
+    # `local`'s settings are the machine's: it may not shrink below a share given.
+    cli.run("compute", "delete", "local", check=True)
+    shrink = cli.run("compute", "create", "--type", "local", "--name", "local", "--cpus", "1")
+    assert shrink.returncode == 2 and len(shrink.stderr.strip().splitlines()) == 1
+    assert "--cpus 1: compute 'cpu-cluster' may hold 2" in shrink.stderr, shrink.stderr

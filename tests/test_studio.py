@@ -934,8 +934,12 @@ def test_compute_grid_queue_table_and_phalanx_queue_at_80_columns(
     is free; the queue page lists the waiting jobs in `phalanx queue`'s order with its
     reasons; both follow the workspace without a reload; `phalanx queue` fits 80 columns."""
     cli = studio.cli
+    # Every local target's jobs share this machine's slots and launchers: 4 of them run
+    # the live job, the one on `local` and two on `gpubox` at once.
+    cli.run("compute", "create", "--type", "local", "--name", "local", "--cpus", "4",
+            check=True)  # fmt: skip
     cli.run("compute", "create", "--type", "local", "--name", "gpubox", "--gpus", "0-2",
-            "--cpus", "4", check=True)  # fmt: skip
+            check=True)  # fmt: skip
     spec = cli.write("hold.yml", HOLD)
     made: list[str] = []
     context = browser.new_context(viewport={"width": 1280, "height": 900})

@@ -150,8 +150,9 @@ class Request:
 
 
 def gib(n: int) -> str:
-    """Bytes as ``8 GiB`` (``0.5 GiB``)."""
-    return f"{n / 2**30:.3g} GiB"
+    """Bytes as ``8 GiB`` (``0.5 GiB``, ``9,313 GiB``)."""
+    value = n / 2**30
+    return f"{value:.3g} GiB" if value < 1000 else f"{value:,.0f} GiB"
 
 
 def _count(n: float, unit: str) -> str:

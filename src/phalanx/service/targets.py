@@ -380,15 +380,15 @@ def check_within_machine(ws: Workspace, target: LocalTarget) -> None:
             )
             raise PhalanxError(
                 f"--cpus {target.cpus:g}: this machine has {machine.cpus:g} CPU slots "
-                f"({whence}), shared by every local target's jobs; give at most "
-                f"{machine.cpus:g}, the most compute {target.name!r}'s jobs may hold at once"
+                f"({whence}), which every local target's jobs share; give --cpus "
+                f"{machine.cpus:g} or less"
             )
         if target.memory is not None and target.memory > machine.memory:
             whence = "as compute 'local' declares" if declared.memory is not None else "all of it"
             raise PhalanxError(
                 f"--memory {gib(target.memory)}: this machine has {gib(machine.memory)} of "
-                f"memory ({whence}), shared by every local target's jobs; give at most "
-                f"{gib(machine.memory)}, the most compute {target.name!r}'s jobs may hold at once"
+                f"memory ({whence}), which every local target's jobs share; give at most "
+                f"{gib(machine.memory)}"
             )
         return
     cpus = target.cpus if target.cpus is not None else detect_cpus()
@@ -415,8 +415,8 @@ def check_within_machine(ws: Workspace, target: LocalTarget) -> None:
             )
             raise PhalanxError(
                 f"{given}: compute {other.name!r} may hold {gib(other.memory)} of this "
-                f"machine's memory, more than this leaves the machine; give --memory "
-                f"{gib(other.memory)} or more, or `phalanx compute delete {other.name}` first"
+                f"machine's memory, more than this leaves the machine; give at least "
+                f"{gib(other.memory)}, or `phalanx compute delete {other.name}` first"
             )
 
 
