@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 
+import httpx
 import pytest
 
 from conftest import LOCAL_AND_SERVER, Cli
+from phalanx.launch.ports import free_port
 
 BAD_SPECS = [
     # (spec text, --set items, what the one line must contain)
@@ -75,9 +78,8 @@ def test_missing_spec_file_and_unknown_job(cli: Cli) -> None:
     assert "nope.yml" in proc.stderr and "Traceback" not in proc.stderr
     proc = cli.run("job", "show", "no_such_job")
     assert proc.returncode == 2
-    assert (
-        proc.stderr.strip()
-        == "error: job 'no_such_job' not found; `phalanx job list` shows the jobs"
+    assert proc.stderr.strip() == (
+        "error: job 'no_such_job' not found; `phalanx job list` shows the jobs" + _where(cli)
     )
 
 
@@ -155,3 +157,101 @@ def test_validate_lists_every_problem_and_create_one_line(cli: Cli) -> None:
     assert proc.returncode == 2
     assert "Traceback" in proc.stderr
     assert len([line for line in proc.stderr.splitlines() if line.startswith("error: ")]) == 5
+
+
+def _where(cli: Cli) -> str:
+    """What the CLI adds to a name not found: this machine's workspace, or (through a
+    server) nothing, for a server never names its folders."""
+    if cli.server is not None:
+        return ""
+    return f" (in this machine's workspace {cli.home.resolve()}: PHALANX_SERVER is not set)"
+
+
+def _one_error(cli: Cli, *args: str) -> str:
+    proc = cli.run(*args)
+    assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("error: ")
+    return proc.stderr.strip()
+
+
+@LOCAL_AND_SERVER
+def test_a_wrong_name_says_did_you_mean_and_a_fix_any_member_can_run(cli: Cli) -> None:
+    """A near miss of a compute target, datastore, environment, model or data asset, in a
+    spec or a verb: the name meant, the list command (no admin's `compute create`, no
+    Ray), and on this machine which workspace answered; through a server, no path."""
+    cli.write("d/a.txt", "x\n")
+    cli.run("data", "create", "--name", "images", "--path", "d", check=True)
+    cli.run("model", "create", "--name", "resnet50", "--path", "d", check=True)
+    cli.write("env.yml", "name: torch-cpu\nimage: python:3.11-slim\n")
+    cli.run("environment", "create", "-f", "env.yml", check=True)
+    spec = "command: echo hi\n"
+    uses = "inputs:\n  d: {type: uri_folder, path: '%s'}\n"
+    wrong = [
+        (("compute", "show", "locla"), "compute target 'locla'", "local", "compute"),
+        (("datastore", "show", "defualt"), "datastore 'defualt'", "default", "datastore"),
+        (("environment", "show", "torch_cpu"), "environment 'torch_cpu'", "torch-cpu",
+         "environment"),
+        (("model", "show", "resnet-50"), "model 'resnet-50'", "resnet50", "model"),
+        (("data", "show", "imagse"), "data asset 'imagse'", "images", "data"),
+        (spec + "compute: locla\n", "compute target 'locla'", "local", "compute"),
+        (spec + uses % "azureml://datastores/defualt/paths/x", "datastore 'defualt'",
+         "default", "datastore"),
+        (spec + uses % "azureml:imagse:1", "data asset 'imagse'", "images", "data"),
+        (spec + uses % "azureml:imagse@latest", "data asset 'imagse'", "images", "data"),
+        (spec + "environment: azureml:torch-cpux:1\n", "environment 'torch-cpux'",
+         "torch-cpu", "environment"),
+    ]  # fmt: skip
+    for given, what, meant, group in wrong:
+        if isinstance(given, str):
+            cli.write("job.yml", given)
+            given = ("job", "validate", "-f", "job.yml")
+        line = _one_error(cli, *given)
+        assert f"{what} not found; did you mean '{meant}'?" in line, line
+        assert line.endswith(f"`phalanx {group} list` shows them{_where(cli)}"), line
+        assert "create" not in line and "ray" not in line.lower(), line
+        assert str(cli.home) not in line or cli.server is None, line
+    assert json.loads(cli.run("job", "list", "--json", check=True).stdout) == []
+
+
+@LOCAL_AND_SERVER
+def test_a_100_kb_name_is_never_echoed_back_whole(cli: Cli) -> None:
+    """A name or path of 100 KB in a verb or a spec: one short line, no traceback; the
+    server's 4xx body quotes it short too."""
+    huge = "a" * 100_000
+    verbs = [
+        ("compute", "show", huge),
+        ("datastore", "show", huge),
+        ("model", "show", huge),
+        ("data", "show", huge),
+        ("environment", "show", huge),
+        ("job", "show", huge),
+    ]
+    for args in verbs:
+        assert len(_one_error(cli, *args)) < 1000, args[:2]
+    for spec in (f"command: echo\ncompute: {huge}\n",
+                 f"command: echo\ninputs:\n  d: {{type: uri_folder, path: {huge}}}\n",
+                 f"command: echo\ninputs:\n  d: {{type: uri_file, path: 'azureml:{huge}:1'}}\n",
+                 f"command: echo\nenvironment: azureml:{huge}:1\n"):  # fmt: skip
+        cli.write("job.yml", spec)
+        proc = cli.run("job", "validate", "-f", "job.yml")
+        assert "Traceback" not in proc.stderr and len(proc.stderr) < 2000, proc.stderr[:300]
+    if cli.server is not None:
+        body = {"spec": f"command: echo\ncompute: {huge}\n", "validate_only": True}
+        answer = httpx.post(f"{cli.server.url}/api/v1/jobs", json=body, timeout=60)
+        assert answer.status_code == 400 and len(answer.text) < 1000, answer.text[:300]
+        assert "compute target 'aaaa" in answer.json()["error"]
+
+
+def test_a_server_that_never_answered_is_not_waited_for(cli: Cli) -> None:
+    """Nothing listens at PHALANX_SERVER: the first connection is refused, so the CLI
+    says so at once with the fix, rather than retrying for two minutes. (A server that
+    answered once is waited for while it restarts: test_server's killed-mid-stream.)"""
+    url = f"http://127.0.0.1:{free_port()}"
+    cli.env.update(PHALANX_SERVER=url, PHALANX_HOME=str(cli.home.parent / "laptop"))
+    for args in (("job", "list"), ("job", "stream", "some_job")):
+        started = time.monotonic()
+        line = _one_error(cli, *args)  # before: "retrying…" for 120 s
+        assert time.monotonic() - started < 60, args
+        assert f"cannot reach the phalanx server at {url} (PHALANX_SERVER)" in line, line
+        assert "phalanx server start" in line and "retrying" not in line, line

@@ -8,8 +8,14 @@ traceback. ``PHALANX_DEBUG=1`` shows the traceback for user errors too.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+QUOTED = 100
+"""Characters of a user's name a message quotes: a 100 KB name is not echoed back whole."""
+# Longer words are no typo of a known name (and comparing them costs time).
+_LONGEST_TYPO = 100
 
 
 class PhalanxError(Exception):
@@ -153,11 +159,54 @@ class SpecError(PhalanxError):
         return [self.one_line()]
 
 
-class JobNotFoundError(PhalanxError):
+def quote(name: str) -> str:
+    """``name`` as a message quotes it: ``'cpu-cluster'``, cut to :data:`QUOTED` characters
+    with ``…``, control characters escaped."""
+    return repr(name if len(name) <= QUOTED else name[: QUOTED - 1] + "…")
+
+
+def suggest(word: str, choices: Iterable[str]) -> str | None:
+    """The choice closest to ``word``, if any is close enough to be a likely typo."""
+    if len(word) > _LONGEST_TYPO:
+        return None
+    choices = list(choices)
+    for choice in choices:
+        if choice.lower() == word.lower():
+            return choice
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+class UnknownName(PhalanxError):
+    """A name the workspace has no record of: a job, compute target, datastore,
+    environment, model or data asset.
+
+    One line: what was not found, the known name it is a near miss of ("did you
+    mean …?", as a spec's unknown fields say) and the command any member may run
+    to see the names; never a fix only an admin may make. It does not say where
+    the workspace is: the CLI on this machine adds that, and a server never tells
+    its callers where its folders are.
+
+    Args:
+        kind: What was looked for (``compute target``).
+        name: The name as given (quoted at most :data:`QUOTED` characters).
+        known: The names there are; the caller may see each of them.
+        listing: The command that lists them, as a sentence
+            (```phalanx compute list` shows the targets``).
+    """
+
+    def __init__(self, kind: str, name: str, known: Iterable[str], listing: str) -> None:
+        self.kind, self.name = kind, name
+        close = suggest(name, known)
+        hint = f"did you mean {close!r}? " if close else ""
+        super().__init__(f"{kind} {quote(name)} not found; {hint}{listing}")
+
+
+class JobNotFoundError(UnknownName):
     """No job of that name exists in the workspace."""
 
     def __init__(self, name: str) -> None:
-        super().__init__(f"job {name!r} not found; `phalanx job list` shows the jobs")
+        super().__init__("job", name, (), "`phalanx job list` shows the jobs")
 
 
 class DatabaseUnavailable(PhalanxError):

@@ -123,6 +123,19 @@ def check_labels(what: str, description: str | None, tags: Mapping[str, object] 
         raise PhalanxError(f"{what}: {'tags' if key is None else f'tag {key!r}'}: {problem}")
 
 
+LONGEST_WORD = 500
+"""Characters of a message between two spaces: a message may quote what a user gave (a
+name, a path, a URL), never 100 KB of it. Longer than any path a user writes."""
+_WORD = re.compile(rf"\S{{{LONGEST_WORD + 1},}}")
+
+
+def bounded(message: str) -> str:
+    """``message`` with each run of more than :data:`LONGEST_WORD` characters but spaces
+    cut to that many, ending in ``…``: what the CLI prints and a server answers, whatever
+    a message quotes."""
+    return _WORD.sub(lambda word: word[0][: LONGEST_WORD - 1] + "…", message)
+
+
 def clip(text: str, limit: int = 80) -> str:
     """``text`` as a message quotes it: at most ``limit`` characters, with ``…`` if cut,
     and ``?`` for each refused character (a message must not carry them either)."""

@@ -12,6 +12,7 @@ from rich.console import Console
 from phalanx.cli.metrics import metrics_cmd
 from phalanx.client.backends import jobs_backend
 from phalanx.errors import PhalanxError, SpecError
+from phalanx.limits import bounded
 from phalanx.service.jobs import Jobs, SpecText
 from phalanx.terminal.render import job_json, list_jobs, show_job
 from phalanx.terminal.stream import stream_job
@@ -45,7 +46,7 @@ set_option = click.option(
 def print_notes(notes: list[str]) -> None:
     """What the job will not get here, as ``note:`` lines on stderr."""
     for note in notes:
-        err_console.print(f"note: {note}", highlight=False)
+        err_console.print(f"note: {bounded(note)}", highlight=False)
 
 
 def create_and_maybe_stream(

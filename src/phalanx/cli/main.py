@@ -18,7 +18,8 @@ from pathlib import Path
 import click
 
 from phalanx import __version__
-from phalanx.errors import PhalanxError
+from phalanx.errors import PhalanxError, UnknownName
+from phalanx.limits import bounded
 
 # Each command group's module is imported only when that group is called: a
 # `phalanx job list` does not pay for the benchmark's or the datastores' imports.
@@ -98,6 +99,25 @@ def _database_down(exc: Exception) -> str | None:
     )
 
 
+def _which_workspace(exc: BaseException) -> str:
+    """For a name this machine's workspace does not know (the error, or what it was made
+    from), which workspace that is: a user who meant a server's sees that none is set.
+    A server's answer never names its folders, so nothing is added to one."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, UnknownName):
+        cause = cause.__cause__
+    if cause is None:
+        return ""
+    from phalanx.client.backends import local_home
+    from phalanx.client.config import SERVER_ENV
+
+    try:
+        home = local_home()
+    except PhalanxError:  # a server is set, though not usably: it said so already
+        return ""
+    return f" (in this machine's workspace {home}: {SERVER_ENV} is not set)" if home else ""
+
+
 def main(argv: list[str] | None = None) -> None:
     debug = os.environ.get("PHALANX_DEBUG") == "1"
     try:
@@ -111,8 +131,10 @@ def main(argv: list[str] | None = None) -> None:
     except PhalanxError as exc:
         if debug:
             traceback.print_exc()
-        for line in exc.lines():
-            click.echo(f"error: {line}", err=True)
+        lines = exc.lines()
+        lines[-1] += _which_workspace(exc)
+        for line in lines:
+            click.echo(f"error: {bounded(line)}", err=True)
         sys.exit(exc.exit_code)
     except Exception as exc:
         if debug or not _database_down(exc):

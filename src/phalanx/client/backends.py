@@ -9,6 +9,7 @@ names; see :mod:`phalanx.client.config`.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from phalanx.client.config import ServerConfig, server_config
@@ -26,6 +27,16 @@ if TYPE_CHECKING:
 def remote() -> ServerConfig | None:
     """The server the verbs go to, or ``None`` for this machine's workspace."""
     return server_config()
+
+
+def local_home() -> Path | None:
+    """This machine's workspace folder (``PHALANX_HOME``) when the verbs go to it;
+    ``None`` when a server answers them."""
+    if server_config() is not None:
+        return None
+    from phalanx.workspace import phalanx_home
+
+    return phalanx_home()
 
 
 def jobs_backend() -> Jobs:

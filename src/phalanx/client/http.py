@@ -5,7 +5,9 @@ a :class:`~phalanx.errors.PhalanxError` with that line. Requests that are safe
 to repeat (reads, cancel, preempt) are retried while the server is
 unreachable or restarting, or answers 503 because its database is (``database
 unavailable, retrying``, said once on stderr), for up to :data:`RETRY_S`; a
-create is retried only when it never reached the server.
+create is retried only when it never reached the server. A server that has not
+answered this process yet is not waited for: a connection it refuses (no server
+there, a wrong ``PHALANX_SERVER``) fails at once with the fix.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ RETRY_ENV = "PHALANX_SERVER_RETRY_S"
 RETRY_S = 120.0
 DATABASE_UNAVAILABLE = "database unavailable, retrying"
 """What a server answers (503) while its database cannot be reached."""
+
+
+_answered: set[str] = set()
+"""The servers that answered this process: one that stops answering is restarting."""
 
 
 class ServerSpecError(PhalanxError):
@@ -80,16 +86,17 @@ class ServerClient:
                 if timeout is not None:
                     kwargs["timeout"] = timeout
                 response = self._http.request(method, "/api/v1" + path, **kwargs)
+            except httpx.InvalidURL as exc:
+                raise _too_long(exc) from None
             except httpx.TransportError as exc:
                 sent = not isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
                 if (sent and not idempotent) or time.monotonic() > deadline:
-                    raise PhalanxError(
-                        f"cannot reach the phalanx server at {self.url} ({SERVER_ENV}): "
-                        f"{exc or type(exc).__name__}; is it running?"
-                    ) from None
+                    raise self._unreachable(exc) from None
+                self._check_answered(exc)
                 self._wait(delay)
                 delay = min(delay * 2, 2.0)
                 continue
+            _answered.add(self.url)
             if response.status_code >= 500 and idempotent and time.monotonic() < deadline:
                 self._wait(delay, _why(response))
                 delay = min(delay * 2, 2.0)
@@ -115,6 +122,7 @@ class ServerClient:
             why = "unreachable"
             try:
                 with self._http.stream("GET", "/api/v1" + path, params=params) as response:
+                    _answered.add(self.url)
                     if response.status_code >= 500 and time.monotonic() < deadline:
                         response.read()
                         why = _why(response)  # retried below, outside the open response
@@ -125,14 +133,35 @@ class ServerClient:
                         started = True
                         yield _Chunks(response.iter_bytes(1 << 20))
                         return
+            except httpx.InvalidURL as exc:
+                raise _too_long(exc) from None
             except httpx.TransportError as exc:
                 if started or time.monotonic() > deadline:
-                    raise PhalanxError(
-                        f"cannot reach the phalanx server at {self.url} ({SERVER_ENV}): "
-                        f"{exc or type(exc).__name__}; is it running?"
-                    ) from None
+                    raise self._unreachable(exc) from None
+                self._check_answered(exc)
             self._wait(delay, why)
             delay = min(delay * 2, 2.0)
+
+    def _unreachable(self, exc: httpx.TransportError) -> PhalanxError:
+        return PhalanxError(
+            f"cannot reach the phalanx server at {self.url} ({SERVER_ENV}): "
+            f"{exc or type(exc).__name__}; is it running?"
+        )
+
+    def _check_answered(self, exc: httpx.TransportError) -> None:
+        """Refuse to wait for a server that never answered this process: no server
+        listens there (not started, or a wrong URL), and waiting would hide that.
+
+        Raises:
+            PhalanxError: the connection failed, and the server never answered.
+        """
+        if self.url in _answered or not isinstance(exc, httpx.ConnectError):
+            return
+        raise PhalanxError(
+            f"cannot reach the phalanx server at {self.url} ({SERVER_ENV}): "
+            f"{exc or type(exc).__name__}; check that it runs (`phalanx server start` on its "
+            f"machine) and that {SERVER_ENV} (or `phalanx login`) gives the URL it listens on"
+        )
 
     def _wait(self, delay: float, why: str = "unreachable") -> None:
         """Say once per cause why the request waits, then wait ``delay``."""
@@ -178,6 +207,11 @@ class ServerClient:
                 f"{self._retry_s:.0f} s ({RETRY_ENV}); its database is still away, try again later"
             )
         raise PhalanxError(str(message))
+
+
+def _too_long(exc: httpx.InvalidURL) -> PhalanxError:
+    """A request whose URL cannot be sent: a name in it is far longer than any record's."""
+    return PhalanxError(f"cannot send the request ({exc}): a name given is too long; check it")
 
 
 def _why(response: httpx.Response) -> str:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from phalanx.errors import PhalanxError
+from phalanx.errors import PhalanxError, UnknownName
 from phalanx.storage.secrets import SecretRef, SecretStore, resolve
 from phalanx.workspace import Workspace
 
@@ -322,16 +322,12 @@ def get_target(ws: Workspace, name: str) -> Target:
     """The registered target ``name``.
 
     Raises:
-        PhalanxError: no such target.
+        UnknownName: no such target.
     """
     rows = ws.query("SELECT config_json FROM computes WHERE name = :name", {"name": name})
     if not rows:
-        known = ", ".join(sorted({LOCAL, *(t.name for t in list_targets(ws))}))
-        raise PhalanxError(
-            f"compute target {name!r} not found (known: {known}); create it with "
-            "`phalanx compute create --name NAME --type ray --address HOST:PORT` or write "
-            "compute: ray://HOST:PORT"
-        )
+        known = [LOCAL, *(t.name for t in list_targets(ws))]
+        raise UnknownName("compute target", name, known, "`phalanx compute list` shows them")
     return _load(rows[0]["config_json"])
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phalanx.environments.pythonenv import copy_requirements
-from phalanx.errors import PhalanxError
+from phalanx.errors import PhalanxError, UnknownName, quote, suggest
 from phalanx.limits import check_labels
 from phalanx.spec.environment import EnvironmentSpec
 from phalanx.workspace import Workspace
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from sqlalchemy import RowMapping
 
 PREFIX = "azureml:"
+_LISTING = "`phalanx environment list` shows them"
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ def split_reference(reference: str) -> tuple[str, str]:
     if "@" in ref:
         name, _, label = ref.partition("@")
         if label != "latest":
-            raise PhalanxError(f"{reference!r}: only @latest is a label; write NAME:VERSION")
+            raise PhalanxError(f"{quote(reference)}: only @latest is a label; write NAME:VERSION")
         return name, "latest"
     name, _, version = ref.partition(":")
     return name, version or "latest"
@@ -167,23 +168,24 @@ def get_environment(ws: Workspace, name: str, version: str = "latest") -> Regist
     """One version of an environment (``latest``: the newest).
 
     Raises:
-        PhalanxError: no such environment or version.
+        UnknownName: no such environment.
+        PhalanxError: no such version.
     """
     found = find_environment(ws, name, version)
     if found is None:
-        raise PhalanxError(
-            f"environment {name!r} not found; register it with `phalanx environment create "
-            "-f env.yml` or see `phalanx environment list`"
-        )
+        raise UnknownName("environment", name, _names(ws), _LISTING)
     return found
 
 
 def find_environment(
     ws: Workspace, name: str, version: str = "latest"
 ) -> RegisteredEnvironment | None:
-    """One version of an environment; ``None`` when nothing is registered under ``name``.
+    """One version of an environment; ``None`` when nothing is registered under ``name``
+    (an Azure ML curated environment's name, say) nor under a name it is a near miss of.
 
     Raises:
+        UnknownName: ``name`` is a near miss of a registered name: a typo, which would
+            otherwise run the job in phalanx's Python instead.
         PhalanxError: ``name`` is registered, but not in that version.
     """
     if version == "latest":
@@ -201,9 +203,17 @@ def find_environment(
     versions = [e.version for e in list_environments(ws, name)]
     if versions:
         raise PhalanxError(
-            f"environment {name} has no version {version!r} (versions: {', '.join(versions)})"
+            f"environment {name} has no version {quote(version)} (versions: {', '.join(versions)})"
         )
+    known = _names(ws)
+    if suggest(name, known) is not None:
+        raise UnknownName("environment", name, known, _LISTING)
     return None
+
+
+def _names(ws: Workspace) -> list[str]:
+    """The names environments are registered under."""
+    return [r["name"] for r in ws.query("SELECT DISTINCT name FROM environments")]
 
 
 def list_environments(ws: Workspace, name: str | None = None) -> list[RegisteredEnvironment]:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from phalanx.errors import suggest
 from phalanx.ml.distribution import Distribution
 from phalanx.ml.entities.assets import Environment
 from phalanx.ml.entities.identity import IDENTITIES, Identity
@@ -20,7 +21,6 @@ from phalanx.ml.entities.job import (
 )
 from phalanx.ml.errors import COMMAND, argument_error
 from phalanx.ml.specdict import _mapping, check_local_inputs, validate
-from phalanx.spec.values import suggest
 
 # Azure ML parameters that mean nothing for a command job run by phalanx: accepted
 # and left out of the spec (component reuse, Azure placement).

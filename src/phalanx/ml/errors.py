@@ -37,9 +37,11 @@ _IN_PYTHON = (
      "image=...)), or give environment=Environment(image=...) or "
      "environment=Environment(pip_file='requirements.txt')"),
     ("give another --version or leave it out", "give another version= or leave it out"),
-    ("create it with `phalanx datastore create`",
-     "create it with ml_client.datastores.create_or_update(AzureBlobDatastore(...)) or "
-     "`phalanx datastore create`"),
+    ("`phalanx compute list` shows them", "ml_client.compute.list() shows them"),
+    ("`phalanx datastore list` shows them", "ml_client.datastores.list() shows them"),
+    ("`phalanx environment list` shows them", "ml_client.environments.list() shows them"),
+    ("`phalanx model list` shows them", "ml_client.models.list() shows them"),
+    ("`phalanx data list` shows them", "ml_client.data.list() shows them"),
 )  # fmt: skip
 
 
@@ -82,7 +84,7 @@ def unknown_keywords(
     Raises:
         MLError: ``Data(): paht: is not a keyword argument of Data(); did you mean 'path'?``.
     """
-    from phalanx.spec.values import suggest
+    from phalanx.errors import suggest
 
     for key in given:
         if key not in known:

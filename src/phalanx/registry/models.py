@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from phalanx.errors import PhalanxError
+from phalanx.errors import PhalanxError, UnknownName, quote
 from phalanx.limits import check_labels
 from phalanx.registry.files import ModelFile, copy_in, copy_out, inside, make_writable
 from phalanx.registry.files import source_files as list_source
@@ -80,14 +80,14 @@ def check_name(name: str, version: str | None = None) -> None:
     """
     if not ASSET_NAME_RE.fullmatch(name) or ".." in name:
         raise PhalanxError(
-            f"model name {name!r} is invalid: use letters, digits, '_', '-' and '.', starting "
+            f"model name {quote(name)} is invalid: use letters, digits, '_', '-' and '.', starting "
             "with a letter or digit"
         )
     if version is not None and (
         not VERSION_RE.fullmatch(version) or ".." in version or version == "latest"
     ):
         raise PhalanxError(
-            f"model version {version!r} is invalid: use letters, digits, '_', '-' and '.' "
+            f"model version {quote(version)} is invalid: use letters, digits, '_', '-' and '.' "
             "(and not 'latest'), or leave it out to get the next number"
         )
 
@@ -181,7 +181,8 @@ def get_model(ws: Workspace, name: str, version: str = "latest") -> ModelVersion
     """One version of a model (``latest``: the newest registered).
 
     Raises:
-        PhalanxError: a bad name or version, or no such model or version.
+        UnknownName: no such model.
+        PhalanxError: a bad name or version, or no such version.
     """
     check_name(name, None if version == "latest" else version)
     row = _row(ws, name, version)
@@ -189,12 +190,10 @@ def get_model(ws: Workspace, name: str, version: str = "latest") -> ModelVersion
         versions = [m.version for m in list_models(ws, name)]
         if versions:
             raise PhalanxError(
-                f"model {name} has no version {version!r} (versions: {', '.join(versions)})"
+                f"model {name} has no version {quote(version)} (versions: {', '.join(versions)})"
             )
-        raise PhalanxError(
-            f"model {name!r} not found; register it with `phalanx model create --name {name} "
-            "--path …` or see `phalanx model list`"
-        )
+        known = [r["name"] for r in ws.query("SELECT DISTINCT name FROM models")]
+        raise UnknownName("model", name, known, "`phalanx model list` shows them")
     return _model(ws, row)
 
 

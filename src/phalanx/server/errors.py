@@ -26,6 +26,7 @@ from phalanx.errors import (
     SpecError,
     UnsetVariableError,
 )
+from phalanx.limits import bounded
 from phalanx.storage.redact import redact
 
 log = logging.getLogger("phalanx.server")
@@ -38,7 +39,8 @@ _outage_logged = [-_LOG_OUTAGE_EVERY_S]
 
 
 def error_body(message: str, **extra: object) -> dict[str, object]:
-    return {"error": message, **extra}
+    """The JSON of a 4xx or 5xx: its line, with any long name it quotes cut short."""
+    return {"error": bounded(message), **extra}
 
 
 MLFLOW_PREFIX = "/api/2.0/"
@@ -55,7 +57,7 @@ _MLFLOW_CODES = {
 def install(app: FastAPI) -> None:
     @app.exception_handler(SpecError)
     async def _spec(_: Request, exc: SpecError) -> JSONResponse:
-        problems = [p.one_line() for p in exc.problems]
+        problems = [bounded(p.one_line()) for p in exc.problems]
         return JSONResponse(error_body(exc.one_line(), problems=problems), status_code=422)
 
     @app.exception_handler(JobNotFoundError)
@@ -94,7 +96,7 @@ def install(app: FastAPI) -> None:
         if request.url.path.startswith(MLFLOW_PREFIX):
             # MLflow's clients read their own shape: an error code and a message.
             code = _MLFLOW_CODES.get(exc.status_code, "BAD_REQUEST")
-            return JSONResponse({"error_code": code, "message": str(exc.detail)},
+            return JSONResponse({"error_code": code, "message": bounded(str(exc.detail))},
                                 status_code=exc.status_code, headers=exc.headers)  # fmt: skip
         return JSONResponse(
             error_body(str(exc.detail)), status_code=exc.status_code, headers=exc.headers

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from phalanx.errors import SpecError, SpecProblem
+from phalanx.errors import SpecError, SpecProblem, suggest
 from phalanx.limits import clip
 from phalanx.spec.environment import EnvironmentSpec
 from phalanx.spec.job import JobSpec
@@ -33,7 +33,7 @@ from phalanx.spec.parts import (
     Retry,
     TensorFlowDistribution,
 )
-from phalanx.spec.values import USER_ERROR_TYPE, show, suggest
+from phalanx.spec.values import USER_ERROR_TYPE, show
 from phalanx.spec.yamldoc import LineMap
 
 _BLOCKS: dict[str, type[BaseModel]] = {

@@ -7,11 +7,9 @@ fields, so that it can name the field it is about (``loc``).
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +27,6 @@ IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Names a POSIX shell accepts as environment variables.
 ENV_VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-# Longer words are no typo of a field name (and comparing them costs time).
-_LONGEST_TYPO = 100
 #: The longest URL kept (``$schema``).
 MAX_URL = 2048
 #: The largest block phalanx only records (``identity``, ``services``), as JSON.
@@ -56,18 +52,6 @@ def user_error(message: str, loc: tuple[str, ...] | None = None) -> PydanticCust
     if loc is not None:
         context["loc"] = loc
     return PydanticCustomError(USER_ERROR_TYPE, "{message}", context)
-
-
-def suggest(word: str, choices: Iterable[str]) -> str | None:
-    """The choice closest to ``word``, if any is close enough to be a likely typo."""
-    if len(word) > _LONGEST_TYPO:
-        return None
-    choices = list(choices)
-    for choice in choices:
-        if choice.lower() == word.lower():
-            return choice
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    return close[0] if close else None
 
 
 def show(value: object) -> str:

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from phalanx.errors import PhalanxError
+from phalanx.errors import PhalanxError, UnknownName, quote
 from phalanx.limits import check_labels
 from phalanx.workspace import Workspace
 from phalanx.workspace.names import ASSET_NAME_RE, VERSION_RE
@@ -102,7 +102,8 @@ def get_asset(ws: Workspace, name: str, version: str = "latest") -> DataAsset:
     """One version of an asset (``latest``: the newest).
 
     Raises:
-        PhalanxError: no such asset or version.
+        UnknownName: no such asset.
+        PhalanxError: no such version.
     """
     if version == "latest":
         rows = ws.query(
@@ -118,12 +119,11 @@ def get_asset(ws: Workspace, name: str, version: str = "latest") -> DataAsset:
         versions = [a.version for a in list_assets(ws, name)]
         if versions:
             raise PhalanxError(
-                f"data asset {name} has no version {version!r} (versions: {', '.join(versions)})"
+                f"data asset {name} has no version {quote(version)} (versions: "
+                f"{', '.join(versions)})"
             )
-        raise PhalanxError(
-            f"data asset {name!r} not found; create it with `phalanx data create --name {name} "
-            "--path …` or see `phalanx data list`"
-        )
+        known = [r["name"] for r in ws.query("SELECT DISTINCT name FROM data_assets")]
+        raise UnknownName("data asset", name, known, "`phalanx data list` shows them")
     return _asset(rows[0])
 
 

@@ -7,7 +7,7 @@ import time
 
 from pydantic import ValidationError
 
-from phalanx.errors import PhalanxError
+from phalanx.errors import PhalanxError, UnknownName
 from phalanx.storage.datastores import (
     DATASTORE_ADAPTER,
     DEFAULT_DATASTORE,
@@ -66,17 +66,14 @@ def get_datastore(ws: Workspace, name: str) -> Datastore:
     """The datastore called ``name`` (``default`` is always there).
 
     Raises:
-        PhalanxError: no such datastore.
+        UnknownName: no such datastore.
     """
     if name == DEFAULT_DATASTORE:
         return default_datastore(ws.home)
     rows = ws.query("SELECT config_json FROM datastores WHERE name = :name", {"name": name})
     if not rows:
-        known = [DEFAULT_DATASTORE, *(d.name for d in list_datastores(ws)[1:])]
-        raise PhalanxError(
-            f"datastore {name!r} not found (known: {', '.join(known)}); "
-            "create it with `phalanx datastore create`"
-        )
+        known = [d.name for d in list_datastores(ws)]
+        raise UnknownName("datastore", name, known, "`phalanx datastore list` shows them")
     return _load(rows[0]["config_json"])
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -54,6 +55,10 @@ def storage_errors(url: str, *, action: str = "read") -> Iterator[None]:
     except FileNotFoundError as exc:
         raise PhalanxError(f"{url} not found; check the path, the datastore or the asset") from exc
     except Exception as exc:
+        if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+            raise PhalanxError(
+                f"{url}: a name in it is longer than the file system allows; check the path"
+            ) from exc
         if denied(exc):
             code = getattr(exc, "error_code", None) or type(exc).__name__
             code = getattr(code, "value", code)

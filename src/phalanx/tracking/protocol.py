@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from phalanx.limits import bounded
 from phalanx.tracking.runfiles import (
     MAX_KEY,
     MAX_PARAM_VALUE,
@@ -57,7 +58,7 @@ class TrackingError(Exception):
         self.code, self.message, self.status = code, message, status
 
     def wire(self) -> dict[str, str]:
-        return {"error_code": self.code, "message": self.message}
+        return {"error_code": self.code, "message": bounded(self.message)}
 
 
 def not_found(what: str) -> TrackingError:
