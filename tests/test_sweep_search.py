@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -134,9 +135,33 @@ def test_a_trial_gets_its_values_as_literal_inputs() -> None:
     spec = sweep(BASE + "inputs: {epochs: 3, x: 9}\ncompute: local\n")
     trial = spec.trial_spec({"x": 0.25}, name="s_0")
     assert trial.name == "s_0"
-    assert trial.command == "python train.py --x ${{inputs.x}}"
+    assert trial.command == "python train.py --x 0.25"
     # A value of the search space replaces a literal input of the same name.
     assert trial.literal_inputs() == {"epochs": 3, "x": 0.25}
+
+
+def test_a_value_reaches_the_command_as_one_word_whatever_it_holds() -> None:
+    command = (
+        """python train.py --a ${{search_space.g}} --b "<${{search_space.g}}>" """
+        """--c '<${{search_space.g}}>' --d ${{inputs.g}} # ${{search_space.g}}"""
+    )
+    text = BASE.replace("python train.py --x ${{search_space.x}}", command)
+    text = text.replace(
+        "  x: {type: uniform, min_value: 0, max_value: 1}",
+        """  g: {type: choice, values: ["hello world", "it's $(id) `id` \\"$HOME\\"\\n"]}""",
+    )
+    spec = sweep(text)
+    for value in spec.search_space["g"].values:  # type: ignore[union-attr]
+        line = spec.trial_spec({"g": value}).command.replace("python train.py", "printf '%s|'")
+        shown = subprocess.run(["bash", "-c", line], capture_output=True, text=True, check=True)
+        assert shown.stdout == f"--a|{value}|--b|<{value}>|--c|<{value}>|--d|{value}|"
+
+
+def test_a_choice_value_may_not_hold_a_reference() -> None:
+    with pytest.raises(SpecError) as caught:
+        with_space("  x: {type: choice, values: ['${{inputs.a}}']}\n")
+    assert caught.value.field == "search_space.x.values"
+    assert "which a command reads as a reference" in caught.value.message
 
 
 # -- values as each distribution gives them --------------------------------------------

@@ -146,7 +146,9 @@ def test_azure_mls_hello_sweep_runs_its_trials_as_jobs(cli: Cli) -> None:
     assert sorted(j["name"] for j in json.loads(every)) == sorted([name, *by_name])
     shown = cli.run("job", "show", name, check=True).stdout
     assert f"best trial         {best['number']} ({best['job_name']})" in shown
-    assert f"--path azureml://jobs/{best['job_name']}/outputs/checkpoints" in shown
+    # Its trials write no file: no command that would register an empty folder.
+    assert f"register it        nothing to: {best['job_name']} wrote no output or" in shown
+    assert view["register"] is None
     # On an 80-column terminal: the trials table cuts no job name, and a stop's reason
     # goes under its trial's row, wrapped at spaces.
     cli.env["COLUMNS"] = "80"
@@ -168,19 +170,20 @@ trial:
   command: python score.py --a ${{search_space.a}} --b ${{search_space.b}}
 sampling_algorithm: grid
 search_space:
-  a: {type: choice, values: [x, y, z]}
+  a: {type: choice, values: [x, "hello world", "it's $HOME `z`"]}  # each one argument
   b: {type: randint, upper: 2}
 objective: {primary_metric: score, goal: minimize}
 limits: {max_total_trials: 10, max_concurrent_trials: 3}
 """
 
-MLFLOW_SCORE = """
+VALUES = ["x", "hello world", "it's $HOME `z`"]
+MLFLOW_SCORE = f"""
 import argparse, mlflow
 p = argparse.ArgumentParser()
 p.add_argument("--a")
 p.add_argument("--b", type=int)
 a = p.parse_args()
-mlflow.log_metric("score", "xyz".index(a.a) * 10 + a.b, step=0)
+mlflow.log_metric("score", {VALUES!r}.index(a.a) * 10 + a.b, step=0)
 """
 
 
@@ -192,10 +195,10 @@ def test_grid_covers_the_grid_once_reading_what_mlflow_logged(cli: Cli) -> None:
     assert sweep["status"] == "Completed", sweep
     trials = sweep["sweep"]["trials"]
     points = sorted((t["params"]["a"], t["params"]["b"]) for t in trials)
-    assert points == [(a, b) for a in "xyz" for b in (0, 1)]
-    # The objective is what each trial logged through MLflow.
+    assert points == sorted((a, b) for a in VALUES for b in (0, 1))
+    # The objective is what each trial logged through MLflow, its value one argument.
     for trial in trials:
-        assert trial["value"] == "xyz".index(trial["params"]["a"]) * 10 + trial["params"]["b"]
+        assert trial["value"] == VALUES.index(trial["params"]["a"]) * 10 + trial["params"]["b"]
     assert sweep["sweep"]["ended_reason"] == "covered the grid (6 points)"
     assert sweep["sweep"]["best_value"] == 0
     jobs = [cli.show(j["name"]) for j in trial_jobs(cli, name)]
@@ -418,6 +421,10 @@ def test_a_spot_sweeps_trial_resumes_after_preemption_and_counts_once(cli: Cli) 
     assert starts[-1] != "started at 0", log
     assert len(sweep["sweep"]["trials"]) == 1
     assert [s for s, _ in sweep["sweep"]["trials"][0]["curve"]] == list(range(12))
+    # Its trial wrote a checkpoint: the command shown registers it.
+    register = sweep["sweep"]["register"]
+    assert register.endswith(f"--path azureml://jobs/{trial}/outputs/checkpoints"), register
+    cli.run(*register.split()[1:], check=True)
 
 
 @pytest.mark.parametrize(
@@ -475,6 +482,33 @@ def test_a_sweep_whose_first_trials_all_fail_makes_no_more(cli: Cli) -> None:
     message = sweep["error"]["message"]
     assert "its first 3 trials failed and none completed" in message
     assert f"trial 0 ({name}_0): " in message and "no such optimiser" in message
+
+
+def test_a_sweep_whose_metric_is_never_logged_stops_at_its_first_trial(cli: Cli) -> None:
+    body = HELLO.replace("primary_metric: score", "primary_metric: scores")
+    name = cli.create(write_sweep(cli, "sweep.yml", body))
+    sweep = cli.wait(name, ("Completed", "Failed"), timeout=180)
+    assert sweep["status"] == "Failed"
+    # The first trial that completed is enough: no trial was made after the first two.
+    trials = sweep["sweep"]["trials"]
+    assert [t["number"] for t in trials] == [0, 1], trials
+    ended = [t for t in trials if t["state"] == "completed"]
+    assert ended, trials
+    first = ended[0]
+    said = "logged no 'scores' (objective.primary_metric), only 'score': did you mean 'score'?"
+    assert first["reason"] == said and first["value"] is None
+    assert sweep["error"]["message"] == (
+        f"no trial completed with a value of 'scores': trial {first['number']} "
+        f"({first['job_name']}) {said}"
+    )
+    # A trial is what its job is: Completed in the job list, completed in the sweep's.
+    jobs = {j["name"]: j["status"] for j in trial_jobs(cli, name)}
+    for trial in trials:
+        assert trial["state"] in ("completed", "canceled"), trial
+        assert jobs[trial["job_name"]] == trial["state"].capitalize()
+    shown = cli.run("job", "show", name, check=True).stdout
+    row = next(line for line in shown.splitlines() if first["job_name"] in line.split())
+    assert row.split()[2] == "completed", shown
 
 
 def test_canceling_a_sweep_whose_controller_is_gone_stops_its_trials(cli: Cli) -> None:

@@ -21,8 +21,11 @@ The sweep ends when no trial runs and no more will be made: ``Completed``
 naming its best trial, or ``Failed`` when no trial completed with a value of
 the primary metric. A sweep stops making trials early when its first
 ``max(3, max_concurrent_trials)`` trials all failed (a broken script should not
-run a thousand times), and at ``limits.timeout``, when its running trials are
-canceled. Canceling the sweep cancels its trials.
+run a thousand times); when a trial completed without logging the primary metric
+and no trial ever logged it (its name is wrong: the error lists what was logged),
+and at ``limits.timeout``, both canceling its running trials. A trial is
+``completed`` when its job is, with or without a result. Canceling the sweep
+cancels its trials.
 """
 
 from __future__ import annotations
@@ -192,14 +195,10 @@ class SweepRunner:
         value = _last(curve)
         metric = spec.objective.primary_metric
         reason: str | None = None
-        if child.status is JobStatus.COMPLETED and value is not None:
+        if child.status is JobStatus.COMPLETED:  # as its job: with a result or without
             state = TrialState.COMPLETED
-        elif child.status is JobStatus.COMPLETED:
-            state = TrialState.FAILED
-            reason = (
-                f"completed without logging {metric!r} (objective.primary_metric); log it "
-                "with phalanx.train.log_metric or mlflow.log_metric"
-            )
+            if value is None:
+                reason = _unlogged(metric, Path(child.job_dir))
         elif child.status is JobStatus.CANCELED:
             state = TrialState.CANCELED
             reason = self._stop_reason or "canceled"
@@ -211,6 +210,14 @@ class SweepRunner:
         search.tell(record.number, state, value)
         shown = f": {metric} = {value:.6g}" if value is not None else ""
         self._say(f"trial {record.number} {state}{shown}" + (f" ({reason})" if reason else ""))
+        unlogged = value is None and state is TrialState.COMPLETED
+        if unlogged and self._failure is None and not search.reported:
+            # A trial ran to its end and no trial ever logged the metric: its name is wrong
+            # (or never logged), and every other trial would be run for nothing.
+            self._failure = f"trial {record.number} ({record.job_name}) {reason}"
+            self._stop_reason = f"the sweep stopped: trial {record.number} {reason}"
+            self._say(f"no trial logs {metric!r}: stopping its running trials")
+            stop_trials(self.ws, self.name)
 
     def _make(
         self,
@@ -225,9 +232,7 @@ class SweepRunner:
         live = len(_active(records, children))
         total = len(records)
         failed = [r for r in records if r.state is TrialState.FAILED]
-        if not any(r.state is TrialState.COMPLETED for r in records) and len(failed) >= max(
-            3, spec.max_concurrent_trials
-        ):
+        if best_trial(spec, records) is None and len(failed) >= max(3, spec.max_concurrent_trials):
             self._failure = (
                 f"its first {len(failed)} trials failed and none completed, so it made no "
                 f"more; trial {failed[0].number} ({failed[0].job_name}): {failed[0].reason}"
@@ -326,7 +331,8 @@ class SweepRunner:
         if best is None:
             metric = spec.objective.primary_metric
             first = next((r for r in records if r.reason), None)
-            why = f"; trial {first.number}: {first.reason}" if first else ""
+            # A failure names the trial it comes from already.
+            why = f"; trial {first.number}: {first.reason}" if first and not self._failure else ""
             return self._end(
                 JobStatus.FAILED, f"no trial completed with a value of {metric!r}: {reason}{why}"
             )
@@ -412,6 +418,26 @@ def _active(records: list[TrialRecord], children: dict[str, JobRecord]) -> list[
 def _last(curve: list[tuple[int, float]]) -> float | None:
     """The result of a trial: the value at its highest step."""
     return max(curve)[1] if curve else None
+
+
+def _unlogged(metric: str, job_dir: Path) -> str:
+    """Why a trial that completed has no result: the metrics it logged instead, and the
+    one it likely meant."""
+    from phalanx.errors import suggest
+    from phalanx.workspace.metrics import read_metrics
+
+    logged = sorted(read_metrics(job_dir))
+    if not logged:
+        return (
+            f"logged no metric; log {metric!r} (objective.primary_metric) with "
+            "phalanx.train.log_metric or mlflow.log_metric"
+        )
+    shown = ", ".join(repr(name) for name in logged[:8])
+    if len(logged) > 8:
+        shown += f" and {len(logged) - 8} more"
+    close = suggest(metric, logged)
+    fix = f"did you mean {close!r}?" if close else "set objective.primary_metric to one of them"
+    return f"logged no {metric!r} (objective.primary_metric), only {shown}: {fix}"
 
 
 def _text(value: object) -> str:

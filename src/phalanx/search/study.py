@@ -146,6 +146,11 @@ class Search:
             return len(self._ids) >= self.spec.grid_size()
         return False
 
+    @property
+    def reported(self) -> bool:
+        """Whether any trial reported a point of the primary metric."""
+        return any(t.intermediate_values for t in self.study.get_trials(deepcopy=False))
+
     def propose(self) -> Proposal:
         """The next trial's values (Optuna numbers it as the database will)."""
         trial = self.study.ask(self.distributions)

@@ -375,7 +375,7 @@ class LocalJobs:
             state=state,
             trials=live,
             statuses=statuses,
-            register=register_command(name, job.spec.get("outputs") or {}, best),
+            register=register_command(self.ws, name, job.spec.get("outputs") or {}, best),
         )
 
     def cancel(self, name: str) -> tuple[bool, JobRecord]:

@@ -6,8 +6,8 @@ trials that fall behind on ``objective.primary_metric``, and ``limits`` bounds
 how many run in all and at once. The trial's command names a value as
 ``${{search_space.<name>}}``; each trial gets its values as literal inputs of
 the same names (as Azure ML's SDK does when ``command(lr=Uniform(...))``
-replaces an input by a distribution), so they reach the command exactly as a
-literal input would.
+replaces an input by a distribution), and its command gets each value in place,
+as one word whatever it holds (``choice`` of ``"hello world"`` is one argument).
 
 :meth:`SweepSpec.trial_spec` is the command job of one trial;
 :meth:`SweepSpec.template` the same with each value at a representative point,
@@ -129,6 +129,11 @@ class Choice(SpecModel):
     def _distinct(cls, value: list[Any]) -> list[Any]:
         seen: list[Any] = []
         for item in value:
+            if isinstance(item, str) and "${{" in item:  # it would be read as a reference
+                raise user_error(
+                    f"{show(item)} holds '${{{{', which a command reads as a reference; "
+                    "write the value without it"
+                )
             if item in seen:  # 1, 1.0 and true are one value to the optimiser too
                 twin = seen[seen.index(item)]
                 raise user_error(
@@ -674,7 +679,7 @@ class SweepSpec(LocatedSpec):
         """
         record = self.to_record()
         trial = record.pop("trial")
-        command = _SEARCH_RE.sub(lambda m: "${{inputs." + m[1] + "}}", trial.pop("command"))
+        command = _with_values(trial.pop("command"), params)
         # An environment variable gets the value itself (variables are not interpolated).
         variables = trial.get("environment_variables") or {}
         trial["environment_variables"] = {
@@ -727,6 +732,29 @@ class SweepSpec(LocatedSpec):
     def to_record(self) -> dict[str, Any]:
         """A JSON-serialisable dict for the database (YAML key names, no ``None`` values)."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _with_values(command: str, params: dict[str, Any]) -> str:
+    """``command`` with each search-space value in place, one word whatever it holds
+    (``hello world``, a quote, a ``$``), quoted for where it sits as a path phalanx made
+    is (:mod:`phalanx.spec.interpolate`). ``${{inputs.x}}`` of a searched ``x`` is its
+    value too; every other reference is left for the job's own interpolation."""
+    from phalanx.spec.interpolate import REFERENCE_RE, quote_within, quoting_contexts
+
+    text = _SEARCH_RE.sub(lambda m: "${{inputs." + m[1] + "}}", command)
+    contexts = quoting_contexts(text)
+
+    def value_of(match: re.Match[str]) -> str:
+        kind, name = match.groups()
+        if kind != "inputs" or name not in params:
+            return match.group(0)
+        value = render_literal(params[name])
+        where = contexts.get(match.start())
+        if where is None:  # in a comment, which a line break would end
+            return " ".join(value.splitlines())
+        return quote_within(where, value)
+
+    return REFERENCE_RE.sub(value_of, text)
 
 
 def _loc(field: str | None) -> tuple[str, ...]:

@@ -52,8 +52,10 @@ def show_sweep(console: Console, job: JobRecord, view: SweepView) -> None:
             "best trial",
             Text(f"{best.number} ({best.job_name}): {view.metric} = {best.value:.6g}"),
         )
-        if view.register:
-            head.add_row("register it", Text(view.register))
+        head.add_row(
+            "register it",
+            Text(view.register or f"nothing to: {best.job_name} wrote no output or checkpoint"),
+        )
     console.print(head)
     if not view.trials:
         return

@@ -12,6 +12,7 @@ taken writes nothing more.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from enum import Enum
@@ -293,19 +294,36 @@ class SweepView:
         )
 
 
-def register_command(sweep: str, outputs: dict[str, Any], best: TrialRecord | None) -> str | None:
-    """The command that registers ``best``'s model output: the sweep's first declared
-    ``custom_model`` output, else its first output, else the trial's checkpoints."""
+def register_command(
+    ws: Workspace, sweep: str, outputs: dict[str, Any], best: TrialRecord | None
+) -> str | None:
+    """The command that registers ``best``'s model: of the sweep's ``custom_model``
+    outputs, its other outputs and the trial's checkpoints, in that order, the first the
+    trial wrote a file to; ``None`` when it wrote none (an empty folder cannot be
+    registered: the command would fail)."""
     if best is None:
         return None
     models = [
         k for k, v in outputs.items() if isinstance(v, dict) and v.get("type") == "custom_model"
     ]
-    output = (models or list(outputs) or ["checkpoints"])[0]
-    return (
-        f"phalanx model create --name {sweep}-best "
-        f"--path azureml://jobs/{best.job_name}/outputs/{output}"
-    )
+    others = [k for k in outputs if k not in models]
+    for output in [*models, *others, "checkpoints"]:
+        if _written(ws, best.job_name, output, outputs.get(output)):
+            return (
+                f"phalanx model create --name {sweep}-best "
+                f"--path azureml://jobs/{best.job_name}/outputs/{output}"
+            )
+    return None
+
+
+def _written(ws: Workspace, job: str, output: str, spec: Any) -> bool:
+    """Whether ``job`` wrote a file to ``output``. One the spec puts elsewhere (a
+    datastore, a local ``path``) is taken to hold what the job wrote there."""
+    if isinstance(spec, dict) and spec.get("path"):
+        return True
+    paths = ws.paths(job)
+    folder = paths.checkpoints if output == "checkpoints" else paths.outputs / output
+    return any(files for _, _, files in os.walk(folder))
 
 
 def view_to_wire(view: SweepView) -> dict[str, Any]:
