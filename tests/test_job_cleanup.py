@@ -8,7 +8,7 @@ import time
 
 import psutil
 
-from conftest import Cli, job_processes_under
+from conftest import Cli, job_processes_under, workspace_processes
 
 
 def _pids_with_arg(arg: str) -> list[int]:
@@ -89,3 +89,66 @@ def test_killed_supervisor_is_noticed_and_its_job_cleaned_up(cli: Cli) -> None:
     assert [a["status"] for a in job["attempts"]] == ["Failed"]
     time.sleep(0.5)
     assert _pids_with_arg("307") == []
+
+
+# Counts (0.2 s a step) to 600 in its first attempt, to 20 in later ones, keeping its count
+# in the checkpoint folder, beside a daemon of its own that left the job's process tree
+# and cleared its environment.
+COUNT_BESIDE_A_DAEMON = """
+command: >-
+  (setsid env -i /bin/sleep $((3080 + PHALANX_ATTEMPT)) &);
+  python -c "import os, time, pathlib;
+  ck = pathlib.Path(os.environ['PHALANX_CHECKPOINT_DIR'], 'count');
+  tmp = ck.with_name('count.tmp');
+  n = int(ck.read_text()) if ck.exists() else 0;
+  print('START', n, flush=True);
+  [(time.sleep(0.2), tmp.write_text(str(i + 1)), os.replace(tmp, ck),
+    print('STEP', i + 1, flush=True))
+    for i in range(n, 600 if os.environ['PHALANX_ATTEMPT'] == '1' else 20)]"
+retry: {max_attempts: 2}
+"""
+
+
+def test_killed_supervisor_and_scheduler_leave_nothing_running_and_the_job_resumes(
+    cli: Cli,
+) -> None:
+    """Embedded mode after a crash of both: nobody runs a command, yet the ranks and the
+    daemon end within a bound (the job's guard), and the job resumes from its checkpoint."""
+    name = cli.create(cli.write("count.yml", COUNT_BESIDE_A_DAEMON))
+    log = cli.home / "jobs" / name / "user_logs" / "std_log_process_0.txt"
+    deadline = time.monotonic() + 90
+    while "STEP 3" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline, "the job never got to step 3"
+        time.sleep(0.1)
+    _wait_for("3081")
+    first = job_processes_under(cli.home)  # all of the first attempt
+    assert first
+    for proc in workspace_processes(cli.home):
+        cmdline = proc.cmdline()
+        if "phalanx.jobs.schedulerd" in cmdline or "phalanx.jobs.supervisor" in cmdline:
+            proc.send_signal(signal.SIGKILL)
+    # No command from here on. The bound guards against ranks left running unwatched
+    # until the next command (unbounded); it is generous, not a speed check.
+    deadline = time.monotonic() + 30
+    while [p for p in first if _alive(p)] or _pids_with_arg("3081"):
+        assert time.monotonic() < deadline, "the first attempt's processes still run"
+        time.sleep(0.2)
+    job = cli.wait(name, ("Completed", "Failed"), timeout=120)
+    assert job["status"] == "Completed", job
+    assert [(a["status"], a["cause"]) for a in job["attempts"]] == [
+        ("Failed", "infrastructure"),
+        ("Succeeded", None),
+    ]
+    starts = [int(line.split()[1]) for line in log.read_text().splitlines()
+              if line.startswith("START")]  # fmt: skip
+    assert starts[0] == 0 and starts[1] >= 3  # resumed from its checkpoint
+    time.sleep(0.5)
+    assert _pids_with_arg("3081") == [] and _pids_with_arg("3082") == []
+    assert job_processes_under(cli.home) == []
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

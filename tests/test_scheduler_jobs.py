@@ -544,3 +544,81 @@ def test_two_local_targets_draw_cpu_slots_from_one_machine(cli: Cli) -> None:
     shrink = cli.run("compute", "create", "--type", "local", "--name", "local", "--cpus", "1")
     assert shrink.returncode == 2 and len(shrink.stderr.strip().splitlines()) == 1
     assert "--cpus 1: compute 'cpu-cluster' may hold 2" in shrink.stderr, shrink.stderr
+
+
+# Says what its creator's shell gave it, then holds its one GPU until its gate exists.
+MINE_AND_HOLD = """
+command: >-
+  echo "MINE=$MINE"; while [ ! -e "$RELEASE_DIR/$PHALANX_JOB_NAME" ]; do sleep 0.1; done
+environment_variables: {{RELEASE_DIR: "{gates}"}}
+resources: {{gpus_per_instance: 1}}
+"""
+
+
+def _processes_naming(name: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if name in (proc.info["cmdline"] or []) and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+    return found
+
+
+def test_a_queued_job_costs_no_process_and_runs_in_its_creators_environment(cli: Cli) -> None:
+    """Its supervisor starts when its turn comes, in the environment of the command that
+    made it, not that of the command that started the scheduler."""
+    cli.run("compute", "create", "--type", "local", "--name", "local", "--gpus", "0",
+            check=True)  # fmt: skip
+    gates = cli.home.parent / "gates"
+    gates.mkdir()
+    spec = cli.write("mine.yml", MINE_AND_HOLD.format(gates=gates))
+    names = []
+    for mine in ("first", "second", "third"):
+        cli.env["MINE"] = mine  # the first command starts the scheduler, with "first"
+        names.append(cli.create(spec))
+    _wait_status(cli, names[0], ("Running",))
+    time.sleep(1.0)  # the scheduler looked at the queue again
+    assert [_status(cli, n) for n in names[1:]] == ["Queued", "Queued"]
+    assert _processes_naming(names[1]) == [] and _processes_naming(names[2]) == []
+    for name in names:
+        (gates / name).touch()
+    for name, mine in zip(names, ("first", "second", "third"), strict=True):
+        assert cli.wait(name, ("Completed", "Failed"))["status"] == "Completed"
+        log = cli.home / "jobs" / name / "user_logs" / "std_log_process_0.txt"
+        assert log.read_text().splitlines()[0] == f"MINE={mine}"
+
+
+@pytest.mark.parametrize("cli", ["server"], indirect=True)
+def test_a_server_bounds_the_jobs_one_user_has_waiting(cli: Cli) -> None:
+    import httpx
+
+    import servers
+
+    assert cli.server is not None
+    servers.kill_phalanx_server(cli.server)
+    cli.server_args = (*cli.server_args, "--max-queued-per-user", "2")
+    cli.server = servers.start_phalanx_server(
+        cli.home, cli.env, *cli.server_args, port=cli.server.port
+    )
+    cli.run("compute", "create", "--type", "local", "--name", "local", "--gpus", "0",
+            check=True)  # fmt: skip
+    gates = cli.home.parent / "gates"
+    spec = _hold_spec(cli, gates)
+    names = [cli.create(spec)]
+    _wait_status(cli, names[0], ("Running",))  # running: not waiting
+    names += [cli.create(spec), cli.create(spec)]
+    refused = cli.run("job", "create", "-f", str(spec))
+    line = (
+        "job create: this caller has 2 job(s) queued, the most this server takes from one "
+        "user (--max-queued-per-user 2); wait for some to start, or cancel some"
+    )
+    assert refused.returncode == 2 and refused.stderr.strip() == f"error: {line}", refused.stderr
+    answer = httpx.post(f"{cli.server.url}/api/v1/jobs", json={"spec": spec.read_text()},
+                        timeout=60)  # fmt: skip
+    assert answer.status_code == 429 and answer.json() == {"error": line}, answer.text
+    cli.run("job", "cancel", names[2], check=True)
+    names.append(cli.create(spec))  # room again
+    for name in names:
+        (gates / name).touch()
+    for name in names[:2] + names[3:]:
+        assert cli.wait(name, ("Completed", "Failed"))["status"] == "Completed"

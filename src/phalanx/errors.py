@@ -54,6 +54,11 @@ class Forbidden(PhalanxError):
     (HTTP 403; :mod:`phalanx.service.access` decides)."""
 
 
+class QueueFull(PhalanxError):
+    """The caller has as many jobs waiting as the server takes from one user (HTTP 429;
+    ``phalanx server start --max-queued-per-user``)."""
+
+
 class PreparationCanceled(PhalanxError):
     """The job was canceled while it was being prepared (inputs, its environment)."""
 

@@ -8,6 +8,7 @@ import click
 from rich.console import Console
 
 from phalanx.errors import PhalanxError
+from phalanx.service.access import DEFAULT_MAX_QUEUED
 from phalanx.sizes import parse_size
 from phalanx.terminal.columns import print_table, short_time
 
@@ -62,6 +63,15 @@ def server_group() -> None:
     "the database, secrets and tokens (only where every token holder is trusted).",
 )
 @click.option(
+    "--max-queued-per-user",
+    type=click.IntRange(min=0),
+    default=DEFAULT_MAX_QUEUED,
+    show_default=True,
+    help="The most jobs one user may have waiting: queued and not started yet, and "
+    "sweeps not over (their trials are bounded by max_concurrent_trials). A create past "
+    "it is refused (HTTP 429). 0: no bound.",
+)
+@click.option(
     "--job-uids",
     metavar="START-END",
     help="The uids (and gids) walled-off jobs get, one each (default 1879048192-1879113727).",
@@ -78,6 +88,7 @@ def start_cmd(
     tls_key: Path | None,
     workers: int | None,
     trust_jobs: bool,
+    max_queued_per_user: int,
     job_uids: str | None,
 ) -> int:
     """Serve the workspace; runs in the foreground (systemd: see docs/deploy.md)."""
@@ -104,6 +115,7 @@ def start_cmd(
         workers=default_workers() if workers is None else workers,
         trust_jobs=trust_jobs,
         job_uids=job_uids,
+        max_queued_per_user=max_queued_per_user or None,
     )
     return 0
 

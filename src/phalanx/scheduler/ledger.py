@@ -457,3 +457,34 @@ def scaling_of(ws: Workspace, target: str) -> Scaling | None:
         report=json.loads(row["report_json"]) if row["report_json"] else {},
         reported_at=row["reported_at"],
     )
+
+
+@dataclass(frozen=True)
+class Waits:
+    """What one user has waiting: what a server's ``--max-queued-per-user`` bounds."""
+
+    queued: int
+    """Jobs Queued and holding nothing (a sweep's trials are not counted: its own
+    ``max_concurrent_trials`` bounds them)."""
+    sweeps: int
+    """Sweeps not over (each makes trials)."""
+
+    @property
+    def total(self) -> int:
+        return self.queued + self.sweeps
+
+
+def waits_of(ws: Workspace, user: str | None) -> Waits:
+    """What ``user`` (``None``: jobs made without a user) has waiting."""
+    from phalanx.workspace.trials import SWEEP_TARGET
+
+    owner = "created_by IS NULL" if user is None else "created_by = :user"
+    rows = ws.query(
+        "SELECT SUM(CASE WHEN status = :queued AND NOT EXISTS (SELECT 1 FROM allocations a"
+        " WHERE a.job_name = jobs.name) THEN 1 ELSE 0 END) AS queued,"
+        " SUM(CASE WHEN target = :sweep AND status IN (:h0, :h1, :h2, :h3) THEN 1 ELSE 0 END)"
+        f" AS sweeps FROM jobs WHERE parent_name IS NULL AND {owner}",
+        {"user": user, "queued": JobStatus.QUEUED.value, "sweep": SWEEP_TARGET,
+         **{f"h{i}": s.value for i, s in enumerate(_HOLDING)}},
+    )  # fmt: skip
+    return Waits(queued=int(rows[0]["queued"] or 0), sweeps=int(rows[0]["sweeps"] or 0))

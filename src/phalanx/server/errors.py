@@ -23,6 +23,7 @@ from phalanx.errors import (
     Forbidden,
     JobNotFoundError,
     PhalanxError,
+    QueueFull,
     SpecError,
     UnsetVariableError,
 )
@@ -67,6 +68,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Forbidden)
     async def _forbidden(_: Request, exc: Forbidden) -> JSONResponse:
         return JSONResponse(error_body(str(exc)), status_code=403)
+
+    @app.exception_handler(QueueFull)
+    async def _queue_full(_: Request, exc: QueueFull) -> JSONResponse:
+        return JSONResponse(error_body(str(exc)), status_code=429)
 
     @app.exception_handler(UploadError)
     async def _upload(_: Request, exc: UploadError) -> JSONResponse:

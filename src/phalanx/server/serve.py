@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from phalanx.errors import DatabaseUnavailable, PhalanxError
 from phalanx.server.settings import ServerSettings
+from phalanx.service.access import DEFAULT_MAX_QUEUED
 from phalanx.workspace import Workspace
 from phalanx.workspace.layout import HOME_ENV
 
@@ -172,6 +173,7 @@ def serve(
     studio_only: bool = False,
     trust_jobs: bool = False,
     job_uids: str | None = None,
+    max_queued_per_user: int | None = DEFAULT_MAX_QUEUED,
 ) -> None:
     """Serve the workspace at ``home`` until interrupted, in ``workers`` processes
     (``studio_only``: announced as ``phalanx studio``, the page to open).
@@ -179,6 +181,7 @@ def serve(
     Args:
         trust_jobs: Run jobs as the server's account (no walls: :mod:`phalanx.jobs.walls`).
         job_uids: ``START-END``, the uids walled-off jobs get (a default range otherwise).
+        max_queued_per_user: The most jobs one user may have waiting (``None``: no bound).
 
     Raises:
         PhalanxError: refused settings (see :func:`check_auth`), walls that cannot be
@@ -202,6 +205,7 @@ def serve(
         auth=check_auth(host, auth, ws),
         max_upload=max_upload,
         datastore_roots=roots,
+        max_queued_per_user=max_queued_per_user,
     )
     ws.close()
     walls: WallSettings | None = None
@@ -220,6 +224,7 @@ def serve(
             "auth": settings.auth,
             "max_upload": settings.max_upload,
             "datastore_roots": [str(r) for r in settings.datastore_roots],
+            "max_queued_per_user": settings.max_queued_per_user,
         }
     )
     scheme = "https" if tls_cert else "http"
@@ -299,6 +304,7 @@ def serving_app() -> FastAPI:
         auth=bool(values["auth"]),
         max_upload=int(values["max_upload"]),
         datastore_roots=tuple(Path(r) for r in values.get("datastore_roots", ())),
+        max_queued_per_user=values.get("max_queued_per_user", DEFAULT_MAX_QUEUED),
     )
     _end_with_parent()
     threading.Thread(

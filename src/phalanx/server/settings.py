@@ -8,7 +8,7 @@ from pathlib import Path
 
 from starlette.requests import Request
 
-from phalanx.service.access import Caller, ServerLimits
+from phalanx.service.access import DEFAULT_MAX_QUEUED, Caller, ServerLimits
 from phalanx.workspace import Workspace
 
 DEFAULT_MAX_UPLOAD = 1 << 30
@@ -28,11 +28,16 @@ class ServerSettings:
     datastore_roots: tuple[Path, ...] = ()
     """The folders a ``local`` datastore made through the server may name
     (``--datastore-root``)."""
+    max_queued_per_user: int | None = DEFAULT_MAX_QUEUED
+    """The most jobs one user may have waiting (``--max-queued-per-user``; ``None``: no
+    bound)."""
 
     @property
     def limits(self) -> ServerLimits:
-        """What callers may reach on the server's machine."""
-        return ServerLimits(datastore_roots=self.datastore_roots)
+        """What callers may reach on the server's machine, and how much they may queue."""
+        return ServerLimits(
+            datastore_roots=self.datastore_roots, max_queued=self.max_queued_per_user
+        )
 
     @property
     def uploads(self) -> Path:

@@ -52,6 +52,12 @@ class Role(str, enum.Enum):
 ROLES = tuple(r.value for r in Role)
 
 
+DEFAULT_MAX_QUEUED = 100
+"""The most jobs one user may have waiting on a server unless its admin says otherwise
+(``--max-queued-per-user``): jobs queued and holding nothing yet, and sweeps not over (a
+sweep's own trials are bounded by its ``max_concurrent_trials``)."""
+
+
 @dataclass(frozen=True)
 class ServerLimits:
     """What a server lets its callers reach on its own machine.
@@ -59,9 +65,13 @@ class ServerLimits:
     Args:
         datastore_roots: The folders a ``local`` datastore may name (itself or
             inside one); none: no ``local`` datastore can be made through the server.
+        max_queued: The most jobs one user may have waiting (``--max-queued-per-user``).
     """
 
     datastore_roots: tuple[Path, ...] = ()
+    max_queued: int | None = DEFAULT_MAX_QUEUED
+    """The most jobs one user may have waiting (see :data:`DEFAULT_MAX_QUEUED`); ``None``:
+    no bound."""
 
 
 @dataclass(frozen=True)

@@ -269,11 +269,14 @@ class LocalJobs:
         Raises:
             SpecError: the spec is invalid.
             Forbidden: a viewer, or a spec reaching where the caller may not.
+            QueueFull: the caller has as many jobs waiting as the server takes.
         """
         from phalanx.jobs.control import submit, submit_sweep
         from phalanx.spec import SweepSpec
 
         self.caller.require_member("job create")
+        if not validate_only:
+            self._check_room()
         loaded, text, notes = load_for_run(spec, overrides, self.ws, self.caller)
         if validate_only:
             return Submission(validation=validation_of(loaded), notes=notes)
@@ -282,6 +285,32 @@ class LocalJobs:
         else:
             job = submit(self.ws, loaded, text, created_by=self.caller.user)
         return Submission(job=job, notes=notes)
+
+    def _check_room(self) -> None:
+        """Refuse a job past the server's bound on what one user has waiting.
+
+        A soft bound: two creates at the same moment may both pass it by one.
+
+        Raises:
+            QueueFull: in one line, naming the bound and what the caller has waiting.
+        """
+        from phalanx.errors import QueueFull
+        from phalanx.scheduler.ledger import waits_of
+
+        bound = self.caller.server.max_queued if self.caller.server is not None else None
+        if bound is None:
+            return
+        waits = waits_of(self.ws, self.caller.user)
+        if waits.total < bound:
+            return
+        who = f"user {self.caller.user!r}" if self.caller.user else "this caller"
+        what = f"{waits.queued} job(s) queued" + (
+            f" and {waits.sweeps} sweep(s) running" if waits.sweeps else ""
+        )
+        raise QueueFull(
+            f"job create: {who} has {what}, the most this server takes from one user "
+            f"(--max-queued-per-user {bound}); wait for some to start, or cancel some"
+        )
 
     def get(self, name: str) -> JobRecord:
         """The job's record, with what its MLflow run logged (params, tags)."""

@@ -71,6 +71,9 @@ from phalanx.spec.values import (
 
 #: The most trials one sweep may run (Azure ML's cap too).
 MAX_TRIALS = 1000
+MAX_CONCURRENT_TRIALS = 100
+"""Trials of one sweep in the queue at once: each is a job of its own (Azure ML refuses
+more than 100 too)."""
 #: The most values a ``choice`` may list, and the most points a grid may have.
 MAX_CHOICES = 10_000
 
@@ -389,8 +392,9 @@ class SweepLimits(SpecModel):
 
     max_total_trials: Annotated[StrictInt, Field(ge=1, le=MAX_TRIALS)] | None = None
     """Trials in all (default: the grid's size for ``grid``, else 20)."""
-    max_concurrent_trials: Annotated[StrictInt, Field(ge=1, le=MAX_TRIALS)] | None = None
-    """Trials at once (default: ``max_total_trials``; the queue bounds them too)."""
+    max_concurrent_trials: Annotated[StrictInt, Field(ge=1)] | None = None
+    """Trials at once, at most :data:`MAX_CONCURRENT_TRIALS` (default: ``max_total_trials``
+    up to that; the queue bounds them too)."""
     timeout: int | None = None
     """Seconds the sweep may run; then its running trials are canceled. Same forms as a
     command job's ``limits.timeout`` (``7200``, ``2h``)."""
@@ -401,6 +405,16 @@ class SweepLimits(SpecModel):
     @classmethod
     def _duration(cls, value: Any) -> Any:
         return None if value is None else parse_duration(value)
+
+    @field_validator("max_concurrent_trials")
+    @classmethod
+    def _at_once(cls, value: int | None) -> int | None:
+        if value is not None and value > MAX_CONCURRENT_TRIALS:
+            raise user_error(
+                f"at most {MAX_CONCURRENT_TRIALS} trials run at once (Azure ML's bound too); "
+                f"got {value}: lower it (the sweep makes more trials as others end)"
+            )
+        return value
 
 
 class TrialSpec(SpecModel):
@@ -662,7 +676,9 @@ class SweepSpec(LocatedSpec):
 
     @property
     def max_concurrent_trials(self) -> int:
-        return self.limits.max_concurrent_trials or self.max_total_trials
+        return self.limits.max_concurrent_trials or min(
+            self.max_total_trials, MAX_CONCURRENT_TRIALS
+        )
 
     def grid_size(self) -> int:
         """The number of combinations of the search space's values (grid sampling)."""
