@@ -561,8 +561,8 @@ def test_targets_sharing_a_machine_at_random_never_hold_more_than_it_has() -> No
             decision = decide(capacity, list(running[target].values()),
                               list(queues[target].values()), now)  # fmt: skip
             for name, nodes in decision.admit.items():
-                job = queues[target].pop(name)
-                ends = now + job.timeout if job.timeout else now + rng.randint(1, 30)
+                started = queues[target].pop(name)
+                ends = now + (started.timeout or rng.randint(1, 30))
                 running[target][name] = RunningJob(name, nodes, ends_by=ends, target=target)
             held = [n for jobs in running.values() for j in jobs.values() for n in j.nodes]
             assert sum(n.cpus for n in held) <= slots, (tick, running)
