@@ -9,6 +9,7 @@ what each early-termination policy must do is known in advance.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 import servers
@@ -439,6 +441,14 @@ def test_a_spot_sweeps_trial_resumes_after_preemption_and_counts_once(cli: Cli) 
         (("--opt ${{search_space.opt}}", "--opt ${{search_space.optimizer}}"),
          "sweep.yml:7: trial.command: ${{search_space.optimizer}} names nothing in "
          "search_space"),
+        (("  code: src\n  command:", "  code: src\ncommand:"),
+         "sweep.yml:7: command: command belongs under trial: in a sweep job"),
+        (("x: {type: uniform, min_value: 0, max_value: 1}",
+          "x: {type: normal, mu: .nan, sigma: 1}"),
+         "sweep.yml:14: search_space.x.mu: must be a finite number; got nan"),
+        (("max_total_trials: 4, max_concurrent_trials: 2",
+          "max_total_trials: 1000, max_concurrent_trials: 1000"),
+         "sweep.yml:18: limits.max_concurrent_trials: at most 100 trials run at once"),
     ],
 )  # fmt: skip
 def test_bad_sweep_specs_get_one_line_and_exit_2(
@@ -518,7 +528,11 @@ def test_canceling_a_sweep_whose_controller_is_gone_stops_its_trials(cli: Cli) -
     while sum(j["status"] == "Running" for j in trial_jobs(cli, name)) < 2:
         assert time.monotonic() < deadline
         time.sleep(0.3)
-    controller = [p for p in workspace_processes(cli.home) if p.cmdline()[-1:] == [name]]
+    controller = [
+        p
+        for p in workspace_processes(cli.home)
+        if "phalanx.jobs.supervisor" in p.cmdline() and p.cmdline()[-1:] == [name]
+    ]
     assert len(controller) == 1
     controller[0].send_signal(signal.SIGKILL)
     cli.run("job", "cancel", name, check=True)
@@ -544,3 +558,43 @@ def test_a_sweeps_trial_names_are_kept_for_it(cli: Cli) -> None:
     assert refused.returncode == 2
     assert "'kept_7' is kept for trial 7 of sweep 'kept'" in refused.stderr
     assert cli.wait(name, ("Completed", "Failed"), timeout=120)["status"] == "Completed"
+
+
+def _supervised(cli: Cli) -> set[str]:
+    """The jobs of the workspace that have a supervisor process now."""
+    names = set()
+    for proc in workspace_processes(cli.home):
+        with contextlib.suppress(psutil.Error):
+            cmdline = proc.cmdline()
+            if "phalanx.jobs.supervisor" in cmdline:
+                names.add(cmdline[-1])
+    return names
+
+
+def test_queued_trials_cost_no_process_until_they_start(cli: Cli) -> None:
+    """Six trials at once on a target that runs one: the others wait as records in the
+    queue, and only the sweep's controller and a trial that started have a supervisor."""
+    cli.run("compute", "create", "--type", "local", "--name", "local", "--gpus", "none",
+            "--cpus", "1", check=True)  # fmt: skip
+    body = HELLO.replace(
+        "max_total_trials: 4, max_concurrent_trials: 2",
+        "max_total_trials: 6, max_concurrent_trials: 6",
+    ).replace("--steps ${{inputs.steps}}", "--steps 600")
+    name = cli.create(write_sweep(cli, "sweep.yml", body))
+    deadline = time.monotonic() + 120
+    looks = 0
+    while looks < 3:
+        assert time.monotonic() < deadline, trial_jobs(cli, name)
+        waiting = {j["name"] for j in trial_jobs(cli, name) if j["status"] == "Queued"}
+        supervised = _supervised(cli)
+        if len(waiting) >= 4:
+            # At most one trial of those just seen waiting has started since (one slot).
+            assert len(supervised & waiting) <= 1, (supervised, waiting)
+            assert len(supervised) <= 3, supervised  # the controller, a trial, its successor
+            looks += 1
+        time.sleep(0.5)
+    cli.run("job", "cancel", name, check=True)
+    jobs = trial_jobs(cli, name)
+    assert len(jobs) == 6
+    for job in jobs:  # the waiting ones too: nothing runs them, so the cancel ends them
+        assert cli.wait(job["name"], ("Canceled",), timeout=60)["status"] == "Canceled"
