@@ -1,9 +1,10 @@
 """The detached process that runs one job: ``python -m phalanx.jobs.supervisor NAME``.
 
-Started by ``phalanx job create`` in a session of its own, so it outlives the
-CLI and a Ctrl-C at the terminal never reaches it (or by the scheduler, for a
-job whose supervisor was lost). It first waits, asleep and light (nothing heavy
-imported yet), until the scheduler gives the job its devices; then it runs the
+Started by the scheduler when it gives the job its devices (a queued job has no
+process), under the job's guard (:mod:`phalanx.jobs.guard`), in a session of
+their own and the environment of the command that created the job; a sweep's
+controller is started by ``phalanx job create`` itself. It finds its grant (or,
+for a job preempted earlier, waits for the next one, asleep), then runs the
 job. SIGTERM (from ``phalanx job cancel``) stops the job, waiting or not. Its
 log is the job's ``system_logs/supervisor.txt``. A bug in the runner still ends
 the job, as Failed with a system error, and leaves no process of its attempt

@@ -5,7 +5,9 @@ in its environment, inherited down the whole tree, so the job's processes are
 found even after their parents died and they were re-parented. The job's
 supervisor is also a *child subreaper* (Linux ``PR_SET_CHILD_SUBREAPER``):
 orphans of the job re-parent to it rather than to init, so a process that
-cleared its environment is still found among the supervisor's descendants.
+cleared its environment is still found among the supervisor's descendants; and
+so is its guard (:mod:`phalanx.jobs.guard`), which takes them in once the
+supervisor is gone.
 """
 
 from __future__ import annotations
