@@ -3,18 +3,19 @@ environment layered on phalanx's, reused by the next job; refusals and notes."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 import subprocess
 import sys
-import threading
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 
-from conftest import Cli
+from conftest import PHALANX, Cli
+from silentindex import silent_index
 
 # pyfiglet: small, pure Python, and not among phalanx's own packages.
 PACKAGE = "pyfiglet==1.0.4"
@@ -114,50 +115,90 @@ def test_a_failed_build_fails_the_job_and_leaves_nothing(cli: Cli) -> None:
     assert missing.returncode == 2 and "environment.pip_file: file" in missing.stderr
 
 
-def test_cancel_stops_a_build_in_progress(cli: Cli) -> None:
-    """pip waits on a package index that accepts connections and never answers; a cancel
-    ends the job at once, and no half-built environment or pip process is left."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def hang() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            with contextlib.suppress(OSError):
-                held.append(server.accept()[0])  # read nothing, answer nothing
-
-    threading.Thread(target=hang, daemon=True).start()
-    try:
-        index = f"http://127.0.0.1:{server.getsockname()[1]}/simple"
+def test_a_build_shows_its_step_a_second_job_waits_for_it_and_cancel_stops_it(
+    cli: Cli,
+) -> None:
+    """pip waits on a package index that accepts connections and never answers. The job
+    says what it builds (`job stream`, `job show`, the API's record) with pip's last line
+    and its log, a job asking for the same environment says whose build it waits for,
+    the index's password shows nowhere, and a cancel ends the job at once, leaving no
+    half-built environment or pip process."""
+    secret = "t0k3n-" + uuid.uuid4().hex[:12]
+    with silent_index() as index:
         cli.write("src/env_job.py", SCRIPT)
-        cli.write("requirements.txt", f"--index-url {index}\n{PACKAGE}\n")
-        name = cli.create(_job(cli, "{pip_file: requirements.txt}"))
-        supervisor = cli.home / "jobs" / name / "system_logs" / "supervisor.txt"
-        deadline = time.monotonic() + 60
-        while not held:  # pip is waiting for the index
-            assert time.monotonic() < deadline, "pip never reached the index"
-            time.sleep(0.1)
-        assert "building" in supervisor.read_text()
-        asked = time.monotonic()
-        cli.run("job", "cancel", name, check=True)
-        job = cli.wait(name, ("Canceled", "Failed", "Completed"), timeout=30)
-        assert job["status"] == "Canceled", job
-        assert time.monotonic() - asked < 20  # not pip's own timeouts and retries
-        assert [p for p in (cli.home / "envs").iterdir() if p.is_dir()] == []
-        requirements = str(cli.workdir / "requirements.txt")
-        pips = [
-            p for p in psutil.process_iter(["cmdline"])
-            if requirements in " ".join(p.info["cmdline"] or [])
-        ]  # fmt: skip
-        assert pips == []
-    finally:
-        stop.set()
-        for conn in held:
-            conn.close()
-        server.close()
+        url = index.url.replace("http://", f"http://build:{secret}@")
+        cli.write("requirements.txt", f"--index-url {url}\n{PACKAGE}\n")
+        spec = _job(cli, "{pip_file: requirements.txt}")
+        name = cli.create(spec)
+        stream = subprocess.Popen(
+            [PHALANX, "job", "stream", name], env=cli.env, cwd=cli.workdir,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while not index.held:  # pip is waiting for the index
+                assert time.monotonic() < deadline, "pip never reached the index"
+                time.sleep(0.1)
+            supervisor = cli.home / "jobs" / name / "system_logs" / "supervisor.txt"
+            assert "building" in supervisor.read_text()
+            # The build's output is the job's system log; its last line is the progress.
+            log_path = cli.home / "jobs" / name / "system_logs" / "environment.txt"
+            building = "building environment from requirements.txt (pip, first use)"
+            shown = _shown(cli, name, f"its log {log_path}")
+            log = log_path.read_text()
+            assert "Looking in indexes" in log
+            step = shown[shown.index(building) :].split(" its log ")[0]
+            assert step.split(" · ")[2] == log.strip().splitlines()[-1].strip()
+
+            waiting = cli.create(spec)  # the same environment: it waits for the first's build
+            whose = f"being built by job {name}"
+            words = f"waiting for environment from requirements.txt (pip), {whose}"
+            note = _note(cli, waiting, lambda n: n.get("reason") == words)
+            assert note["progress"] is None and note["log"] is None  # no output of its own
+
+            cli.run("job", "cancel", waiting, check=True)
+            asked = time.monotonic()
+            cli.run("job", "cancel", name, check=True)
+            job = cli.wait(name, ("Canceled", "Failed", "Completed"), timeout=30)
+            assert job["status"] == "Canceled", job
+            # Not pip's own timeouts and retries (minutes); a bound against a hang only.
+            assert time.monotonic() - asked < 60
+            assert job["queue"] is None  # the step went with the Preparing status
+            out, _ = stream.communicate(timeout=30)
+        finally:
+            stream.kill()
+    assert building in " ".join(out.split()) and "Canceled" in out, out
+    assert secret not in out + shown + json.dumps(note) + log
+    assert [p for p in (cli.home / "envs").iterdir() if p.is_dir()] == []
+    requirements = str(cli.workdir / "requirements.txt")
+    pips = [
+        p for p in psutil.process_iter(["cmdline"])
+        if requirements in " ".join(p.info["cmdline"] or [])
+    ]  # fmt: skip
+    assert pips == []
+
+
+def _shown(cli: Cli, name: str, until: str) -> str:
+    """``job show NAME`` (its words, one space between each) once it holds ``until``."""
+    deadline = time.monotonic() + 30
+    while True:
+        shown = " ".join(cli.run("job", "show", name, check=True).stdout.split())
+        if until in shown:
+            return shown
+        assert time.monotonic() < deadline, shown
+        time.sleep(0.2)
+
+
+def _note(cli: Cli, name: str, ready: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """What the Preparing job ``name`` says it does, once ``ready`` says it is there."""
+    deadline = time.monotonic() + 30
+    while True:
+        job = cli.show(name)
+        note = job["queue"] or {}
+        if job["status"] == "Preparing" and ready(note):
+            return note
+        assert time.monotonic() < deadline, job
+        time.sleep(0.2)
 
 
 def test_image_that_cannot_be_pulled_is_refused_at_create(cli: Cli) -> None:

@@ -20,6 +20,13 @@ def test_known_shapes_are_masked() -> None:
     assert "AccountName=acct" in out and "sv=2024" in out
 
 
+def test_a_urls_password_is_masked_and_its_user_and_host_kept() -> None:
+    line = "Looking in indexes: https://build:t0k3n-S3cret@pypi.corp.example/simple, x://a@b"
+    out = redact(line)
+    assert "t0k3n-S3cret" not in out
+    assert "https://build:***@pypi.corp.example/simple" in out and "x://a@b" in out
+
+
 def test_remembered_values_are_masked_in_logs_and_tracebacks() -> None:
     remember("hunter2-very-secret")
     record = logging.LogRecord(

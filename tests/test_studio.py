@@ -31,6 +31,7 @@ import jobpython
 import servers
 import turns
 from conftest import BIN, PHALANX, Cli, job_processes_under, workspace_processes
+from silentindex import silent_index
 
 pytestmark = pytest.mark.slow
 
@@ -1053,3 +1054,34 @@ def test_compute_grid_queue_table_and_phalanx_queue_at_80_columns(
         for name in made:
             with contextlib.suppress(Exception):
                 cli.run("job", "cancel", name, timeout=60)
+
+
+def test_a_preparing_jobs_page_says_what_it_builds_and_links_the_builds_log(
+    studio: Studio, page: Any
+) -> None:
+    """pip waits on an index that never answers: the job's page says which environment
+    it builds, for how long, pip's last line, and links the build's system log."""
+    cli = studio.cli
+    with silent_index() as index:
+        cli.write("env/requirements.txt", f"--index-url {index.url}\npyfiglet==1.0.4\n")
+        more = "environment: {pip_file: env/requirements.txt}\n"
+        name = _job(cli, "env.py", "print('never')\n", more=more)
+        try:
+            page.goto(f"{studio.url}/jobs/{name}")
+            step = "building environment from requirements.txt (pip, first use) · "
+            page.wait_for_function(
+                f"document.querySelector('#step')?.innerText.startsWith({json.dumps(step)})"
+                " && !!document.querySelector('#step-progress')"
+            )
+            log = page.inner_text("#step-log")
+            assert log == "system_logs/environment.txt"
+            href = page.get_attribute("#step-log", "href")
+            assert href is not None
+            built = page.evaluate(f"fetch({json.dumps(href)}).then((r) => r.text())")
+            assert "Looking in indexes" in built
+            progress = page.inner_text("#step-progress")
+            assert progress == built.strip().splitlines()[-1].strip()
+            assert studio.server.home.as_posix() not in page.inner_text("#standing")
+        finally:
+            cli.run("job", "cancel", name, timeout=60)
+    page.wait_for_selector("#standing:empty", state="attached")  # Canceled: nowhere

@@ -26,23 +26,34 @@ POLL_S = 0.5
 
 
 @contextmanager
-def held(path: Path, canceled: Callable[[], bool], waiting_for: str) -> Iterator[None]:
+def held(
+    path: Path,
+    canceled: Callable[[], bool],
+    waiting_for: str,
+    waits: Callable[[], None] = lambda: None,
+) -> Iterator[None]:
     """Hold the file lock at ``path`` for the ``with`` block, waiting as long as another
     process holds it.
 
     Args:
         canceled: Asked every :data:`POLL_S` seconds while waiting.
         waiting_for: What the lock guards, for the message (``the image build``).
+        waits: Called once, when the lock is found held by another process (the
+            caller says whose work it waits for).
 
     Raises:
         PreparationCanceled: ``canceled()`` answered ``True`` while waiting.
     """
     lock = FileLock(str(path))
+    told = False
     while True:
         try:
             lock.acquire(timeout=POLL_S)
             break
         except Timeout:
+            if not told:
+                waits()
+                told = True
             if canceled():
                 raise PreparationCanceled(f"canceled while waiting for {waiting_for}") from None
     try:

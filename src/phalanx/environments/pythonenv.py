@@ -48,6 +48,7 @@ import yaml
 
 from phalanx import __version__
 from phalanx.cancelable import held, run_logged
+from phalanx.environments.progress import QUIET, Progress, Step, builder_words, building
 from phalanx.errors import PhalanxError
 from phalanx.launch.account import JobAccount
 
@@ -73,6 +74,14 @@ class EnvironmentRequest:
     """Where the file was: relative paths inside it resolve against this."""
     path: Path | None = None
     """The requirements file itself, which pip reads (its ``-r`` includes are relative to it)."""
+    label: str = "of the job"
+    """How people know it (no part of its key): a registered environment's
+    ``NAME:VERSION``, or ``from requirements.txt``."""
+
+    def described(self, more: str = "") -> str:
+        """``environment torch-cpu:2 (pip, MORE)``: the environment, for people."""
+        kind = {"conda-pip": "pip, from a conda file"}.get(self.kind, self.kind)
+        return f"environment {self.label} ({kind}{', ' if more else ''}{more})"
 
     @cached_property  # hashes included files and walks local paths: once
     def key(self) -> str:
@@ -98,17 +107,19 @@ def request_for(
     """
     if pip_file is not None:
         path = Path(pip_file)
-        return EnvironmentRequest("pip", _read(pip_file, "pip_file"), path.parent, path)
+        text = _read(pip_file, "pip_file")
+        return EnvironmentRequest("pip", text, path.parent, path, f"from {path.name}")
     assert conda_file is not None  # the spec allows one of the two
     if isinstance(conda_file, dict):
-        doc, folder = conda_file, None
+        doc, folder, label = conda_file, None, "of the job"
         text = yaml.safe_dump(conda_file, sort_keys=True)
     else:
         text, folder = _read(conda_file, "conda_file"), Path(conda_file).parent
-        doc = _conda_doc(text, conda_file)
+        doc, label = _conda_doc(text, conda_file), f"from {Path(conda_file).name}"
     if conda_tool() is not None:
-        return EnvironmentRequest("conda", text, folder)
-    return EnvironmentRequest("conda-pip", "\n".join(_pip_packages(doc)) + "\n", folder)
+        return EnvironmentRequest("conda", text, folder, label=label)
+    packages = "\n".join(_pip_packages(doc)) + "\n"
+    return EnvironmentRequest("conda-pip", packages, folder, label=label)
 
 
 def ray_runtime_env(
@@ -207,6 +218,7 @@ def ensure_environment(
     log_path: Path,
     canceled: Callable[[], bool] = lambda: False,
     builder: JobAccount | None = None,
+    progress: Progress = QUIET,
 ) -> Path:
     """The ready environment for ``request`` under ``root``, built if it is not there.
 
@@ -217,6 +229,7 @@ def ensure_environment(
             building; ``True`` stops the build (nothing half-built is kept).
         builder: The walled-off job's account the build runs as (``None``: this
             process's own); see the module docstring.
+        progress: Told of the build, or of the wait for another job's build.
 
     Returns:
         The environment's folder (its ``bin/python`` is the job's ``python``).
@@ -230,25 +243,48 @@ def ensure_environment(
     if (ready := _ready(target)) is not None:
         log.info("environment %s: reused (%s)", request.key, ready)
         return ready
-    # Another job may be building it: wait for it (it is then ready).
-    with held(root / f"{request.key}.lock", canceled, "the environment"):
-        if (ready := _ready(target)) is not None:  # built by another job meanwhile
-            log.info("environment %s: built by another job meanwhile", request.key)
-            return ready
-        shutil.rmtree(target, ignore_errors=True)  # a build killed before it was ready
-        log.info("environment %s: building (%s)", request.key, request.kind)
-        try:
-            prefix = _build_as(builder, request, target, log_path, canceled)
-            marker = {"kind": request.kind, "prefix": prefix.relative_to(target).as_posix()}
-            (target / READY).write_text(json.dumps(marker) + "\n")
-        except BaseException:
-            if builder is not None:
-                from phalanx.launch.procs import kill_user
+    lock = root / f"{request.key}.lock"
 
-                kill_user(builder.uid)  # what the build started must not outlive it
-            shutil.rmtree(target, ignore_errors=True)
-            raise
+    def waits() -> None:  # another job is building it: it is then ready
+        words = builder_words(lock)
+        progress.announce(Step(f"waiting for {request.described()}, {words}"))
+
+    try:
+        with held(lock, canceled, "the environment", waits):
+            if (ready := _ready(target)) is not None:  # built by another job meanwhile
+                log.info("environment %s: built by another job meanwhile", request.key)
+                return ready
+            progress.announce(Step(f"building {request.described('first use')}", log_path))
+            with building(lock, progress):
+                prefix = _built(request, target, log_path, canceled, builder)
+    finally:
+        progress.announce(None)
     log.info("environment %s: ready (%s)", request.key, prefix)
+    return prefix
+
+
+def _built(
+    request: EnvironmentRequest,
+    target: Path,
+    log_path: Path,
+    canceled: Callable[[], bool],
+    builder: JobAccount | None,
+) -> Path:
+    """Build the environment at ``target`` (under its lock), marked ready last; its prefix.
+    A failed or canceled build leaves nothing, and nothing of it running."""
+    shutil.rmtree(target, ignore_errors=True)  # a build killed before it was ready
+    log.info("environment %s: building (%s)", request.key, request.kind)
+    try:
+        prefix = _build_as(builder, request, target, log_path, canceled)
+        marker = {"kind": request.kind, "prefix": prefix.relative_to(target).as_posix()}
+        (target / READY).write_text(json.dumps(marker) + "\n")
+    except BaseException:
+        if builder is not None:
+            from phalanx.launch.procs import kill_user
+
+            kill_user(builder.uid)  # what the build started must not outlive it
+        shutil.rmtree(target, ignore_errors=True)
+        raise
     return prefix
 
 

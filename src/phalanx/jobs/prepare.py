@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from phalanx.compute.plan import JobPlan, OutputPlan
 from phalanx.compute.ready import Ready, make_ready
 from phalanx.environments.containers.image import ImageRef
 from phalanx.environments.containers.nodebuild import for_nodes
+from phalanx.environments.progress import QUIET, Progress
 from phalanx.environments.pythonenv import (
     EnvironmentRequest,
     conda_pip_packages,
@@ -256,14 +257,21 @@ def with_registered_environment(spec: JobSpec, ws: Workspace) -> JobSpec:
     Raises:
         PhalanxError: the name is registered, but not in that version.
     """
+    return _registered(spec, ws)[0]
+
+
+def _registered(spec: JobSpec, ws: Workspace) -> tuple[JobSpec, str | None]:
+    """:func:`with_registered_environment`, and the ``NAME:VERSION`` it put inline."""
     if not isinstance(spec.environment, str):
-        return spec
+        return spec, None
     from phalanx.environments.registered import find_environment, split_reference
 
     found = find_environment(ws, *split_reference(spec.environment))
     if found is None:
-        return spec
-    return spec.model_copy(update={"environment": found.environment()})
+        return spec, None
+    return spec.model_copy(update={"environment": found.environment()}), (
+        f"{found.name}:{found.version}"
+    )
 
 
 def check_image(
@@ -273,6 +281,7 @@ def check_image(
     on_ray: bool,
     build_log: Path | None = None,
     canceled: Callable[[], bool] = lambda: False,
+    progress: Progress = QUIET,
 ) -> ImageRef | None:
     """The job's image made ready on this machine and probed; ``None`` if it has none.
 
@@ -280,6 +289,7 @@ def check_image(
         build_log: Build what the job's environment asks to build (a build context, an
             image with a pip/conda layer), its output appended here. ``None`` (at ``job
             create``) checks what can be checked without building.
+        progress: Told of a pull or a build, and of a wait for another job's build.
 
     Raises:
         PhalanxError: no container engine, an image that is not here and cannot be
@@ -294,7 +304,7 @@ def check_image(
         # what can be checked here is that the files a build needs are there.
         for_nodes(env, check_only=True)
         return None
-    ref = _ready_image(env, ws.home / "containers", build_log, canceled)
+    ref = _ready_image(env, ws.home / "containers", build_log, canceled, progress)
     if ref is not None and spec.distribution_type == "mpi":
         ref.check_mpi("environment.build" if env.build is not None else "environment.image")
     layer_pending = env.builds and build_log is None  # a pip layer may bring TensorFlow
@@ -308,6 +318,7 @@ def _ready_image(
     images: Path,
     build_log: Path | None,
     canceled: Callable[[], bool],
+    progress: Progress,
 ) -> ImageRef | None:
     """:func:`check_image`'s image, built first where the environment asks for a build
     (only when ``build_log`` is given; ``None`` then until it is)."""
@@ -320,10 +331,10 @@ def _ready_image(
         if build_log is None:
             find_engine()  # no engine: say so now
             return None
-        tag = ensure_built(request, images / "builds", build_log, canceled)
+        tag = ensure_built(request, images / "builds", build_log, canceled, progress)
         return ready_image(tag, images / "images", field="environment.build")
     assert env.image is not None
-    base = ready_image(env.image, images / "images")
+    base = ready_image(env.image, images / "images", progress=progress)
     if not env.builds:
         return base
     folder: Path | None
@@ -335,7 +346,8 @@ def _ready_image(
         text = "\n".join(packages) + "\n"
     if build_log is None:
         return base
-    tag = ensure_built(LayerBuild(base, text, folder), images / "builds", build_log, canceled)
+    layer = LayerBuild(base, text, folder)
+    tag = ensure_built(layer, images / "builds", build_log, canceled, progress)
     return ready_image(tag, images / "images", field="environment.image")
 
 
@@ -466,6 +478,7 @@ def prepare(
     canceled: Callable[[], bool] = lambda: False,
     *,
     on_nodes: bool = False,
+    progress: Progress = QUIET,
 ) -> Prepared:
     """Plan the job, create its output folders, and make it ready for its nodes here.
 
@@ -473,19 +486,23 @@ def prepare(
         on_nodes: The nodes make the job ready themselves (through the same
             :func:`phalanx.compute.ready.make_ready`), and build its environment: here
             it is only planned, and its outputs' folders made.
+        progress: Told of the long steps here (a build, a pull, a wait for another
+            job's build), for the people watching the job.
 
     Raises:
         PreparationCanceled: ``canceled()`` answered ``True`` while inputs were prepared.
         PhalanxError: an input or output cannot be provided.
     """
-    spec = with_registered_environment(spec, ws)
+    spec, registered = _registered(spec, ws)
     account = None if on_nodes else account_for(ws.home, paths)
     try:
         job_plan = plan(spec, paths, ws, walled=account is not None)
         if on_nodes:
             ready = Ready(InputsReady(), dict(job_plan.literals), job_plan.command)
             return _with_outputs(job_plan, paths, ready, None)
-        return _prepare_here(spec, job_plan, paths, ws, canceled, account)
+        return _prepare_here(
+            spec, job_plan, paths, ws, canceled, account, progress=progress, label=registered
+        )
     except BaseException:
         from phalanx.storage.jobstores import file_for
 
@@ -504,12 +521,17 @@ def _prepare_here(
     ws: Workspace,
     canceled: Callable[[], bool],
     account: JobAccount | None,
+    *,
+    progress: Progress,
+    label: str | None,
 ) -> Prepared:
     """The job made ready on this machine, where its nodes run: environment, the
     datastores file, inputs, command."""
     from phalanx.storage import jobstores
 
-    image, env_prefix = _environment_here(spec, paths, ws, canceled, account)
+    image, env_prefix = _environment_here(
+        spec, paths, ws, canceled, account, progress=progress, label=label
+    )
     owner = (account.uid, account.gid) if account is not None else None
     datastores_file = jobstores.write(
         jobstores.file_for(ws.home, paths.root.name), job_plan.datastores, owner
@@ -531,11 +553,18 @@ def _environment_here(
     ws: Workspace,
     canceled: Callable[[], bool],
     account: JobAccount | None,
+    *,
+    progress: Progress,
+    label: str | None,
 ) -> tuple[ImageRef | None, Path | None]:
-    """The job's image, or its built pip/conda environment, made ready on this machine."""
+    """The job's image, or its built pip/conda environment, made ready on this machine.
+
+    Args:
+        label: The registered environment's ``NAME:VERSION`` (progress names it).
+    """
     image = check_image(
         spec, ws, on_ray=False, build_log=paths.system_logs / "image_build.txt",
-        canceled=canceled,
+        canceled=canceled, progress=progress,
     )  # fmt: skip
     if image is not None:
         log.info(
@@ -547,9 +576,11 @@ def _environment_here(
     request = None if has_image(spec) else check_environment(spec)
     if request is None:
         return None, None
+    if label is not None:
+        request = replace(request, label=label)
     env_prefix = ensure_environment(
         request, ws.home / "envs", paths.system_logs / "environment.txt", canceled,
-        builder=account,
+        builder=account, progress=progress,
     )  # fmt: skip
     return None, env_prefix
 

@@ -51,6 +51,7 @@ from phalanx.errors import DatabaseUnavailable, PhalanxError, PreparationCancele
 from phalanx.exitcodes import PREEMPTED_EXIT_CODE
 from phalanx.jobs.policy import decide
 from phalanx.jobs.prepare import Prepared, prepare
+from phalanx.jobs.preparing import PreparingNote
 from phalanx.jobs.register import register_outputs
 from phalanx.jobs.uploads import UPLOAD_REQUEST, UploadLoop
 from phalanx.jobs.watchdog import STACK_DUMP_WAIT_S, Watchdog
@@ -200,13 +201,15 @@ class JobRunner:
 
     def _prepare_and_run(self, spec: JobSpec, deadline: float | None) -> JobStatus:
         try:
-            prepared = prepare(
-                spec,
-                self.paths,
-                self.ws,
-                canceled=self._cancelled,
-                on_nodes=self.compute.prepares_on_nodes,
-            )
+            with PreparingNote(self.ws, self.name) as note:  # what it builds, on the job
+                prepared = prepare(
+                    spec,
+                    self.paths,
+                    self.ws,
+                    canceled=self._cancelled,
+                    on_nodes=self.compute.prepares_on_nodes,
+                    progress=note.progress,
+                )
         except PreparationCanceled:
             return self._finish(JobStatus.CANCELED, None)
         except PhalanxError as exc:

@@ -2,9 +2,11 @@
 
 Every credential phalanx resolves is remembered (in this process only) and
 replaced by ``***`` wherever :func:`redact` runs: the supervisor's log
-formatter, mount logs, and failure records. Known shapes are masked too
-(``AccountKey=…``, ``SharedAccessSignature=…``, a SAS ``sig=…``), for values
-that reached a message some other way, such as a URL quoted by a cloud SDK.
+formatter, mount logs, failure records, and what a Preparing job shows of its
+build. Known shapes are masked too (``AccountKey=…``,
+``SharedAccessSignature=…``, a SAS ``sig=…``, the password of a URL's
+``user:password@``, as a pip index's), for values that reached a message some
+other way, such as a URL quoted by a cloud SDK or a package tool.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ _SHAPES = re.compile(
     r"(?P<value>[^;&\s'\"]+)",
     re.IGNORECASE,
 )
+# ``scheme://user:password@host``: the password goes, the user and host stay.
+_URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^/\s:@]*:)(?P<value>[^/\s@]+)@", re.I)
 _known: set[str] = set()
 
 
@@ -30,7 +34,8 @@ def redact(text: str) -> str:
     """``text`` with every remembered credential and every credential-shaped value masked."""
     for secret in sorted(_known, key=len, reverse=True):
         text = text.replace(secret, "***")
-    return _SHAPES.sub(lambda m: f"{m['name']}***", text)
+    text = _SHAPES.sub(lambda m: f"{m['name']}***", text)
+    return _URL_PASSWORD.sub(lambda m: f"{m['head']}***@", text)
 
 
 class RedactingFormatter(logging.Formatter):

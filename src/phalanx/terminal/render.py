@@ -61,6 +61,23 @@ def duration(seconds: float | None) -> str:
     return f"{secs}s"
 
 
+def preparing_text(job: JobRecord, now: float | None = None) -> Text | None:
+    """What a Preparing job is doing, as its supervisor last said: ``building environment
+    torch-cpu:2 (pip, first use) · 12s · Collecting numpy``; ``None`` when it says
+    nothing (a short step, or not Preparing). The progress is its build's output: only
+    its colours reach the terminal."""
+    note = job.queue
+    if job.status is not JobStatus.PREPARING or not note or not note.get("reason"):
+        return None
+    text = Text(str(note["reason"]))
+    since = note.get("since")
+    if isinstance(since, (int, float)):
+        text.append(f" · {duration(max(0.0, (now or time.time()) - since))}")
+    if note.get("progress"):
+        text.append(" · ").append_text(rank_text(str(note["progress"])))
+    return text
+
+
 def _shape(spec: dict[str, Any]) -> tuple[int, int]:
     spec = {**spec, **(spec.get("trial") or {})}  # a sweep's trials' shape
     nodes = int((spec.get("resources") or {}).get("instance_count") or 1)
@@ -209,6 +226,10 @@ def show_job(console: Console, job: JobRecord, *, remote: bool = False) -> None:
         place = job.queue.get("position")
         head.add_row("queue", Text(f"#{place} · {job.queue.get('reason')}" if place else
                                    str(job.queue.get("reason"))))  # fmt: skip
+    if (preparing := preparing_text(job)) is not None:
+        head.add_row("preparing", preparing)
+        if log := (job.queue or {}).get("log"):  # a system log, in the job's folder
+            head.add_row("  its log", Text(str(log if remote else Path(job.job_dir) / log)))
     if job.attempts and job.attempts[-1].nodes:
         head.add_row("nodes", node_devices(job.attempts[-1].nodes))
     command = job.spec.get("command") or (job.spec.get("trial") or {}).get("command", "")

@@ -14,12 +14,15 @@ from phalanx.jobs.logs import LogLine
 from phalanx.service.jobs import Jobs
 from phalanx.terminal.columns import starts_in
 from phalanx.terminal.places import download_command
-from phalanx.terminal.render import duration, error_panel, status_text
+from phalanx.terminal.render import duration, error_panel, preparing_text, status_text
 from phalanx.terminal.termsafe import rank_segments
 from phalanx.workspace import JobRecord, JobStatus
 from phalanx.workspace.layout import JobPaths
 
 POLL_S = 0.2
+REPEAT_S = 30.0
+"""A step whose progress does not change (a large wheel downloading) is shown again this
+often, with the time it has taken."""
 _RANK = Style(color="blue")
 _DIM = Style(dim=True)
 
@@ -41,21 +44,13 @@ def stream_job(
         soft_wrap=True,
     )
     last_status: JobStatus | None = None
-    last_wait: tuple[object, object, object] | None = None
+    standing = _Standing(console)
     while True:
         job = jobs.get(name)
         if job.status is not last_status:
             console.print(status_text(job.status), style="dim")
             last_status = job.status
-        wait = _waiting(job)
-        if wait is not None and wait != last_wait:  # where it stands and why, as it changes
-            place, reason, start = wait
-            shown = f"  #{place} in the queue of {job.target}" if place else "  in the queue"
-            shown = f"{shown}: {reason}" if reason else shown
-            if reason:  # the scheduler has looked: its estimate, or that it has none
-                shown += f" · {_start_words(start)}"
-            console.print(Text(shown, style="dim"))
-        last_wait = wait
+        standing.show(job)
         # At the end, flush reads every file to its end, a bounded poll at a time.
         lines = follower.flush() if job.status.is_terminal else follower.poll()
         for line in lines:
@@ -68,12 +63,49 @@ def stream_job(
     return job
 
 
+class _Standing:
+    """Where a job that does not run yet stands, printed as it changes: a Queued job's
+    place and why it waits, a Preparing job's step (a build, a pull) and its progress,
+    the latter again every :data:`REPEAT_S` while it does not change."""
+
+    def __init__(self, console: Console) -> None:
+        self._console = console
+        self._wait: tuple[object, object, object] | None = None
+        self._step: tuple[object, object] | None = None
+        self._step_shown = 0.0
+
+    def show(self, job: JobRecord) -> None:
+        wait = _waiting(job)
+        if wait is not None and wait != self._wait:
+            place, reason, start = wait
+            shown = f"  #{place} in the queue of {job.target}" if place else "  in the queue"
+            shown = f"{shown}: {reason}" if reason else shown
+            if reason:  # the scheduler has looked: its estimate, or that it has none
+                shown += f" · {_start_words(start)}"
+            self._console.print(Text(shown, style="dim"))
+        self._wait = wait
+        step = _preparing(job)
+        again = step is not None and time.monotonic() - self._step_shown >= REPEAT_S
+        if step != self._step or again:
+            text = preparing_text(job)
+            if text is not None:
+                self._console.print(Text("  ").append_text(text), style="dim", soft_wrap=True)
+            self._step, self._step_shown = step, time.monotonic()
+
+
 def _waiting(job: JobRecord) -> tuple[object, object, object] | None:
     """A queued job's place, the scheduler's reason it waits and its estimated start
     (``None`` otherwise)."""
     if job.status is not JobStatus.QUEUED or not job.queue:
         return None
     return job.queue.get("position"), job.queue.get("reason"), job.queue.get("start")
+
+
+def _preparing(job: JobRecord) -> tuple[object, object] | None:
+    """A Preparing job's step and its progress (``None`` when it says nothing)."""
+    if job.status is not JobStatus.PREPARING or not job.queue:
+        return None
+    return job.queue.get("reason"), job.queue.get("progress")
 
 
 def _start_words(start: object) -> str:

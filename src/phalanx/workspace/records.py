@@ -134,7 +134,11 @@ class JobRecord:
     target: str = "local"
     """The compute target whose queue it is in."""
     queue: dict[str, Any] | None = None
-    """While Queued: ``{"position", "reason"}`` as the scheduler last saw it."""
+    """Where the job stands, as the front ends show it. While Queued: ``{"position",
+    "reason", "start"}`` as the scheduler last saw it. While Preparing, what its
+    supervisor is doing (a build, a pull, a wait for another job's build):
+    ``{"reason", "since", "progress", "log"}``: the step's sentence, when it began, its
+    output's last line and its log in the job's folder (:mod:`phalanx.jobs.preparing`)."""
     created_by: str | None = None
     """The server user who submitted it; ``None`` when submitted on this machine."""
     logs: dict[str, list[str]] | None = None

@@ -445,6 +445,21 @@ class Workspace:
             )
 
     @_retried
+    def set_preparing(self, name: str, note: dict[str, Any] | None) -> None:
+        """Show what a Preparing job is doing (``JobRecord.queue``, where a Queued job's
+        place and reason are); ``None``: nothing now."""
+        with self.transaction() as tx:
+            self.fence(tx, name)
+            tx.execute(
+                "UPDATE jobs SET queue_json = :note WHERE name = :name AND status = :preparing",
+                {
+                    "note": None if note is None else json.dumps(note),
+                    "name": name,
+                    "preparing": JobStatus.PREPARING.value,
+                },
+            )
+
+    @_retried
     def clear_supervisor(self, name: str) -> None:
         """Forget a supervisor that died (the scheduler starts another when it is needed)."""
         with self.transaction() as tx:

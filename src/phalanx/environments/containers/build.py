@@ -44,6 +44,7 @@ from phalanx.environments.containers.engine import Engine, find_engine, last_lin
 from phalanx.environments.containers.ignore import ContextIgnore, ignore_file
 from phalanx.environments.containers.image import ImageRef, image_id
 from phalanx.environments.containers.run import site_packages
+from phalanx.environments.progress import QUIET, Progress, Step, builder_words, building
 from phalanx.errors import PhalanxError, PreparationCanceled
 from phalanx.hashing import file_digest
 
@@ -69,6 +70,11 @@ class ContextBuild:
 
     path: Path
     dockerfile: Path
+
+    @property
+    def described(self) -> str:
+        """The image, for people: ``from build context docker``."""
+        return f"from build context {self.path.name}"
 
     def key(self, engine: Engine) -> str:
         """The hash of what the build reads: the Dockerfile (even one the ignore file
@@ -96,6 +102,11 @@ class LayerBuild:
     """The requirements, as text."""
     folder: Path | None
     """Where the packages file was: its folder is the build context (local paths in it)."""
+
+    @property
+    def described(self) -> str:
+        """The image, for people: ``python:3.11-slim with the job's pip packages``."""
+        return f"{self.base.image} with the job's pip packages"
 
     def key(self, engine: Engine) -> str:
         digest = hashlib.sha256(f"layer\0{engine.name}\0{self.base.image_id}\0".encode())
@@ -135,12 +146,14 @@ def ensure_built(
     lock_dir: Path,
     log_path: Path,
     canceled: Callable[[], bool] = lambda: False,
+    progress: Progress = QUIET,
 ) -> str:
     """The image for ``request``, built if no image of its content is here.
 
     Args:
         lock_dir: The workspace's builds folder: the build's lock, and the record of
             the image's last use (``phalanx-env-<key>.used``, what :func:`prune` reads).
+        progress: Told of the build, or of the wait for another job's build.
 
     Returns:
         The image's tag (``phalanx-env:<key>``).
@@ -155,15 +168,25 @@ def ensure_built(
     if image_id(engine, tag) is not None:
         log.info("image %s: reused", tag)
         return tag
-    # Another job may be building it: wait for it (the image is then there).
-    with held(lock_dir / f"{_stem(tag)}.lock", canceled, "the image build"):
-        if image_id(engine, tag) is not None:
-            return tag
-        log.info("image %s: building", tag)
-        if isinstance(request, ContextBuild):
-            _build(engine, tag, request.path, request.dockerfile, [], log_path, canceled)
-        else:
-            _build_layer(engine, tag, request, log_path, canceled)
+    lock = lock_dir / f"{_stem(tag)}.lock"
+    what = request.described
+
+    def waits() -> None:  # another job is building it: the image is then there
+        progress.announce(Step(f"waiting for image {what}, {builder_words(lock)}"))
+
+    try:
+        with held(lock, canceled, "the image build", waits):
+            if image_id(engine, tag) is not None:
+                return tag
+            log.info("image %s: building", tag)
+            progress.announce(Step(f"building image {what} (first use)", log_path))
+            with building(lock, progress):
+                if isinstance(request, ContextBuild):
+                    _build(engine, tag, request.path, request.dockerfile, [], log_path, canceled)
+                else:
+                    _build_layer(engine, tag, request, log_path, canceled)
+    finally:
+        progress.announce(None)
     return tag
 
 

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from phalanx.environments.containers.engine import Engine, find_engine, last_line
+from phalanx.environments.progress import QUIET, Progress, Step
 from phalanx.errors import PhalanxError
 
 PULL_TIMEOUT_S = 900.0
@@ -131,13 +132,18 @@ def image_id(engine: Engine, image: str) -> str | None:
 
 
 def ready_image(
-    image: str, cache_dir: Path | None, *, field: str = "environment.image"
+    image: str,
+    cache_dir: Path | None,
+    *,
+    field: str = "environment.image",
+    progress: Progress = QUIET,
 ) -> ImageRef:
     """``image`` on this machine (pulled if it is not), probed, checked.
 
     Args:
         cache_dir: Where probe answers are kept per image ID (none kept when ``None``).
         field: The spec's field, for messages.
+        progress: Told of a pull.
 
     Raises:
         PhalanxError: no engine, the image is not here and cannot be pulled, it has no
@@ -146,7 +152,8 @@ def ready_image(
     engine = find_engine()
     ident = image_id(engine, image)
     if ident is None:
-        pulled = engine.run(["pull", "--quiet", image], timeout=PULL_TIMEOUT_S)
+        with progress.step(Step(f"pulling image {image} (not on this machine yet)")):
+            pulled = engine.run(["pull", "--quiet", image], timeout=PULL_TIMEOUT_S)
         ident = image_id(engine, image) if pulled.returncode == 0 else None
         if ident is None:
             why = last_line(pulled.stderr or pulled.stdout)

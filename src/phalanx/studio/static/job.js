@@ -29,13 +29,14 @@ function tabbed(panes) {
 
 function commandJobView(name) {
   const title = el("h1", {}, name);
+  const standing = el("div", {id: "standing"});
   const cause = el("div", {id: "rootcause"});
   const overview = el("div", {id: "overview"});
   const attempts = el("div", {id: "attempts"});
   const panes = {Logs: logsPane(name), Metrics: metricsPane(name), Files: filesPane(name),
     Spec: specPane(name)};
   const tabs = tabbed(panes);
-  main.append(title, cause, overview, attempts, tabs, ...Object.values(panes));
+  main.append(title, standing, cause, overview, attempts, tabs, ...Object.values(panes));
   tabs.start();
   let last = null;
   let me = null;
@@ -47,6 +48,7 @@ function commandJobView(name) {
     const changed = !last || last.status !== job.status || last.attempts.length !== job.attempts.length;
     last = job;
     renderHead(title, job, mayActOn(me, job.created_by));
+    renderStanding(standing, job);
     if (changed) {
       renderCause(cause, job); renderOverview(overview, job); renderAttempts(attempts, job);
       panes.Logs.ranks(job);
@@ -69,6 +71,28 @@ function renderHead(title, job, mayAct) {
   if (stoppable) buttons.push(el("button", {class: "danger", id: "cancel", onclick: act("cancel")}, "Cancel"));
   if (stoppable && job.status === "Running") buttons.push(el("button", {id: "preempt", onclick: act("preempt", {})}, "Preempt"));
   title.replaceChildren(job.name, badge(job.status), ...buttons);
+}
+
+// Where a job that does not run yet stands, redrawn at every poll: a Queued job's place
+// and why it waits; a Preparing job's step (a build, a pull, a wait for another job's
+// build), how long it has taken, its output's last line and a link to that system log.
+function renderStanding(box, job) {
+  const note = job.queue || {};
+  if (job.status === "Queued" && note.reason) {
+    box.replaceChildren(el("div", {class: "card standing"},
+      (note.position ? `#${note.position} in the queue of ${job.target}: ` : "in the queue: ") + note.reason));
+  } else if (job.status === "Preparing" && note.reason) {
+    const took = typeof note.since === "number" ? ` · ${seconds(Date.now() / 1000 - note.since)}` : "";
+    const log = note.log ? el("a", {id: "step-log", target: "_blank",
+      href: `/api/v1/jobs/${encodeURIComponent(job.name)}/files/${note.log.split("/").map(encodeURIComponent).join("/")}?raw=true`},
+    note.log) : null;
+    box.replaceChildren(el("div", {class: "card standing"},
+      el("div", {id: "step"}, note.reason + took),
+      note.progress ? el("pre", {id: "step-progress"}, note.progress) : null,
+      log ? el("div", {class: "muted"}, "its output: ", log) : null));
+  } else {
+    box.replaceChildren();
+  }
 }
 
 function renderCause(box, job) {
