@@ -85,6 +85,12 @@ def _shape(spec: dict[str, Any]) -> tuple[int, int]:
     return nodes, procs
 
 
+def world_size(spec: dict[str, Any]) -> int:
+    """How many ranks a job's spec runs (a sweep's: each trial's)."""
+    nodes, procs = _shape(spec)
+    return nodes * procs
+
+
 def job_json(job: JobRecord, *, remote: bool = False) -> dict[str, Any]:
     """The stable machine-readable view of a job (``job show --json``).
 

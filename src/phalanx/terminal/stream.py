@@ -14,8 +14,14 @@ from phalanx.jobs.logs import LogLine
 from phalanx.service.jobs import Jobs
 from phalanx.terminal.columns import starts_in
 from phalanx.terminal.places import download_command
-from phalanx.terminal.render import duration, error_panel, preparing_text, status_text
-from phalanx.terminal.termsafe import rank_segments
+from phalanx.terminal.render import (
+    duration,
+    error_panel,
+    preparing_text,
+    status_text,
+    world_size,
+)
+from phalanx.terminal.termsafe import rank_segments, rank_text
 from phalanx.workspace import JobRecord, JobStatus
 from phalanx.workspace.layout import JobPaths
 
@@ -59,7 +65,7 @@ def stream_job(
             break
         if not follower.behind:  # a rank that writes faster than one poll reads is caught up
             time.sleep(POLL_S)
-    _summary(console, job, remote=jobs.remote)
+    _summary(console, job, remote=jobs.remote, all_ranks=all_ranks)
     return job
 
 
@@ -139,7 +145,18 @@ def _clock(when: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(when)) + f".{int(when % 1 * 1000):03d}"
 
 
-def _summary(console: Console, job: JobRecord, *, remote: bool) -> None:
+def _summary(console: Console, job: JobRecord, *, remote: bool, all_ranks: bool) -> None:
+    """The end of a stream: a failed job's root cause first (the rank that failed first
+    and its traceback, as torchrun's summary names it), then how the job ended and
+    where its files are."""
+    cause = _first_failure(job, all_ranks=all_ranks)
+    if cause is not None:
+        console.print()
+        for line in cause:
+            console.print(line, soft_wrap=True)
+    panel = error_panel(job, remote=remote)
+    if panel is not None:
+        console.print(panel)
     console.print(
         f"\njob [bold]{job.name}[/] ",
         status_text(job.status),
@@ -151,6 +168,21 @@ def _summary(console: Console, job: JobRecord, *, remote: bool) -> None:
     else:
         where = f"outputs: {job.job_dir}/outputs · logs: {job.job_dir}/user_logs"
     console.print(where, style="dim", highlight=False, soft_wrap=True)
-    panel = error_panel(job, remote=remote)
-    if panel is not None:
-        console.print(panel)
+
+
+def _first_failure(job: JobRecord, *, all_ranks: bool) -> list[Text] | None:
+    """``rank 1 failed first: KeyError: 'lr'`` for a job that failed on a rank, and, when
+    the stream showed another rank's log, that what that rank printed is not the cause
+    (a rank whose peer died fails too, with gloo's or NCCL's error)."""
+    error = job.error
+    if job.status is not JobStatus.FAILED or error is None or error.rank is None:
+        return None
+    first = "failed first" if world_size(job.spec) > 1 else "failed"
+    lines = [Text.assemble((f"rank {error.rank} {first}: ", "bold red"),
+                           rank_text(error.message, style="bold"))]  # fmt: skip
+    if not all_ranks and error.rank != 0:
+        lines.append(Text(
+            f"  rank 0's errors above, if any, came after it · every rank's log: "
+            f"phalanx job stream {job.name} --all-ranks", style="dim",
+        ))  # fmt: skip
+    return lines

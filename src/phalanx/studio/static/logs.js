@@ -141,20 +141,29 @@ function logsPane(name) {
         ...found.matches.map((m) => el("div", {}, el("span", {class: "no"}, String(m.line)), clean(m.text))));
     } catch (e) { hits.replaceChildren(el("div", {class: "error"}, e.message)); }
   }
-  picker.addEventListener("change", open);
+  let picked = false;  // the reader chose a rank: the page keeps to it
+  picker.addEventListener("change", () => { picked = true; open(); });
   pane.ranks = (job) => {
     pane.ended = TERMINAL.has(job.status);
     const ranks = (job.logs && job.logs.user_logs || []).map((p) => p.match(/_(\d+)\.txt$/)[1]);
     if (!ranks.length) ranks.push("0");
     const key = ranks.join(",");
-    if (key === known) return;
-    const chosen = picker.value || "0";
-    known = key;
-    picker.replaceChildren(...ranks.map((r) => el("option", {value: r}, `rank ${r}`)),
-      el("option", {value: "all"}, "all ranks interleaved"));
+    // A failed job opens on the rank that failed first (its root cause), not on rank 0,
+    // whose own error is often only that a peer died.
+    const e = job.status === "Failed" ? job.error : null;
+    const cause = e && e.rank !== null && e.rank !== undefined ? String(e.rank) : null;
+    const wanted = !picked && cause !== null && ranks.includes(cause) ? cause : null;
+    if (key === known && (wanted === null || picker.value === wanted)) return;
+    const shown = picker.value;
+    if (key !== known) {
+      known = key;
+      picker.replaceChildren(...ranks.map((r) => el("option", {value: r}, `rank ${r}`)),
+        el("option", {value: "all"}, "all ranks interleaved"));
+    }
+    const chosen = wanted || shown || "0";
     picker.value = ranks.includes(chosen) || chosen === "all" ? chosen : "0";
     showLegend(ranks, picker.value === "all");
-    if (!source || picker.value !== chosen) open();
+    if (!source || picker.value !== shown) open();
   };
   return pane;
 }
