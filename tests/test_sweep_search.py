@@ -63,6 +63,18 @@ def with_space(space: str, extra: str = "") -> SweepSpec:
          "may not fit a float"),
         ("  x: {type: choice, values: [1, true, 2]}\n", "search_space.x.values",
          "lists 1 and true, which are the same value"),
+        # No nan, no infinity: a value drawn from them is none a trial can use.
+        ("  x: {type: normal, mu: .nan, sigma: 1}\n", "search_space.x.mu",
+         "must be a finite number; got nan"),
+        ("  x: {type: lognormal, mu: 0, sigma: .inf}\n", "search_space.x.sigma",
+         "must be a finite number; got inf"),
+        ("  x: {type: qnormal, mu: 0, sigma: 1, q: .inf}\n", "search_space.x.q",
+         "must be a finite number; got inf"),
+        ("  x: {type: normal, mu: 1.0e+308, sigma: 1.0e+308}\n", "search_space.x",
+         "gives values no float holds"),
+        ("  x: {type: quniform, min_value: 0, max_value: 1.0e+300, q: 1.0e-300}\n",
+         "search_space.x", "too many multiples of q (1e-300) for a float"),
+        ("  x: {type: choice, values: [1, .nan]}\n", "search_space.x.values", "lists nan"),
     ],
 )  # fmt: skip
 def test_bad_search_spaces_name_the_field(change: str, field: str, message: str) -> None:
@@ -85,6 +97,10 @@ def test_bad_search_spaces_name_the_field(change: str, field: str, message: str)
          "unknown early_termination type"),
         ("sampling_algorithm: {type: grid, rule: sobol}\n", "sampling_algorithm.rule",
          "type: random only"),
+        ("early_termination: {type: bandit, slack_factor: .inf}\n",
+         "early_termination.slack_factor", "must be a finite number; got inf"),
+        ("early_termination: {type: bandit, slack_amount: .nan}\n",
+         "early_termination.slack_amount", "must be a finite number; got nan"),
     ],
 )  # fmt: skip
 def test_bad_sweep_settings_name_the_field(extra: str, field: str, message: str) -> None:
@@ -92,6 +108,36 @@ def test_bad_sweep_settings_name_the_field(extra: str, field: str, message: str)
         sweep(BASE + extra)
     assert caught.value.field == field
     assert message in caught.value.message
+
+
+def test_a_trial_field_at_the_top_of_a_sweep_belongs_under_trial() -> None:
+    text = BASE.replace("trial:\n  command:", "trial:\n  code: /\ncommand:")
+    text += "resources: {instance_count: 2}\n"
+    with pytest.raises(SpecError) as caught:
+        sweep(text)
+    # Two mistakes, each said once: the trial's command missing is the first one.
+    assert [(p.field, p.message) for p in caught.value.problems] == [
+        (key, f"{key} belongs under trial: in a sweep job (trial: is the command job each "
+              "trial runs); move it there")
+        for key in ("command", "resources")
+    ]  # fmt: skip
+
+
+def test_a_sweeps_misspelt_keys_get_the_sweeps_own_suggestions() -> None:
+    text = BASE.replace("trial:\n", "trial:\n  resources: {instance_cont: 2}\n") + (
+        "limits: {max_trials: 3}\nearly_termination: {type: bandit, slack_facter: 0.1}\n"
+    )
+    text = text.replace("max_value: 1}", "max_valu: 1}")
+    with pytest.raises(SpecError) as caught:
+        sweep(text)
+    assert sorted((p.field, p.message) for p in caught.value.problems) == sorted([
+        ("trial.resources.instance_cont",
+         "unknown field 'instance_cont'; did you mean 'instance_count'?"),
+        ("search_space.x.max_valu", "unknown field 'max_valu'; did you mean 'max_value'?"),
+        ("limits.max_trials", "unknown field 'max_trials'; did you mean 'max_total_trials'?"),
+        ("early_termination.slack_facter",
+         "unknown field 'slack_facter'; did you mean 'slack_factor'?"),
+    ])  # fmt: skip
 
 
 def test_an_input_the_command_names_must_exist_in_the_trial() -> None:

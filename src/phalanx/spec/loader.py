@@ -108,7 +108,9 @@ def load_any_text(
     try:
         spec = model.model_validate(data, context={"base_dir": base})
     except ValidationError as exc:
-        raise to_spec_error(exc, data, source=source, lines=lines, overrides=applied) from None
+        raise to_spec_error(
+            exc, data, source=source, lines=lines, overrides=applied, root=model
+        ) from None
     spec._source = source
     spec._lines = lines
     spec._text = text

@@ -5,7 +5,8 @@ shows the first and counts the rest), each naming its field by its dotted
 YAML path and pointing at its line, or at the ``--set`` item that gave it.
 Problems are ordered by line. A required field that is missing because its
 key is misspelt (``comand:``) is one mistake, not two: only the unknown key
-is reported, with its "did you mean".
+is reported, with its "did you mean". So is a sweep's trial field written at its
+top level (``command:`` beside ``trial:``): it is said to belong under ``trial:``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,16 @@ from phalanx.spec.parts import (
     Retry,
     TensorFlowDistribution,
 )
+from phalanx.spec.sweep import (
+    DISTRIBUTION_MODELS,
+    POLICY_MODELS,
+    TRIAL_FIELDS,
+    Objective,
+    SamplingAlgorithm,
+    SweepLimits,
+    SweepSpec,
+    TrialSpec,
+)
 from phalanx.spec.values import USER_ERROR_TYPE, show
 from phalanx.spec.yamldoc import LineMap
 
@@ -46,6 +57,14 @@ _DISTRIBUTIONS: dict[str, type[BaseModel]] = {
     "pytorch": PyTorchDistribution,
     "mpi": MpiDistribution,
     "tensorflow": TensorFlowDistribution,
+}
+_SWEEP_BLOCKS: dict[str, type[BaseModel]] = {
+    "trial": TrialSpec,
+    "limits": SweepLimits,
+    "objective": Objective,
+    "sampling_algorithm": SamplingAlgorithm,
+    "retry": Retry,
+    "queue_settings": QueueSettings,
 }
 _MISSING_HINTS = {
     "command": "add e.g. command: python train.py",
@@ -62,8 +81,9 @@ class _Found:
     message: str
     missing: bool = False
     """A required field that is absent."""
-    near_miss_of: str | None = None
-    """For an unknown key: the known field it is likely a typo of."""
+    stands_for: tuple[tuple[str, ...], ...] = ()
+    """For an unknown key: the fields it is likely meant as (a typo of one, a trial's
+    field out of place), whose absence is then no mistake of its own."""
 
 
 def to_spec_error(
@@ -73,6 +93,7 @@ def to_spec_error(
     source: str,
     lines: LineMap,
     overrides: Mapping[tuple[str, ...], str],
+    root: type[BaseModel] = JobSpec,
 ) -> SpecError:
     """Every error of ``exc`` as one :class:`SpecError`.
 
@@ -82,17 +103,18 @@ def to_spec_error(
         source: Name of the spec file.
         lines: Line of each field path in ``source``.
         overrides: Paths set by ``--set`` → the item that set them.
+        root: The model ``data`` was validated as (a command job, a sweep).
     """
     found: list[_Found] = []
     for error in exc.errors(include_url=False):
-        found.extend(_describe(error, data))
+        found.extend(_describe(error, data, root))
     problems = [_place(one, source, lines, overrides) for one in _one_per_mistake(found)]
     # Problems without a line (a missing top-level field, --set) concern the whole
     # document and come first; sorted() is stable, so pydantic's order breaks ties.
     return SpecError.of(sorted(problems, key=lambda problem: problem.line or 0))
 
 
-def _describe(error: ErrorDetails, data: Mapping[str, Any]) -> list[_Found]:
+def _describe(error: ErrorDetails, data: Mapping[str, Any], root: type[BaseModel]) -> list[_Found]:
     kind = error["type"]
     raw_loc = tuple(error["loc"])
     ctx = error.get("ctx") or {}
@@ -106,10 +128,16 @@ def _describe(error: ErrorDetails, data: Mapping[str, Any]) -> list[_Found]:
         path = (*path, "type")
     if kind == "extra_forbidden":
         key = str(raw_loc[-1])
-        model = _model_at(raw_loc[:-1])
+        if root is SweepSpec and len(raw_loc) == 1 and key in TRIAL_FIELDS:
+            message = (
+                f"{key} belongs under trial: in a sweep job (trial: is the command job each "
+                "trial runs); move it there"
+            )
+            return [_Found(path, message, stands_for=(("trial",), ("trial", key)))]
+        model = _model_at(raw_loc[:-1], root)
         message, close = _unknown_key(key, _known_keys(model) if model is not None else [])
-        return [_Found(path, message, near_miss_of=close)]
-    return [_Found(path, _message(error, raw_loc, path), missing=kind == "missing")]
+        return [_Found(path, message, stands_for=((*path[:-1], close),) if close else ())]
+    return [_Found(path, _message(error, raw_loc, path, root), missing=kind == "missing")]
 
 
 def _untagged(path: tuple[str, ...], node: Any) -> list[_Found]:
@@ -131,18 +159,19 @@ def _untagged(path: tuple[str, ...], node: Any) -> list[_Found]:
         for key in map(str, node):
             if key not in known:
                 message, close = _unknown_key(key, known)
-                found.append(_Found((*path, key), message, near_miss_of=close))
+                stands_for = ((*path, close),) if close else ()
+                found.append(_Found((*path, key), message, stands_for=stands_for))
     return found
 
 
 def _one_per_mistake(found: list[_Found]) -> list[_Found]:
     """``found`` without a missing field that an unknown key is a near miss of
     (the typo is the mistake), and without repeats."""
-    near_misses = {(one.path[:-1], one.near_miss_of) for one in found if one.near_miss_of}
+    meant = {field for one in found for field in one.stands_for}
     kept: list[_Found] = []
     seen: set[tuple[tuple[str, ...], str]] = set()
     for one in found:
-        if one.missing and one.path and (one.path[:-1], one.path[-1]) in near_misses:
+        if one.missing and one.path in meant:
             continue
         if (one.path, one.message) not in seen:
             seen.add((one.path, one.message))
@@ -196,10 +225,20 @@ def _line(path: tuple[str, ...], lines: LineMap) -> int | None:
     return None
 
 
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The model that validates the mapping at ``loc`` (a location with union tags)."""
+def _model_at(loc: tuple[Any, ...], root: type[BaseModel] = JobSpec) -> type[BaseModel] | None:
+    """The model that validates the mapping at ``loc`` (a location with union tags) of a
+    document validated as ``root``."""
     if not loc:
-        return JobSpec
+        return root
+    if root is SweepSpec:
+        if loc[0] == "trial":  # a command job's fields
+            return _model_at(loc[1:]) if len(loc) > 1 else TrialSpec
+        if len(loc) == 1 and isinstance(loc[0], str):
+            return _SWEEP_BLOCKS.get(loc[0])
+        if loc[0] == "early_termination" and len(loc) == 2:
+            return POLICY_MODELS.get(str(loc[1]))
+        if loc[0] == "search_space" and len(loc) == 3:
+            return DISTRIBUTION_MODELS.get(str(loc[2]))
     if len(loc) == 1 and isinstance(loc[0], str):
         return _BLOCKS.get(loc[0])
     if loc[0] == "distribution" and len(loc) == 2:
@@ -233,7 +272,9 @@ def _unknown_key(key: str, known: list[str]) -> tuple[str, str | None]:
     return f"unknown field '{clip(key)}'; remove it", None
 
 
-def _message(error: ErrorDetails, loc: tuple[Any, ...], path: tuple[str, ...]) -> str:
+def _message(
+    error: ErrorDetails, loc: tuple[Any, ...], path: tuple[str, ...], root: type[BaseModel]
+) -> str:
     kind = error["type"]
     ctx = error.get("ctx") or {}
     value = error["input"]
@@ -259,7 +300,7 @@ def _message(error: ErrorDetails, loc: tuple[Any, ...], path: tuple[str, ...]) -
     if kind == "dict_type":
         return f"must be a mapping of key: value pairs; got {show(value)}"
     if kind in ("model_type", "model_attributes_type"):
-        model = _model_at(loc)
+        model = _model_at(loc, root)
         keys = f" with keys {', '.join(_known_keys(model))}" if model is not None else ""
         return f"must be a mapping{keys}; got {show(value)}"
     if kind == "list_type":

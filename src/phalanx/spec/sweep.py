@@ -106,9 +106,28 @@ class _Bounded(SpecModel):
         return value
 
 
+def _finite_number(value: Any) -> Any:
+    """A parameter a distribution or a policy computes with: no nan, no infinity."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise user_error(f"must be a finite number; got {show(value)}")
+    return value
+
+
 class _Quantised(SpecModel):
     q: Annotated[StrictInt | StrictFloat, Field(gt=0)]
     """Values are rounded to a multiple of ``q``."""
+
+    _finite_q = field_validator("q", mode="before")(_finite_number)
+
+    @model_validator(mode="after")
+    def _steps_fit(self) -> Any:
+        largest = _largest(self)
+        if not math.isfinite(largest / self.q):
+            raise user_error(
+                f"values up to {largest:g} are too many multiples of q ({self.q:g}) for a "
+                "float; raise q"
+            )
+        return self
 
 
 class Choice(SpecModel):
@@ -120,6 +139,8 @@ class Choice(SpecModel):
     @field_validator("values", mode="before")
     @classmethod
     def _flat(cls, value: Any) -> Any:
+        if isinstance(value, list) and any(isinstance(v, float) and math.isnan(v) for v in value):
+            raise user_error("lists nan, which equals no value (not even itself); remove it")
         if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
             raise user_error(
                 "nested search spaces in a choice are not supported; list plain values "
@@ -198,6 +219,17 @@ class Normal(SpecModel):
     mu: StrictInt | StrictFloat
     sigma: Annotated[StrictInt | StrictFloat, Field(gt=0)]
 
+    _finite = field_validator("mu", "sigma", mode="before")(_finite_number)
+
+    @model_validator(mode="after")
+    def _spread_fits(self) -> Any:
+        if not math.isfinite(abs(self.mu) + MOST_DEVIATIONS * self.sigma):
+            raise user_error(
+                f"normal({self.mu:g}, {self.sigma:g}) gives values no float holds; lower |mu| "
+                "+ 6 × sigma"
+            )
+        return self
+
 
 class LogNormal(Normal):
     """``exp(normal(mu, sigma))``."""
@@ -230,6 +262,18 @@ class QLogNormal(Normal, _Quantised):
 MOST_DEVIATIONS = 6.1
 
 
+def _largest(dist: Any) -> float:
+    """The largest size a distribution's values reach (infinity when no float holds it)."""
+    if isinstance(dist, _LogBounded):
+        return math.exp(dist.max_value)
+    if isinstance(dist, _Bounded):
+        return float(max(abs(dist.min_value), abs(dist.max_value)))
+    spread = abs(dist.mu) + MOST_DEVIATIONS * dist.sigma
+    if isinstance(dist, (LogNormal, QLogNormal)):
+        return math.exp(spread) if spread <= 700 else math.inf
+    return spread
+
+
 def _exp_fits(dist: Any) -> Any:
     """A log-normal whose values all fit a float."""
     if abs(dist.mu) + MOST_DEVIATIONS * dist.sigma > 700:
@@ -257,6 +301,12 @@ DISTRIBUTIONS = (
     "choice", "randint", "uniform", "loguniform", "quniform", "qloguniform", "normal",
     "lognormal", "qnormal", "qlognormal",
 )  # fmt: skip
+#: Each distribution's model by its ``type`` (how an error finds a mistyped key's fields).
+DISTRIBUTION_MODELS: dict[str, type[SpecModel]] = {
+    model.model_fields["type"].default: model
+    for model in (Choice, RandInt, Uniform, LogUniform, QUniform, QLogUniform, Normal,
+                  LogNormal, QNormal, QLogNormal)
+}  # fmt: skip
 
 
 # -- how values are drawn, judged and stopped ----------------------------------
@@ -318,6 +368,8 @@ class BanditPolicy(_Policy):
     type: Literal["bandit"] = "bandit"
     slack_factor: Annotated[StrictInt | StrictFloat, Field(gt=0)] | None = None
     slack_amount: Annotated[StrictInt | StrictFloat, Field(gt=0)] | None = None
+
+    _finite = field_validator("slack_factor", "slack_amount", mode="before")(_finite_number)
 
     @model_validator(mode="after")
     def _one_slack(self) -> BanditPolicy:
@@ -385,6 +437,12 @@ EarlyTermination = Annotated[
     Field(discriminator="type"),
 ]
 POLICIES = ("bandit", "median_stopping", "truncation_selection", "asha", "hyperband")
+#: Each policy's model by its ``type``.
+POLICY_MODELS: dict[str, type[SpecModel]] = {
+    model.model_fields["type"].default: model
+    for model in (BanditPolicy, MedianStoppingPolicy, TruncationSelectionPolicy, AshaPolicy,
+                  HyperbandPolicy)
+}  # fmt: skip
 
 
 class SweepLimits(SpecModel):
