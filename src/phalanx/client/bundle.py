@@ -48,7 +48,7 @@ def _local_items(spec: JobSpec) -> list[tuple[str, Path]]:
             items.append(("environment.build.path", Path(env.build["path"])))
     for name, value in spec.inputs.items():
         if isinstance(value, InputSpec) and value.is_local:
-            if not value.local_path.exists():
+            if not _exists(value.local_path):
                 raise PhalanxError(
                     f"inputs.{name}: {value.local_path} does not exist on this machine; "
                     "fix `path`, or give a datastore URI the server can read"
@@ -61,6 +61,15 @@ def _local_items(spec: JobSpec) -> list[tuple[str, Path]]:
                 "disk; leave `path` out (outputs are kept with the job) or give a datastore URI"
             )
     return items
+
+
+def _exists(path: Path) -> bool:
+    """Whether ``path`` is there; not when it cannot be (a name longer than the file
+    system allows raises, where ``Path.exists`` answers only for a missing file)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 def bundle_spec(spec: JobSpec | SweepSpec, workdir: Path) -> Bundle:
