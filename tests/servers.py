@@ -18,7 +18,6 @@ from pathlib import Path
 
 import psutil
 
-import jobpython
 from phalanx.launch.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -179,17 +178,21 @@ class PhalanxServer:
 
 
 def start_phalanx_server(
-    home: Path, env: dict[str, str], *args: str, port: int | None = None
+    home: Path,
+    env: dict[str, str],
+    *args: str,
+    port: int | None = None,
+    python: str | Path = sys.executable,
 ) -> PhalanxServer:
-    """Start a phalanx server on ``home`` (its own session) and wait until it answers."""
+    """Start a phalanx server on ``home`` (its own session) and wait until it answers.
+
+    As root it walls its jobs off: their accounts reach the workspace (see
+    jobpython.workspace_home) and run ``python``, wherever it lies, through a view
+    the server makes (:mod:`phalanx.jobs.pythonview`)."""
     port = port or free_port()
     log = home.parent / f"server-{port}.log"
     server_env = {k: v for k, v in env.items() if k not in ("PHALANX_SERVER", "PHALANX_TOKEN")}
     server_env["PHALANX_HOME"] = str(home)
-    # As root the server walls its jobs off: their accounts must run its Python (and reach
-    # the workspace: see jobpython.workspace_home).
-    python, needs = jobpython.job_python()
-    server_env.update(needs)
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [python, "-m", "phalanx.cli.main", "server", "start",
@@ -197,7 +200,8 @@ def start_phalanx_server(
             env=server_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     try:
-        _wait_port(port, proc, "phalanx server")
+        # A bound against a hang only: on a loaded machine its processes take a while.
+        _wait_port(port, proc, "phalanx server", timeout=120)
     except RuntimeError as exc:
         raise RuntimeError(f"{exc}: {log.read_text()}") from None
     return PhalanxServer(proc, port, home, log)

@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import uuid
@@ -31,10 +32,12 @@ from fsspec.implementations.local import LocalFileSystem
 
 import jobpython
 import servers
-from conftest import PHALANX, Cli, blob_datastore, job_processes_under
+from conftest import PHALANX, REPO, Cli, blob_datastore, job_processes_under
 from phalanx.compute.inputs import download_dir
 from phalanx.environments.containers.engine import Engine
-from phalanx.jobs.walls import DEFAULT_COUNT, DEFAULT_FIRST_UID, blocking_folder
+from phalanx.jobs import pythonview
+from phalanx.jobs.pythonview import blocking_folder
+from phalanx.jobs.walls import DEFAULT_COUNT, DEFAULT_FIRST_UID
 from phalanx.launch.ports import free_port
 from phalanx.storage.cache import NodeCache
 from phalanx.storage.location import Location
@@ -542,13 +545,17 @@ def test_a_walled_off_job_in_an_image_runs_as_its_account(cli: Cli, engine: Engi
     assert _running_as(seen["uid"]) == []
 
 
-def _start(home: Path, *args: str, user: int | None = None) -> subprocess.CompletedProcess[str]:
-    """``phalanx server start`` that is expected to refuse at once."""
-    python, needs = jobpython.job_python()
-    env = {**os.environ, **needs, "PHALANX_HOME": str(home)}
+def _start(
+    home: Path, *args: str, user: int | None = None, python: str | Path = sys.executable,
+    inside: tuple[str, ...] = (), needs: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """``phalanx server start`` that is expected to refuse at once (``inside``: a command
+    that runs it; ``needs``: what ``python`` needs in the environment)."""
+    env = {**os.environ, **(needs or {}), "PHALANX_HOME": str(home)}
     env.pop("PHALANX_DB", None)
     return subprocess.run(
-        [python, "-m", "phalanx.cli.main", "server", "start", "--port", str(free_port()), *args],
+        [*inside, str(python), "-m", "phalanx.cli.main", "server", "start",
+         "--port", str(free_port()), *args],
         env=env, capture_output=True, text=True, timeout=60, user=user, cwd="/",
     )  # fmt: skip
 
@@ -578,13 +585,102 @@ def test_a_server_that_cannot_wall_jobs_off_refuses_to_start(tmp_path: Path) -> 
     uid = DEFAULT_FIRST_UID - 1  # an account of no one
     for path in [home, *home.rglob("*")]:
         os.chown(path, uid, uid, follow_symlinks=False)
-    line = _one_line(_start(home, "--auth", "--host", "127.0.0.1", user=uid))
+    view = pythonview.ensure()  # a Python that account runs, wherever this one lies
+    line = _one_line(
+        _start(home, "--auth", "--host", "127.0.0.1", user=uid, python=view.python,
+               needs=view.env())
+    )  # fmt: skip
     assert line.startswith("error: a server with tokens runs each job as an account of its own")
     assert "pass --trust-jobs" in line
     # A uid range that is someone's, or not a range.
     for uids, said in (("65534-65540", "uid 65534 (nobody in /etc/passwd)"),
                        ("0-10", "give START-END")):  # fmt: skip
         assert said in _one_line(_start(home, "--job-uids", uids))
+
+
+WHO = """
+import os, sys
+from pathlib import Path
+import phalanx
+print("uid", os.getuid(), "python", sys.executable, "phalanx", phalanx.__file__, flush=True)
+for name in sys.argv[1:]:
+    try:
+        Path(name).read_bytes()
+        print("read", name, flush=True)
+    except OSError as exc:
+        print("refused", name, type(exc).__name__, flush=True)
+try:
+    (Path(phalanx.__file__).parent / "planted.py").write_text("")
+    print("wrote into phalanx", flush=True)
+except OSError:
+    print("refused to write into phalanx", flush=True)
+"""
+
+
+def _installed_out_of_reach(folder: Path) -> Path:
+    """phalanx installed as the README's install does it (a virtual environment, phalanx
+    editable), in ``folder``, which no other account enters (pytest's folders are 0700):
+    the interpreter is this one's base, and the ``site-packages`` entries link to this
+    environment's (nothing is installed); its ``python``."""
+    venv = folder / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, timeout=120)
+    shutil.copytree(REPO / "src", folder / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    here = Path(sysconfig.get_paths()["purelib"])
+    site = venv / "lib" / here.parent.name / "site-packages"
+    for entry in here.iterdir():
+        if not entry.name.startswith("__editable__.phalanx"):
+            (site / entry.name).symlink_to(entry)
+    (site / "__editable__.phalanx-0.1.0.pth").write_text(f"{folder / 'src'}\n")
+    return venv / "bin" / "python"
+
+
+@pytest.mark.parametrize("cli", ["local"], indirect=True)
+def test_a_root_server_walls_jobs_off_wherever_its_python_lies(cli: Cli, tmp_path: Path) -> None:
+    """The README's install as root (issue 36): interpreter, packages and source where no
+    other account goes, and no --trust-jobs; jobs run on a read-only view of it."""
+    python = _installed_out_of_reach(tmp_path / "install")
+    assert blocking_folder(python) is not None
+    beside = tmp_path / "install" / "beside.txt"  # readable, were its folder not closed
+    beside.write_text("the admin's")
+    private = cli.home.parent / "server-only.txt"
+    private.write_text("the server's")
+    private.chmod(0o600)
+    # Where no view can be made (here /run/phalanx is read-only), it refuses in one line.
+    read_only = ("unshare", "--mount", "--propagation", "private", "sh", "-c",
+                 'mkdir -p /run/phalanx && mount --bind -o ro /run/phalanx /run/phalanx && '
+                 'exec "$@"', "sh")  # fmt: skip
+    line = _one_line(_start(cli.home, python=python, inside=read_only))
+    assert line.startswith("error: jobs cannot be walled off: phalanx's Python"), line
+    assert "and no view of it can be made at /run/phalanx/python/" in line
+    server = servers.start_phalanx_server(cli.home, cli.env, python=python)
+    try:
+        assert "jobs walled off" in server.log.read_text()
+        cli.env.update(PHALANX_SERVER=server.url)
+        cli.write("who/main.py", WHO)
+        argv = f"{cli.home / 'phalanx.db'} {private} {beside}"
+        spec = cli.write("who.yml", f"command: python main.py {argv}\ncode: who\n")
+        job = cli.wait(cli.create(spec), ("Completed", "Failed"))
+        log = cli.home / "jobs" / job["name"] / "user_logs" / "std_log_process_0.txt"
+        said = log.read_text().split()
+        assert job["status"] == "Completed", said
+    finally:
+        servers.kill_phalanx_server(server)
+        # This test's install goes with the test: so does its view.
+        site = next((python.parents[1] / "lib").glob("*/site-packages"))
+        for shown in Path("/run/phalanx/python").glob("*/packages/0"):
+            if os.path.samefile(shown, site):
+                view = shown.parents[1]
+                subprocess.run(["umount", "--recursive", "--lazy", view], check=True)
+                view.rmdir()
+    # Its own account, on the view's Python and phalanx's source shown there, read-only.
+    assert DEFAULT_FIRST_UID <= int(said[said.index("uid") + 1]) < DEFAULT_FIRST_UID + DEFAULT_COUNT
+    assert Path(said[said.index("python") + 1]).is_relative_to(view)
+    assert Path(said[said.index("phalanx") + 1]).is_relative_to(view / "source")
+    assert "refused to write into phalanx" in " ".join(said)
+    # Neither the token database, nor a 0600 file of the server, nor what lies beside
+    # the install.
+    for path in (cli.home / "phalanx.db", private, beside):
+        assert f"refused {path} PermissionError" in " ".join(said), said
 
 
 @pytest.mark.parametrize("cli", ["local"], indirect=True)
@@ -606,25 +702,17 @@ def test_trusted_jobs_run_as_the_server(cli: Cli) -> None:
 
 
 @pytest.mark.parametrize("cli", ["local"], indirect=True)
-def test_a_job_made_on_the_machine_is_walled_off_too_or_says_why_not(cli: Cli) -> None:
-    # A server walled the workspace's jobs off; root then makes a job with its own CLI.
+def test_a_job_made_on_the_machine_is_walled_off_too(cli: Cli) -> None:
+    # A server walled the workspace's jobs off; root then makes a job with its own CLI,
+    # whose Python may lie where no other account goes (/root): the supervisor runs on a
+    # view of it, as the server's do.
     servers.kill_phalanx_server(servers.start_phalanx_server(cli.home, cli.env))
     cli.write("who/main.py", "import os; print('uid', os.getuid(), flush=True)\n")
     spec = cli.write("who.yml", "command: python main.py\ncode: who\n")
     job = cli.wait(cli.create(spec), ("Completed", "Failed"))
-    blocked = blocking_folder(Path(sys.executable).resolve())
-    if blocked is None:  # this CLI's Python is one every account runs: walled off as well
-        assert job["status"] == "Completed", job
-        log = Path(job["job_dir"]) / "user_logs" / "std_log_process_0.txt"
-        assert int(log.read_text().split()[1]) >= DEFAULT_FIRST_UID
-    else:  # one line saying why, and nothing run as root instead
-        assert job["status"] == "Failed" and job["attempts"] == []
-        assert job["error"]["message"] == (
-            f"jobs cannot be walled off: phalanx's Python ({Path(sys.executable).resolve()}) "
-            f"is inside {blocked}, which other accounts cannot enter; chmod o+x {blocked}, or "
-            "install phalanx where every account can read it, or start with --trust-jobs (jobs "
-            "then run as root and can read the server's database and secrets)"
-        )
+    assert job["status"] == "Completed", job
+    log = Path(job["job_dir"]) / "user_logs" / "std_log_process_0.txt"
+    assert int(log.read_text().split()[1]) >= DEFAULT_FIRST_UID
 
 
 HOLDER = """

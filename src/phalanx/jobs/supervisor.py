@@ -65,6 +65,7 @@ def main(argv: list[str]) -> int:
     # Cloud SDKs log every HTTP request at INFO: one line per file a mount opens.
     for sdk in ("azure", "botocore", "s3fs", "aiobotocore", "urllib3"):
         logging.getLogger(sdk).setLevel(logging.WARNING)
+    _run_where_jobs_reach()
     try:
         ws = Workspace(patience_s=GIVE_UP_S)
         generation = ws.claim_supervisor(name, os.getpid(), lambda pid: is_supervisor(pid, name))
@@ -98,6 +99,21 @@ def main(argv: list[str]) -> int:
         return 1
     finally:
         keeper.stop()
+
+
+def _run_where_jobs_reach() -> None:
+    """A walled-off job's processes run this process's Python: where their accounts cannot
+    reach it, run this supervisor again on a view of it (:mod:`phalanx.jobs.pythonview`),
+    before anything else. When none can be made, the job fails saying why, as it starts."""
+    from phalanx.jobs import pythonview, walls
+    from phalanx.workspace.layout import phalanx_home
+
+    if walls.active(phalanx_home()) is None or pythonview.out_of_reach() is None:
+        return
+    try:
+        pythonview.run_on_view()
+    except PhalanxError as exc:
+        log.error("%s", exc)
 
 
 class _Supervision:

@@ -6,7 +6,9 @@ as an account of their own (:mod:`phalanx.jobs.accounts`), with a base environme
 and the workspace is locked so such an account reaches its own job's folder and
 nothing else: not the database (SQLite and its WAL), ``secrets.json``, ``server/``
 (``session.key``, uploaded bundles), other jobs' folders, the node cache, local
-datastores or registered models. Why accounts rather than a container per job: they
+datastores or registered models. They run phalanx's Python: where it lies out of their
+reach (the README's install as root), through a read-only view of it
+(:mod:`phalanx.jobs.pythonview`). Why accounts rather than a container per job: they
 hold for every job (with or without an image, MPI's daemons, FUSE mounts), need no
 engine or image, cost nothing at start, and a container job gets the same account.
 
@@ -30,7 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from phalanx.errors import PhalanxError
+from phalanx.jobs import pythonview
+from phalanx.jobs.pythonview import blocking_folder, out_of_reach
 from phalanx.launch.account import base_environment
+from phalanx.storage.acl import kept_mode
 
 SETTINGS_FILE = "walls.json"
 DEFAULT_FIRST_UID = 1_879_048_192
@@ -112,9 +117,15 @@ def plan(home: Path, *, auth: bool, trust_jobs: bool, uids: str | None) -> WallS
         return WallSettings(False, first, count)
     _check_ranges(first, count)
     _check_reachable(home, "the workspace", "put the workspace elsewhere (--workspace)")
-    exe = Path(sys.executable).resolve()
-    _check_reachable(exe, "phalanx's Python", "install phalanx where every account can read it")
-    _probe(first)
+    python, env = sys.executable, {}
+    blocked = out_of_reach()
+    if blocked is not None:  # e.g. the README's install as root: jobs run a view of it
+        try:
+            view = pythonview.ensure()
+        except PhalanxError as exc:
+            raise _python_refused(*blocked, str(exc)) from None
+        python, env = str(view.python), view.env()
+    _probe(first, python, env)
     return WallSettings(True, first, count)
 
 
@@ -149,18 +160,6 @@ def _lines(path: str) -> list[str]:
         return []
 
 
-def blocking_folder(path: Path) -> Path | None:
-    """The first folder on the way to ``path`` that other accounts cannot enter."""
-    for folder in reversed([*path.parents]):
-        try:
-            mode = folder.stat().st_mode
-        except OSError:
-            return folder
-        if not mode & stat.S_IXOTH:
-            return folder
-    return None
-
-
 def _check_reachable(path: Path, what: str, move: str) -> None:
     folder = blocking_folder(path)
     if folder is not None:
@@ -173,18 +172,28 @@ def _check_reachable(path: Path, what: str, move: str) -> None:
 
 def check_python() -> None:
     """Before a job runs as its account: phalanx's Python must be where that account goes
-    (a supervisor started by another program than the server may run on another one).
+    (a supervisor runs on a view of it where it is not: :mod:`phalanx.jobs.pythonview`).
 
     Raises:
-        PhalanxError: one line naming the folder and the fix.
+        PhalanxError: one line naming what is out of reach and the fix.
     """
-    exe = Path(sys.executable).resolve()
-    _check_reachable(exe, "phalanx's Python", "install phalanx where every account can read it")
+    blocked = out_of_reach()
+    if blocked is not None:
+        raise _python_refused(*blocked, "no view of it could be made (see the supervisor's log)")
 
 
-def _probe(uid: int) -> None:
-    """Run phalanx's Python as a job's account once: it must start and see the packages
-    this process sees (torch, where it is installed)."""
+def _python_refused(path: Path, folder: Path, why: str) -> PhalanxError:
+    return PhalanxError(
+        f"jobs cannot be walled off: phalanx's Python ({path}) is inside {folder}, which other "
+        f"accounts cannot enter, and {why}; install phalanx where every account can read it "
+        "(a virtual environment under /opt), or start with --trust-jobs (jobs then run as "
+        "root and can read the server's database and secrets)"
+    )
+
+
+def _probe(uid: int, python: str, env: dict[str, str]) -> None:
+    """Run ``python`` (phalanx's, or its view) as a job's account once: it must start and
+    see the packages this process sees (torch, where it is installed)."""
     import importlib.util
 
     torch = importlib.util.find_spec("torch") is not None
@@ -196,8 +205,9 @@ def _probe(uid: int) -> None:
     problem = ""
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", code], user=uid, group=uid, extra_groups=[], cwd="/",
-            env=base_environment(os.environ), capture_output=True, text=True, timeout=60,
+            [python, "-c", code], user=uid, group=uid, extra_groups=[], cwd="/",
+            env={**base_environment(os.environ), **env}, capture_output=True, text=True,
+            timeout=60,
         )  # fmt: skip
     except (OSError, subprocess.SubprocessError) as exc:
         problem = str(exc)
@@ -207,7 +217,7 @@ def _probe(uid: int) -> None:
             problem = lines[-1] if lines else f"exit code {proc.returncode}"
     if problem:
         raise PhalanxError(
-            f"jobs cannot be walled off: phalanx's Python ({sys.executable}) does not run as "
+            f"jobs cannot be walled off: phalanx's Python ({python}) does not run as "
             f"uid {uid} ({problem}); install phalanx where every account can read it, or start "
             "with --trust-jobs"
         )
@@ -243,7 +253,9 @@ def harden(home: Path) -> None:
             if mode is not None:
                 os.chmod(entry, mode)
             continue
-        os.chmod(entry, 0o700 if entry.is_dir() else 0o600)
+        # A running job whose input is the `default` datastore's top is let into that
+        # folder by an ACL entry (phalanx.storage.acl), which a plain chmod would void.
+        os.chmod(entry, (0o700 | kept_mode(entry)) if entry.is_dir() else 0o600)
     jobs = home / "jobs"
     if jobs.is_dir():
         for folder in jobs.iterdir():

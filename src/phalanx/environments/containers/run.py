@@ -81,6 +81,24 @@ def site_packages() -> list[Path]:
     return [Path(p).resolve() for p in dict.fromkeys((paths["purelib"], paths["platlib"]))]
 
 
+def linked_folders(folders: list[Path], depth: int = 3) -> list[Path]:
+    """The folders that entries of ``folders`` link into, and those their entries link
+    into (``depth`` deep): mounted beside them, so the links resolve inside. A view of
+    phalanx's Python, which walled-off jobs run where it lies out of their reach, is such
+    links (:mod:`phalanx.jobs.pythonview`)."""
+    found: list[Path] = []
+    for _ in range(depth):
+        step = {
+            Path(os.path.normpath(entry.parent / os.readlink(entry))).parent
+            for folder in folders
+            for entry in folder.iterdir()
+            if entry.is_symlink()
+        }
+        folders = [p for p in step if p not in found and p not in folders and p.is_dir()]
+        found += folders
+    return found
+
+
 def container_name(launch: NodeLaunch) -> str:
     where = hashlib.sha256(str(launch.job_dir).encode()).hexdigest()[:8]
     job = _NAME_CHARS.sub("_", launch.job_name)[:60]
@@ -164,7 +182,7 @@ def mounts(launch: NodeLaunch, ref: ImageRef, env: Mapping[str, str]) -> list[tu
     if socket := env.get(SOCKET_ENV):  # Ray, MPI: where the rsh agent asks for daemons
         writable.append(Path(socket).parent)
     readonly: list[Path | None] = [_folder(v) for v in launch.inputs.values()]
-    readonly += [] if ref.torch else site_packages()
+    readonly += [] if ref.torch else [*site_packages(), *linked_folders(site_packages())]
     if launch.account is not None:
         readonly += [python_shim(launch, ref), launch.datastores_file]
     chosen: list[tuple[Path, bool]] = []
