@@ -10,6 +10,7 @@ of the server's files came back.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import http.server
 import io
 import json
@@ -18,6 +19,7 @@ import subprocess
 import tarfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -489,7 +491,11 @@ limits: {{max_total_trials: 2, max_concurrent_trials: 1}}
 
 def test_a_sweep_and_its_trials_are_their_owners(team: Team) -> None:
     name = team.unique("alices-sweep")
-    spec = team.write(f"{name}.yml", SWEEP.format(name=name))
+    key = f"sweep-key-{uuid.uuid4().hex}"  # each trial's variable: alice's, as a job's is
+    text = SWEEP.format(name=name)
+    spec = team.write(
+        f"{name}.yml", text.replace("trial:\n", f"trial:\n  environment_variables: {{K: {key}}}\n")
+    )
     created = team.cli("alice", "job", "create", "-f", str(spec))
     assert created.returncode == 0, created.stderr
     trial = f"{name}_0"
@@ -500,9 +506,14 @@ def test_a_sweep_and_its_trials_are_their_owners(team: Team) -> None:
             time.sleep(0.2)
         assert root.get(f"/jobs/{trial}").json()["created_by"] == "alice"
     _wait_status(team, trial, "Running")
-    # Bob reads both, and stops neither: not the sweep, not its trial.
+    # Bob reads both (not alice's variable), and stops neither: not the sweep, not its trial.
     with team.api("bob") as bob:
         assert bob.get(f"/jobs/{name}/sweep").json()["trials"][0]["job_name"] == trial
+        sweep_job, trial_job = bob.get(f"/jobs/{name}").json(), bob.get(f"/jobs/{trial}").json()
+        assert sweep_job["spec"]["trial"]["environment_variables"] == {"K": "***"}
+        assert trial_job["spec"]["environment_variables"] == {"K": "***"}
+        listed = bob.get("/jobs", params={"parent": name}).text + bob.get(f"/jobs/{name}").text
+        assert key not in listed
         _refused(bob.post(f"/jobs/{name}/cancel"), 403, "belongs to alice")
         _refused(bob.post(f"/jobs/{trial}/cancel"), 403, "belongs to alice")
     _cli_refused(team.cli("vic", "job", "create", "-f", str(spec)), "may only read")
@@ -529,3 +540,149 @@ def test_a_sweep_and_its_trials_are_their_owners(team: Team) -> None:
     with team.api("root") as root:
         jobs = root.get("/jobs", params={"limit": 1000}).json()["jobs"]
     assert not [j for j in jobs if j["name"].startswith("bobs-sweep")]
+
+
+SHOW_TOP = """import hashlib, os
+print("top:", sorted(os.listdir(os.environ["PHALANX_INPUT_TOP"])), flush=True)
+print("sha:", hashlib.sha256(os.environ.get("SECRET", "").encode()).hexdigest(), flush=True)
+"""
+
+
+def _wait_ended(team: Team, name: str, timeout: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    with team.api("root") as root:
+        while (job := root.get(f"/jobs/{name}").json())["status"] not in ENDED:
+            assert time.monotonic() < deadline, f"{name} still {job['status']}"
+            time.sleep(0.3)
+    return dict(job)
+
+
+ENDED = ("Completed", "Failed", "Canceled")
+
+
+def test_variables_are_their_owners_and_the_servers_paths_an_admins(team: Team) -> None:
+    token = f"hf_{uuid.uuid4().hex}"
+    name = team.unique("alices-token")
+    team.write(f"{name}/main.py", SHOW_TOP)
+    (team.home / "datastore").mkdir(exist_ok=True)
+    (team.home / "datastore" / f"{name}.marker").write_text("on the default datastore")
+    spec = team.write(
+        f"{name}.yml",
+        f"name: {name}\ncode: {name}\ncommand: python main.py\n"
+        f"environment_variables: {{HF_TOKEN: {token}}}\n"
+        # The default datastore's top folder, which a walled-off job could not list.
+        "inputs:\n  top: {type: uri_folder, path: 'azureml://datastores/default/paths/', "
+        "mode: download}\n",
+    )
+    made = team.cli("alice", "job", "create", "-f", str(spec), "--set",
+                    f"environment_variables.SET_TOKEN={token}")  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    store, env_name = team.unique("shared-folder"), team.unique("alices-env")
+    (team.data_root / store).mkdir()
+    with team.api("root") as root:
+        body = {"name": store, "type": "local", "path": str(team.data_root / store)}
+        assert root.post("/datastores", json=body).status_code == 201
+    team.write(f"{env_name}/conda.yml", "dependencies: [python]\n")
+    env_file = team.write(f"{env_name}/env.yml", f"name: {env_name}\nconda_file: conda.yml\n")
+    assert team.cli("alice", "environment", "create", "-f", str(env_file)).returncode == 0
+    job = _wait_ended(team, name)
+    assert job["status"] == "Completed", job
+    log = (team.home / "jobs" / name / "user_logs" / "std_log_process_0.txt").read_text()
+    assert f"{name}.marker" in log, log
+
+    server_paths = (str(team.home), str(team.data_root))
+    asked = [
+        "/jobs?limit=1000", "/jobs?trials=true", f"/jobs/{name}", f"/jobs/{name}/spec",
+        "/datastores", "/datastores/default", f"/datastores/{store}", "/environments",
+        f"/environments/{env_name}", f"/jobs/{name}/files/spec.yaml",
+        f"/jobs/{name}/files/spec.json", f"/jobs/{name}/tree?path=.",
+        "/datastores/default/ls?path=nope", f"/datastores/{store}/ls?path=nope",
+    ]  # fmt: skip
+    # What the job's folder holds is read as it is (its logs name its folder): searched
+    # for the values only.
+    contents = [f"/jobs/{name}/files/system_logs", f"/jobs/{name}/files/user_logs"]
+    commands = [
+        ["job", "show", name, "--json"], ["job", "list", "--json"], ["datastore", "list"],
+        ["datastore", "show", "default"], ["environment", "show", env_name],
+    ]  # fmt: skip
+    for user in ("bob", "vic", "alice"):
+        answers = []
+        with team.api(user) as api:
+            for url in asked:
+                answer = api.get(url)
+                assert answer.status_code in (200, 400, 403, 404), (url, answer.text)
+                answers.append(answer.content.decode(errors="replace"))
+            wrong = {"name": team.unique("m"), "path": "azureml://datastores/default/paths/nope"}
+            answers.append(api.post("/models", json=wrong).text)
+            shown = api.get(f"/jobs/{name}").json()
+            spec_answer = api.get(f"/jobs/{name}/spec").json()
+            files = api.get(f"/jobs/{name}/files/spec.yaml")
+        for command in commands:
+            proc = team.cli(user, *command)
+            assert proc.returncode == 0, proc.stderr
+            answers.append(proc.stdout + proc.stderr)
+        everything = "\n".join(answers)
+        for path in server_paths:  # no path of the server's disk, to any but an admin
+            at = everything.find(path)
+            assert at < 0, (user, everything[max(0, at - 300) : at + 100])
+        with team.api(user) as api:
+            everything += "".join(api.get(url).content.decode(errors="replace") for url in contents)
+        assert shown["job_dir"] is None and shown["spec"]["code"] == "(a path on the server)"
+        assert shown["logs"]["user_logs"] == ["user_logs/std_log_process_0.txt"]
+        if user == "alice":  # the owner reads her values
+            assert shown["spec"]["environment_variables"] == {"HF_TOKEN": token, "SET_TOKEN": token}
+            assert token in spec_answer["submitted"] and files.status_code == 200
+        else:  # nobody else does, anywhere
+            assert token not in everything, user
+            assert shown["spec"]["environment_variables"] == {"HF_TOKEN": "***", "SET_TOKEN": "***"}
+            assert spec_answer["submitted"] is None
+            _refused(files, 403, "only its owner (its spec.yaml) or an admin")
+    with team.api("root") as root:  # an admin reads it all
+        shown = root.get(f"/jobs/{name}").json()
+    assert shown["job_dir"] == str(team.home / "jobs" / name)
+    assert shown["spec"]["environment_variables"]["HF_TOKEN"] == token
+
+
+SECRET_JOB = """name: {name}
+code: {code}
+command: python main.py
+environment_variables: {{SECRET: '${{{{secrets.hf_token}}}}'}}
+inputs:
+  top: {{type: uri_folder, path: 'azureml://datastores/default/paths/', mode: download}}
+"""
+
+
+def test_a_secret_reference_reaches_the_ranks_and_nothing_else(team: Team) -> None:
+    value = f"secret-{uuid.uuid4().hex}"
+    _cli_refused(team.cli("vic", "secret", "set", "hf_token", stdin=value), "may only read")
+    made = team.cli("alice", "secret", "set", "hf_token", stdin=value)
+    assert made.returncode == 0, made.stderr
+    assert team.cli("alice", "secret", "list").stdout.split() == ["hf_token"]
+    assert team.cli("bob", "secret", "list").stdout.split() == []
+    name = team.unique("alices-secret")
+    team.write(f"{name}/main.py", SHOW_TOP)
+    spec = team.write(f"{name}.yml", SECRET_JOB.format(name=name, code=name))
+    # Bob names a secret he has not stored (alice's is hers): refused at create.
+    _cli_refused(
+        team.cli("bob", "job", "create", "-f", str(spec)),
+        "environment_variables.SECRET: ${{secrets.hf_token}}: no secret 'hf_token' of bob",
+    )
+    assert team.cli("alice", "job", "create", "-f", str(spec)).returncode == 0
+    job = _wait_ended(team, name)
+    assert job["status"] == "Completed", job
+    folder = team.home / "jobs" / name
+    digest = hashlib.sha256(value.encode()).hexdigest()
+    assert f"sha: {digest}" in (folder / "user_logs" / "std_log_process_0.txt").read_text()
+    # The value is in no record, file or answer: the spec keeps the reference.
+    kept = b"".join(p.read_bytes() for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+    assert value.encode() not in kept
+    if (team.home / "phalanx.db").exists():
+        assert value.encode() not in (team.home / "phalanx.db").read_bytes()
+    for user in ("root", "alice", "bob"):
+        with team.api(user) as api:
+            shown = api.get(f"/jobs/{name}").text + api.get(f"/jobs/{name}/spec").text
+        assert value not in shown and "${{secrets.hf_token}}" in shown, user
+    # Deleted, it is named by no new job.
+    assert team.cli("alice", "secret", "delete", "hf_token").returncode == 0
+    again = team.cli("alice", "job", "create", "-f", str(spec), "--set", f"name={name}-again")
+    _cli_refused(again, "no secret 'hf_token' of alice; set it with `phalanx secret set hf_token`")

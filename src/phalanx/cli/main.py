@@ -31,6 +31,7 @@ _COMMANDS = {
     "compute": "phalanx.cli.compute:compute_group",
     "model": "phalanx.cli.model:model_group",
     "environment": "phalanx.cli.environment:environment_group",
+    "secret": "phalanx.cli.secret:secret_group",
     "tensorboard": "phalanx.cli.metrics:tensorboard_cmd",
     "bench": "phalanx.cli.bench:bench_group",
     "queue": "phalanx.cli.queue:queue_cmd",

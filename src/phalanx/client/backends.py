@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from phalanx.service.environments import Environments
     from phalanx.service.jobs import Jobs
     from phalanx.service.models import Models
+    from phalanx.service.secrets import Secrets
     from phalanx.service.targets import Targets
     from phalanx.service.tokens import Tokens
 
@@ -123,3 +124,16 @@ def tokens() -> Tokens:
     from phalanx.client.tokens import RemoteTokens
 
     return RemoteTokens(config)
+
+
+def secrets() -> Secrets:
+    """The caller's secrets on the server when one is configured, else this machine's."""
+    config = server_config()
+    if config is None:
+        from phalanx.service.secrets import WorkspaceSecrets
+        from phalanx.workspace import Workspace
+
+        return WorkspaceSecrets(Workspace())
+    from phalanx.client.secrets import RemoteSecrets
+
+    return RemoteSecrets(config)

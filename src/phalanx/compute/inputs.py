@@ -131,7 +131,7 @@ def make_ready(
                 ready.values[name] = str(_mount(name, value, loc, cache, mount_root, ready, owner))
                 continue
             if owner is not None and shown_in is not None:
-                path = _show(name, path, shown_in, ready)
+                path = _show(name, path, shown_in, ready, owner[0])
             ready.values[name] = str(path)
     except BaseException:
         ready.close()
@@ -149,12 +149,22 @@ def _cache(owner: tuple[int, int] | None) -> NodeCache:
     return cache
 
 
-def _show(name: str, path: Path, shown_in: Path, ready: InputsReady) -> Path:
-    """``path`` shown read-only to the job at ``shown_in/<name>`` (a file: ``…/<file name>``)."""
+def _show(name: str, path: Path, shown_in: Path, ready: InputsReady, uid: int) -> Path:
+    """``path`` shown read-only to the job at ``shown_in/<name>`` (a file: ``…/<file name>``).
+
+    The workspace's own ``datastore`` folder (the ``default`` datastore's top, closed
+    to every account by :func:`phalanx.jobs.walls.harden`) lets the job's account in
+    while the input is shown (:mod:`phalanx.storage.acl`); the account's end takes
+    that back too, should this process die first."""
+    from phalanx.storage.acl import grant, open_to, revoke
     from phalanx.storage.bind import bind_readonly, unbind
 
     target = shown_in / name if path.is_dir() else shown_in / name / path.name
+    workspace_datastore = shown_in.parent.parent.parent / "datastore"  # <home>/jobs/<job>/inputs
     try:
+        if path == workspace_datastore and not open_to(path, uid):
+            grant(path, uid)
+            ready.on_close(revoke, path, uid)
         bind_readonly(path, target)
     except PhalanxError as exc:
         raise PhalanxError(f"inputs.{name}: {exc}") from exc

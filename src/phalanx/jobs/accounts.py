@@ -24,7 +24,8 @@ in its folder can it create, rename or replace, so whatever phalanx itself write
 there stays phalanx's.
 
 When the job ends, its account's processes are killed, what it left in ``/dev/shm``,
-``/tmp`` and ``/var/tmp`` is removed, its folder becomes root's alone (0700), and the
+``/tmp`` and ``/var/tmp`` is removed, an ACL entry letting it into the ``default``
+datastore's top folder is taken back, its folder becomes root's alone (0700), and the
 uid is free again.
 """
 
@@ -43,6 +44,7 @@ from phalanx.errors import PhalanxError
 from phalanx.jobs.walls import WallSettings, active, check_python, harden
 from phalanx.launch.account import ACCOUNT_FILE, JobAccount, account_of
 from phalanx.launch.account import claims_folder as _claims
+from phalanx.storage.acl import revoke
 from phalanx.tracking.runfiles import RUN_FILE
 from phalanx.workspace.layout import JobPaths
 
@@ -230,6 +232,9 @@ def release(job_dir: Path) -> None:
     kill_user(account.uid)
     for shared in _SHARED_TMP:
         _remove_owned(shared, account.uid)
+    # Let into the `default` datastore's top while its input was shown (its supervisor
+    # takes that back, unless it died first).
+    revoke(job_dir.parent.parent / "datastore", account.uid)
     os.chown(job_dir, 0, 0)
     os.chmod(job_dir, 0o700)
     (job_dir / ACCOUNT_FILE).unlink(missing_ok=True)

@@ -438,10 +438,28 @@ def plan(spec: JobSpec, paths: JobPaths, ws: Workspace, *, walled: bool = False)
             name: _plan_output(name, out, remote.get(name), paths, walled)
             for name, out in spec.outputs.items()
         },
-        env={k: str(v) for k, v in spec.environment_variables.items()},
+        env=_variables(spec, paths, ws),
         environment=spec.inline_environment,
         datastores=jobstores.build(spec, ws),
     )
+
+
+def _variables(spec: JobSpec, paths: JobPaths, ws: Workspace) -> dict[str, str]:
+    """The spec's ``environment_variables``, each ``${{secrets.NAME}}`` replaced by the
+    value the job's owner stored (:mod:`phalanx.storage.usersecrets`): here, as its
+    processes are about to start, and nowhere else.
+
+    Raises:
+        PhalanxError: a secret the spec names is not set (any more).
+    """
+    from phalanx.storage.datastore_records import secrets_of
+    from phalanx.storage.usersecrets import references, resolve_variables
+
+    variables = {k: str(v) for k, v in spec.environment_variables.items()}
+    if not any(references(v) for v in variables.values()):
+        return variables
+    owner = ws.get_job(paths.root.name).created_by
+    return resolve_variables(variables, secrets_of(ws), owner)
 
 
 def _plan_output(

@@ -27,6 +27,7 @@ from phalanx.server import (
     mlflow_api,
     models_api,
     peers,
+    secrets_api,
     sessions,
     tokens_api,
 )
@@ -56,7 +57,8 @@ def create_app(settings: ServerSettings) -> FastAPI:
     app.include_router(joblogs_api.router)
     app.include_router(jobs_api.router)
     for verbs in (bench_api, jobfiles_api, datastores_api, data_api, environments_api,
-                  models_api, compute_api, tokens_api, sessions, mlflow_api):  # fmt: skip
+                  models_api, compute_api, tokens_api, secrets_api, sessions,
+                  mlflow_api):  # fmt: skip
         app.include_router(verbs.router)
 
     @app.get("/api/v1/health", tags=["server"], response_model=None)

@@ -29,17 +29,17 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
 
 @router.get("/{name}/tree")
-def job_tree(name: str, request: Request, _: User, path: str = "outputs") -> dict[str, Any]:
+def job_tree(name: str, request: Request, who: User, path: str = "outputs") -> dict[str, Any]:
     """The plain files under ``path`` of the job's folder, with their sizes."""
     try:
-        return tree(workspace(settings_of(request)), name, path)
+        return tree(workspace(settings_of(request)), name, path, caller=who)
     except NoSuchPath as exc:
         raise HTTPException(404, str(exc)) from None
 
 
 @router.get("/{name}/files/{path:path}", response_model=None)
 def job_files(
-    name: str, path: str, request: Request, _: User, raw: bool = False
+    name: str, path: str, request: Request, who: User, raw: bool = False
 ) -> FileResponse | StreamingResponse:
     """The file or folder at ``path`` in the job's folder (e.g. ``outputs/tensorboard``),
     packed as an uncompressed tar under its own name; with ``raw``, a file as it is."""
@@ -47,7 +47,7 @@ def job_files(
     ws = workspace(settings)
     if raw:
         try:
-            fd, size = job_file(ws, name, path)
+            fd, size = job_file(ws, name, path, who)
         except NoSuchPath:
             pass  # a folder, or nothing: the tar below says which
         else:
@@ -65,7 +65,7 @@ def job_files(
     fd, archive = tempfile.mkstemp(prefix="files-", suffix=".tar", dir=tmp)
     os.close(fd)
     try:
-        pack(ws, name, path, Path(archive))
+        pack(ws, name, path, Path(archive), who)
     except NoSuchPath as exc:
         os.unlink(archive)
         raise HTTPException(404, str(exc)) from None

@@ -66,7 +66,10 @@ class Preempt(BaseModel):
 
 
 def _wire(job: JobRecord) -> dict[str, Any]:
-    return job_to_wire(job, JobPaths(Path(job.job_dir)).log_files())
+    """The record with its log files (the service lists them where the caller may not
+    read the server's paths)."""
+    logs = job.logs if job.logs is not None else JobPaths(Path(job.job_dir)).log_files()
+    return job_to_wire(job, logs)
 
 
 def _placed(

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from phalanx.errors import PhalanxError, UnsetVariableError
 from phalanx.service.access import LOCAL, Caller
+from phalanx.service.masks import SERVER_PATH, sees_server_paths
 from phalanx.storage.datastore_records import (
     create_datastore,
     datastore_owner,
@@ -187,14 +188,25 @@ class WorkspaceDatastores:
         return {"name": req.name, "type": req.type, "url": root.url}
 
     def list_all(self) -> list[dict[str, Any]]:
-        """Every datastore, ``default`` first: ``{"show": describe(d), "where": …}``."""
+        """Every datastore, ``default`` first: ``{"show": describe(d), "where": …}``
+        (a folder of the server named to an admin only)."""
         return [
-            {"show": {**describe(d), "owner": datastore_owner(self.ws, d.name)}, "where": where(d)}
-            for d in list_datastores(self.ws)
+            {"show": self._described(d), "where": self._where(d)} for d in list_datastores(self.ws)
         ]
 
     def show(self, name: str) -> dict[str, Any]:
-        return {**describe(get_datastore(self.ws, name)), "owner": datastore_owner(self.ws, name)}
+        return self._described(get_datastore(self.ws, name))
+
+    def _described(self, d: Datastore) -> dict[str, Any]:
+        shown = {**describe(d), "owner": datastore_owner(self.ws, d.name)}
+        if isinstance(d, LocalDatastore) and not sees_server_paths(self.caller):
+            shown["path"] = SERVER_PATH
+        return shown
+
+    def _where(self, d: Datastore) -> str:
+        if isinstance(d, LocalDatastore) and not sees_server_paths(self.caller):
+            return SERVER_PATH
+        return where(d)
 
     def delete(self, name: str) -> None:
         get_datastore(self.ws, name)  # an unknown name is that error, not a refusal

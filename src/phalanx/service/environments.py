@@ -20,6 +20,7 @@ from phalanx.service.access import LOCAL, Caller
 from phalanx.workspace import Workspace
 
 _RECORD_KEYS = ("$schema", "name", "version", "description", "tags")
+_FILES = ("conda_file", "pip_file")
 DOCUMENT = "environment.yml"
 """The environment's YAML inside an upload to a server."""
 
@@ -117,10 +118,24 @@ class WorkspaceEnvironments:
         return environment_json(created)
 
     def list_all(self, name: str | None) -> list[dict[str, Any]]:
-        return [environment_json(e) for e in list_environments(self.ws, name)]
+        return [self._shown(environment_json(e)) for e in list_environments(self.ws, name)]
 
     def show(self, name: str, version: str) -> dict[str, Any]:
-        return environment_json(get_environment(self.ws, name, version))
+        return self._shown(environment_json(get_environment(self.ws, name, version)))
+
+    def _shown(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The environment as the caller may read it: its files (kept on the server) by
+        path to an admin only."""
+        from phalanx.service.masks import SERVER_PATH, sees_server_paths
+
+        if sees_server_paths(self.caller):
+            return data
+        shown = {k: SERVER_PATH if k in _FILES and isinstance(v, str) else v
+                 for k, v in data.items()}  # fmt: skip
+        build = shown.get("build")
+        if isinstance(build, dict) and "path" in build:
+            shown["build"] = {**build, "path": SERVER_PATH}
+        return shown
 
     def prune(self, unused_for_s: float | None, *, dry_run: bool) -> dict[str, Any]:
         """Remove the images this workspace's jobs built or used, unused for

@@ -11,6 +11,11 @@ a time without following links, and a folder is walked by descriptors
 (``os.fwalk``), each file opened where it was found with ``O_NOFOLLOW``
 (:mod:`phalanx.nofollow`). Links met inside are left out.
 
+Files that copy the job's spec or name the server's paths (``spec.yaml``,
+``spec.json``, ``account.json``, a container's environment file) are kept from a
+caller :func:`phalanx.service.masks.withheld` says may not read them: asked for, a
+403; inside a folder, left out.
+
 Each file packed carries its sha256 (a PAX header, :data:`phalanx.archives.DIGEST_KEY`):
 the receiver (:func:`receive`, here and on a client) checks every file that arrived
 before it moves any into place.
@@ -27,16 +32,18 @@ import shutil
 import stat
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from phalanx.archives import DIGEST_KEY, NO_LIMIT, check_digests, unpack
-from phalanx.errors import PhalanxError
+from phalanx.errors import Forbidden, PhalanxError
 from phalanx.launch.logtimes import is_index
 from phalanx.nofollow import open_file
 from phalanx.registry.files import safe_relpath
+from phalanx.service.access import LOCAL, Caller
+from phalanx.service.masks import withheld
 from phalanx.workspace import Workspace
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -61,16 +68,30 @@ class Found:
             os.close(self.fd)
 
 
+def _kept_from(ws: Workspace, name: str, caller: Caller) -> Callable[[str], bool]:
+    """Which files of job ``name``'s folder (by their path in it) ``caller`` may not read."""
+    if caller.is_admin:
+        return lambda rel: False
+    owner = ws.get_job(name).created_by
+    return lambda rel: withheld(caller, owner, rel)
+
+
 @contextlib.contextmanager
-def opened(ws: Workspace, name: str, rel: str) -> Iterator[Found]:
+def opened(ws: Workspace, name: str, rel: str, caller: Caller = LOCAL) -> Iterator[Found]:
     """``rel`` of job ``name``'s folder, opened without following any link on the way.
 
     Raises:
         PhalanxError: an unknown job, an unsafe path, or a link on the way.
+        Forbidden: a file kept from ``caller``.
         NoSuchPath: nothing there.
     """
     root = Path(ws.get_job(name).job_dir)
     safe_relpath(rel, "path")
+    if _kept_from(ws, name, caller)(rel):
+        raise Forbidden(
+            f"job {name}: {rel} holds its spec's values or the server's paths; only its "
+            "owner (its spec.yaml) or an admin may read it"
+        )
     parts = [p for p in rel.split("/") if p not in ("", ".")]
     try:
         fd = os.open(root, _DIR_FLAGS)
@@ -129,28 +150,31 @@ def _swapped(name: str, rel: str) -> Iterator[None]:
         raise
 
 
-def job_file(ws: Workspace, name: str, rel: str) -> tuple[int, int]:
+def job_file(ws: Workspace, name: str, rel: str, caller: Caller = LOCAL) -> tuple[int, int]:
     """The regular file ``rel`` of job ``name``'s folder, opened safely: its descriptor
     (the caller closes it) and size.
 
     Raises:
         PhalanxError, NoSuchPath: as :func:`opened`; also when ``rel`` is a folder.
     """
-    with opened(ws, name, rel) as found:
+    with opened(ws, name, rel, caller) as found:
         if not found.is_file:
             raise NoSuchPath(f"job {name}: {rel} is a folder, not a file")
         fd = os.dup(found.fd)
         return fd, found.size
 
 
-def pack(ws: Workspace, name: str, rel: str, archive: Path) -> int:
+def pack(ws: Workspace, name: str, rel: str, archive: Path, caller: Caller = LOCAL) -> int:
     """Write the file or folder ``rel`` of job ``name``'s folder into the tar ``archive``
-    (under its own name); links are left out. The number of files packed.
+    (under its own name); links, and files kept from ``caller``, are left out. The
+    number of files packed.
 
     Raises:
         PhalanxError, NoSuchPath: as :func:`opened`.
     """
-    with opened(ws, name, rel) as found, tarfile.open(archive, "w") as tar:
+    kept = _kept_from(ws, name, caller)
+    prefix = _plain(rel)
+    with opened(ws, name, rel, caller) as found, tarfile.open(archive, "w") as tar:
         if found.is_file:
             _add_file(tar, found.fd, found.name)
             return 1
@@ -163,7 +187,7 @@ def pack(ws: Workspace, name: str, rel: str, archive: Path) -> int:
             folder.type, folder.mode = tarfile.DIRTYPE, 0o755
             tar.addfile(folder)
             for entry in sorted(names):
-                if is_index(entry):
+                if is_index(entry) or kept(_plain(f"{prefix}/{dirpath}/{entry}")):
                     continue
                 try:
                     fd = open_file(entry, dir_fd=dir_fd)  # a link or a FIFO: left out
@@ -257,7 +281,14 @@ class _Sized(io.RawIOBase):
         return data
 
 
-def tree(ws: Workspace, name: str, rel: str, *, most: int = 2000) -> dict[str, object]:
+def _plain(rel: str) -> str:
+    """``rel`` without empty and ``.`` parts."""
+    return "/".join(p for p in rel.split("/") if p not in ("", "."))
+
+
+def tree(
+    ws: Workspace, name: str, rel: str, *, most: int = 2000, caller: Caller = LOCAL
+) -> dict[str, object]:
     """The plain files under ``rel`` of job ``name``'s folder (e.g. ``outputs``,
     ``checkpoints``), each ``{"path", "size"}`` relative to the job's folder, sorted;
     links left out; at most ``most`` (``complete`` says whether all are listed).
@@ -266,8 +297,9 @@ def tree(ws: Workspace, name: str, rel: str, *, most: int = 2000) -> dict[str, o
         PhalanxError, NoSuchPath: as :func:`opened`.
     """
     files: list[dict[str, object]] = []
-    prefix = "/".join(p for p in rel.split("/") if p not in ("", "."))
-    with opened(ws, name, rel) as found:
+    prefix = _plain(rel)
+    kept = _kept_from(ws, name, caller)
+    with opened(ws, name, rel, caller) as found:
         if found.is_file:
             return {"files": [{"path": prefix, "size": found.size}], "complete": True}
         for dirpath, dirs, names, dir_fd in os.fwalk(".", dir_fd=found.fd):
@@ -275,7 +307,8 @@ def tree(ws: Workspace, name: str, rel: str, *, most: int = 2000) -> dict[str, o
             base = os.path.normpath(os.path.join(prefix, dirpath))
             for entry in sorted(names):
                 info = os.stat(entry, dir_fd=dir_fd, follow_symlinks=False)
-                if stat.S_ISREG(info.st_mode) and not is_index(entry):
+                shown = not is_index(entry) and not kept(_plain(f"{base}/{entry}"))
+                if stat.S_ISREG(info.st_mode) and shown:
                     if len(files) >= most:
                         return {"files": files, "complete": False}
                     files.append({"path": f"{base}/{entry}", "size": info.st_size})

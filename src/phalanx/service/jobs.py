@@ -13,13 +13,16 @@ adds where it unpacked the files the client uploaded with it.
 
 :class:`LocalJobs` answers a :class:`~phalanx.service.access.Caller`: on this
 machine the workspace's own user; on a server, the request's user and role.
-Every caller reads every job (the team's work is visible to the team); a
+Every caller reads every job (the team's work is visible to the team), as
+:mod:`phalanx.service.masks` shows it: the values of a spec's environment
+variables to its owner and admins only, the server's paths to admins only; a
 viewer changes nothing; a member creates jobs and cancels or preempts its
 own; an admin acts on anyone's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -28,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from phalanx.jobs.logs import LogFollower
 from phalanx.service.access import LOCAL, Caller
+from phalanx.service.masks import ServerPlaces, job_for, sees_values, spec_for
 from phalanx.workspace import JobRecord, JobStatus, Workspace
 from phalanx.workspace.joblist import JobPage, JobQuery
 from phalanx.workspace.layout import JobPaths
@@ -200,6 +204,7 @@ def load_for_run(
     try:
         check_spec(caller, job, placed)  # before anything on the server is read
         _check_registered_names(caller, job, ws)
+        _check_secrets(caller, job, ws)
         check(job, ws)
     except SpecError as exc:
         if not isinstance(spec, SweepSpec) or exc.field is None:
@@ -233,6 +238,22 @@ def _sweep_fields(message: str) -> str:
     return message
 
 
+def _check_secrets(caller: Caller, spec: JobSpec, ws: Workspace) -> None:
+    """Refuse a reference to a secret the caller has not stored (the job would fail as
+    it starts).
+
+    Raises:
+        SpecError: naming the variable and the command that stores the secret.
+    """
+    from phalanx.storage.datastore_records import secrets_of
+    from phalanx.storage.usersecrets import UserSecrets, missing_message
+
+    missing = UserSecrets(secrets_of(ws), caller.user).missing(spec.environment_variables)
+    if missing:
+        key, name = missing[0]
+        raise spec.error(f"environment_variables.{key}", missing_message(caller.user, name))
+
+
 def _check_registered_names(caller: Caller, spec: JobSpec, ws: Workspace) -> None:
     """Refuse outputs registered (``outputs.<o>.name``) under a name another owns.
 
@@ -260,6 +281,17 @@ class LocalJobs:
         self.caller = caller
         self.where = str(self.ws.home)
         self.remote = False
+        self._places: ServerPlaces | None = None
+
+    def _shown(self, job: JobRecord, *, logs: bool = False) -> JobRecord:
+        """``job`` as the caller may read it (through a server; with ``logs``, its log
+        files listed)."""
+        if not self.caller.through_server:
+            return job
+        if self._places is None:
+            assert self.caller.server is not None  # a caller through a server has its limits
+            self._places = ServerPlaces.of(self.ws, self.caller.server.datastore_roots)
+        return job_for(self.caller, job, self._places, logs=logs)
 
     def create(
         self, spec: SpecText, overrides: Sequence[str] = (), *, validate_only: bool = False
@@ -284,7 +316,7 @@ class LocalJobs:
             job = submit_sweep(self.ws, loaded, text, created_by=self.caller.user)
         else:
             job = submit(self.ws, loaded, text, created_by=self.caller.user)
-        return Submission(job=job, notes=notes)
+        return Submission(job=self._shown(job, logs=True), notes=notes)
 
     def _check_room(self) -> None:
         """Refuse a job past the server's bound on what one user has waiting.
@@ -319,7 +351,8 @@ class LocalJobs:
 
         job = refresh(self.ws, self.ws.get_job(name))
         run = read_run_data(Path(job.job_dir))
-        return replace(job, params=run.params or None, run_tags=run.tags or None)
+        job = replace(job, params=run.params or None, run_tags=run.tags or None)
+        return self._shown(job, logs=True)
 
     def paths(self, name: str) -> JobPaths:
         """The folder of job ``name`` (its logs, outputs, spec), for reading.
@@ -332,13 +365,15 @@ class LocalJobs:
 
     def submitted(self, name: str) -> tuple[str | None, dict[str, Any]]:
         """The spec as submitted (the YAML text, ``--set`` items noted; ``None`` when the
-        file is gone) and as resolved."""
+        file is gone, or for a caller other than its owner or an admin: its text holds
+        the values of its environment variables) and as resolved, as the caller may read
+        it (:mod:`phalanx.service.masks`)."""
         job = self.ws.get_job(name)
-        try:
-            text: str | None = self.ws.paths(name).spec_yaml.read_text()
-        except FileNotFoundError:
-            text = None
-        return text, job.spec
+        text: str | None = None
+        if sees_values(self.caller, job.created_by):
+            with contextlib.suppress(FileNotFoundError):
+                text = self.ws.paths(name).spec_yaml.read_text()
+        return text, spec_for(self.caller, job.created_by, job.spec)
 
     def _owned(self, action: str, name: str) -> JobRecord:
         job = self.ws.get_job(name)
@@ -360,14 +395,14 @@ class LocalJobs:
         jobs = self.ws.list_jobs(
             limit=limit, status=status, experiment=experiment, parent=parent, top_level=True
         )
-        return [refresh(self.ws, j) for j in jobs]
+        return [self._shown(refresh(self.ws, j)) for j in jobs]
 
     def page(self, query: JobQuery) -> JobPage:
         """A page of the job list (:meth:`Workspace.page_jobs`)."""
         from phalanx.jobs.control import refresh
 
         found = self.ws.page_jobs(query)
-        return replace(found, jobs=[refresh(self.ws, j) for j in found.jobs])
+        return replace(found, jobs=[self._shown(refresh(self.ws, j)) for j in found.jobs])
 
     def sweep(self, name: str) -> SweepView:
         """Sweep ``name``'s state and trials, running trials with their points so far.
@@ -416,7 +451,7 @@ class LocalJobs:
         from phalanx.jobs.control import cancel
 
         before = self._owned("job cancel", name).status
-        return before.is_terminal, cancel(self.ws, name)
+        return before.is_terminal, self._shown(cancel(self.ws, name), logs=True)
 
     def preempt(self, name: str, nodes: list[int] | None) -> JobRecord:
         """Evict ``nodes`` (all when ``None``) of the running job, as a spot reclaim would.
@@ -427,7 +462,7 @@ class LocalJobs:
         from phalanx.jobs.control import preempt
 
         self._owned("job preempt", name)
-        return preempt(self.ws, name, nodes)
+        return self._shown(preempt(self.ws, name, nodes), logs=True)
 
     def metrics(self, name: str) -> tuple[History, History]:
         from phalanx.workspace.metrics import read_metrics, read_system_metrics

@@ -34,6 +34,9 @@ from phalanx.spec.values import render_literal
 
 #: A reference to an input or output: ``${{inputs.x}}``, ``${{ outputs.model }}``.
 REFERENCE_RE = re.compile(r"\$\{\{\s*(inputs|outputs)\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+#: A reference to a secret the job's owner stored, in an environment variable's value:
+#: ``${{secrets.HF_TOKEN}}`` (resolved as the job starts: :mod:`phalanx.storage.usersecrets`).
+SECRET_RE = re.compile(r"\$\{\{\s*secrets\.([A-Za-z][A-Za-z0-9_-]*)\s*\}\}")
 # Anything that looks like an expression, to catch forms a command job cannot use.
 _EXPRESSION_RE = re.compile(r"\$\{\{(.*?)\}\}", re.DOTALL)
 

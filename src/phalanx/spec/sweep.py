@@ -35,6 +35,7 @@ from pydantic import (
 
 from phalanx.errors import SpecError
 from phalanx.limits import MAX_DESCRIPTION, MAX_NAME
+from phalanx.spec.interpolate import SECRET_RE
 from phalanx.spec.job import (
     BUILTIN_OUTPUTS,
     COMPUTE_TARGETS,
@@ -708,10 +709,11 @@ class SweepSpec(LocatedSpec):
                         f"{', '.join(sorted(self.search_space))}); add it or fix the name",
                         loc=where,
                     )
-                if found is None and where[1] == "environment_variables":
+                secret = SECRET_RE.fullmatch(match.group(0))
+                if found is None and secret is None and where[1] == "environment_variables":
                     raise user_error(
                         f"{match.group(0)}: an environment variable takes only "
-                        "${{search_space.<name>}}",
+                        "${{search_space.<name>}} and ${{secrets.<name>}}",
                         loc=where,
                     )
         try:

@@ -94,6 +94,19 @@ class SecretStore:
             data[key] = value
             self._write(data)
 
+    def keys(self, prefix: str) -> list[str]:
+        """The keys that start with ``prefix``, sorted (never a value)."""
+        return sorted(k for k in self._read() if k.startswith(prefix))
+
+    def delete(self, key: str) -> bool:
+        """Forget the value of ``key``; whether there was one."""
+        with self._lock:
+            data = self._read()
+            if data.pop(key, None) is None:
+                return False
+            self._write(data)
+            return True
+
     def delete_prefix(self, prefix: str) -> None:
         """Forget every value whose key starts with ``prefix``."""
         with self._lock:

@@ -23,6 +23,9 @@ def output_uris(job: JobRecord) -> dict[str, str]:
 
 def in_job_folder(job: JobRecord, path: str) -> str:
     """``path`` (a log the record names by the server's path) relative to the job's
-    folder; its last part alone when it lies elsewhere."""
+    folder; its last part alone when it lies elsewhere. A server names it so already
+    to a caller who may not read its paths."""
+    if not path.startswith("/"):
+        return path
     root = job.job_dir.rstrip("/") + "/"
     return path[len(root) :] if path.startswith(root) else path.rsplit("/", 1)[-1]

@@ -121,6 +121,8 @@ class JobRecord:
     created_at: float
     spec: dict[str, Any]
     job_dir: str
+    """The job's folder; empty in a record a server sent to a caller who may not read
+    its paths (:mod:`phalanx.service.masks`)."""
     display_name: str | None = None
     description: str | None = None
     tags: dict[str, str] = field(default_factory=dict)

@@ -47,7 +47,7 @@ def job_to_wire(job: JobRecord, logs: dict[str, list[str]] | None = None) -> dic
         "experiment_name": job.experiment_name,
         "created_at": job.created_at,
         "spec": job.spec,
-        "job_dir": job.job_dir,
+        "job_dir": job.job_dir or None,  # none: kept from a caller who may not read it
         "display_name": job.display_name,
         "description": job.description,
         "tags": job.tags,
@@ -80,7 +80,7 @@ def job_from_wire(data: dict[str, Any]) -> JobRecord:
         experiment_name=data["experiment_name"],
         created_at=data["created_at"],
         spec=data["spec"],
-        job_dir=data["job_dir"],
+        job_dir=data.get("job_dir") or "",
         display_name=data.get("display_name"),
         description=data.get("description"),
         tags=data.get("tags") or {},

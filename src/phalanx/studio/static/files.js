@@ -92,7 +92,10 @@ function specPane(name) {
   pane.load = async () => {
     try {
       const spec = await api(`/jobs/${encodeURIComponent(name)}/spec`);
-      pane.replaceChildren(section("Spec as submitted", el("pre", {id: "spec-submitted"}, spec.submitted || "-")),
+      // The text holds the values of its environment variables: the server sends it to
+      // the job's owner and admins only.
+      const submitted = spec.submitted === null ? "shown to the job's owner and admins only" : spec.submitted || "-";
+      pane.replaceChildren(section("Spec as submitted", el("pre", {id: "spec-submitted"}, submitted)),
         section("Spec as resolved", el("pre", {id: "spec-resolved"}, yamlText(withoutServerPaths(spec.resolved)))));
     } catch (e) { pane.replaceChildren(el("div", {class: "error"}, e.message)); }
   };
