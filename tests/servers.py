@@ -28,7 +28,8 @@ AZURITE_KEY = (
 )
 
 
-def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 30) -> None:
+def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 120) -> None:
+    # A bound against a hang, not a speed check: a busy machine takes a while to start one.
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -40,6 +40,9 @@ CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run",
 ]  # fmt: skip
+WAIT_MS = 120_000
+"""How long a page waits for what it should show: a bound against a hang, not a speed
+check (a busy machine is slow to draw)."""
 
 DONE = """
 import os, sys
@@ -209,11 +212,18 @@ def browser() -> Iterator[Any]:
         chromium.close()
 
 
+def new_context(browser: Any, **options: Any) -> Any:
+    """A browser context whose pages wait :data:`WAIT_MS` (Playwright's default is 30 s)."""
+    context = browser.new_context(**options)
+    context.set_default_timeout(WAIT_MS)
+    return context
+
+
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
     # The page's CSP would also stop an injected script; bypassed here (and Playwright's
     # string predicates need it), so the XSS test proves the escaping on its own.
-    context = browser.new_context(viewport={"width": 1400, "height": 1000}, bypass_csp=True)
+    context = new_context(browser, viewport={"width": 1400, "height": 1000}, bypass_csp=True)
     opened = context.new_page()
     errors: list[str] = []
     opened.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -244,7 +254,7 @@ def test_jobs_table_filters_and_follows_the_workspace_without_a_reload(
     _shot(page, "studio-jobs")
     # A job created now shows up in the open page.
     new = studio.cli.create(studio.cli.workdir / "done.py.yml")
-    page.wait_for_selector(f'tr[data-job="{new}"]', timeout=10_000)
+    page.wait_for_selector(f'tr[data-job="{new}"]')
     page.click(f'tr[data-job="{studio.failed}"] a')
     page.wait_for_url(f"**/jobs/{studio.failed}")
     studio.cli.wait(new, ("Completed", "Failed"))
@@ -310,13 +320,11 @@ def test_live_lines_show_without_a_reload_and_rank_text_is_only_text(
         marker = f"marker-{k}-{time.time_ns()}"
         _poke(studio, marker)
         page.wait_for_function(
-            f"document.querySelector('#log')?.innerText.includes('poked {marker}')",
-            timeout=10_000,
-            polling=20,
+            f"document.querySelector('#log')?.innerText.includes('poked {marker}')", polling=20
         )
     # A line shown before its end arrived is completed in place, not split in two.
     _poke(studio, "slow:xyz")
-    page.wait_for_selector("#log .ln:text-is('half of slow:xyz and its end')", timeout=10_000)
+    page.wait_for_selector("#log .ln:text-is('half of slow:xyz and its end')")
     _shot(page, "studio-job")
 
 
@@ -404,7 +412,7 @@ def test_all_ranks_interleaved_pages_back_to_each_ranks_first_line(
         "document.querySelector('#log')?.innerText.includes('[1] rank 1 filler 019999')"
     )
     assert "rank 0 starting" not in page.inner_text("#log")  # the tails only, at first
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + WAIT_MS / 1000
     while page.locator("#log .more").count():
         assert time.monotonic() < deadline, "paging back did not reach the beginnings"
         page.evaluate("document.querySelector('#log').scrollTop = 0")
@@ -484,7 +492,7 @@ def test_cancel_needs_the_pages_csrf_value_and_the_button_cancels(
     assert studio.cli.show(studio.live)["status"] == "Running"
     # Preempt: the attempt ends as a spot reclaim would end it, and a new one follows.
     page.click("#preempt")
-    page.wait_for_selector("#timeline .bar:nth-child(2)", timeout=60_000)
+    page.wait_for_selector("#timeline .bar:nth-child(2)")
     bars = page.locator("#timeline .bar").all_inner_texts()
     assert bars[0] == "#1 preemption" and bars[1].startswith("#2"), bars
     assert "attempt 2" in page.inner_text("#attempts-table")
@@ -493,9 +501,9 @@ def test_cancel_needs_the_pages_csrf_value_and_the_button_cancels(
     assert first.locator(".status").inner_text() == "Preempted"
     assert page.locator("#timeline .bar.Preempted").count() == 1
     assert page.locator("#attempts-table .status.Failed").count() == 0
-    page.wait_for_selector("h1 .status.Running", timeout=60_000)
+    page.wait_for_selector("h1 .status.Running")
     page.click("#cancel")
-    page.wait_for_selector("h1 .status.Canceled", timeout=60_000)
+    page.wait_for_selector("h1 .status.Canceled")
     assert studio.cli.show(studio.live)["status"] == "Canceled"
     page.wait_for_function("document.querySelector('#log-state').innerText.includes('ended')")
 
@@ -506,7 +514,7 @@ def test_behind_auth_a_token_signs_in_to_an_http_only_session(studio: Studio, br
     )
     token = made.stdout.strip()
     server = servers.start_phalanx_server(studio.cli.home, studio.cli.env, "--auth", "--trust-jobs")
-    context = browser.new_context(bypass_csp=True)
+    context = new_context(browser, bypass_csp=True)
     try:
         page = context.new_page()
         page.goto(server.url + "/")
@@ -567,7 +575,7 @@ def test_a_members_page_offers_no_cancel_of_anothers_job(studio: Studio, browser
                           check=True)  # fmt: skip
     # Jobs the module's own CLI made run as root: so do these servers' (--trust-jobs).
     server = servers.start_phalanx_server(studio.cli.home, studio.cli.env, "--auth", "--trust-jobs")
-    context = browser.new_context(bypass_csp=True)
+    context = new_context(browser, bypass_csp=True)
     try:
         studio.cli.wait(other, ("Running",))
         page = context.new_page()
@@ -842,7 +850,7 @@ def test_a_sweeps_page_ranks_charts_and_links_its_trials(studio: Studio, page: A
     name = cli.create(cli.write("sweep.yml", SWEEP.replace("GATE", str(gate))))
     # Opened while its first trials run: the page follows the sweep without a reload.
     page.goto(f"{studio.url}/jobs/{name}")
-    page.wait_for_selector("#trials tbody .status.Running", timeout=60_000)
+    page.wait_for_selector("#trials tbody .status.Running")
     assert page.inner_text("h1 .status") not in ("Completed", "Failed", "Canceled")
     assert "maximize score" in page.inner_text("#sweep-head")
     gate.write_text("go")
@@ -955,7 +963,7 @@ def test_compute_grid_queue_table_and_phalanx_queue_at_80_columns(
             check=True)  # fmt: skip
     spec = cli.write("hold.yml", HOLD)
     made: list[str] = []
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = new_context(browser, viewport={"width": 1280, "height": 900})
     try:
         on_local = cli.create(cli.write("cpu.yml", "command: sleep 300\n"))
         made.append(on_local)
@@ -1057,9 +1065,9 @@ def test_compute_grid_queue_table_and_phalanx_queue_at_80_columns(
         # Live: with one holder gone, the urgent job takes its GPU and the free one, and
         # both open pages follow without a reload.
         cli.run("job", "cancel", first, check=True)
-        page.wait_for_selector(f'#gpubox tr[data-job="{urgent}"]', state="detached", timeout=30_000)
+        page.wait_for_selector(f'#gpubox tr[data-job="{urgent}"]', state="detached")
         page.goto(f"{studio.url}/compute")
-        page.wait_for_selector(f'{box} .device[data-job="{urgent}"]', timeout=30_000)
+        page.wait_for_selector(f'{box} .device[data-job="{urgent}"]')
         assert not errors, errors
     finally:
         context.close()

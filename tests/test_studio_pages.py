@@ -30,7 +30,7 @@ import pytest
 import jobpython
 import servers
 from conftest import BIN, Cli, job_processes_under, workspace_processes
-from test_studio import CHROMIUM, CHROMIUM_ARGS, browser  # noqa: F401  (the module's browser)
+from test_studio import CHROMIUM, CHROMIUM_ARGS, browser, new_context  # noqa: F401  (the module's browser)
 
 pytestmark = pytest.mark.slow
 
@@ -161,7 +161,7 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pages]:
 
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:  # noqa: F811
-    context = browser.new_context(viewport={"width": WIDTH, "height": 900})
+    context = new_context(browser, viewport={"width": WIDTH, "height": 900})
     opened = context.new_page()
     errors: list[str] = []
     opened.on("pageerror", lambda exc: errors.append(str(exc)))
