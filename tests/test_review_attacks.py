@@ -21,6 +21,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -437,6 +438,59 @@ def test_a_lost_supervisors_successor_follows_no_link_the_job_planted(team: Team
         assert list(target.iterdir()) == []
     finally:
         shutil.rmtree(parent, ignore_errors=True)
+
+
+HOLD = """
+import time
+print("up", flush=True)
+time.sleep(300)
+"""
+
+
+def _successor_of(team: Team, name: str, lost: int, timeout: float = 120) -> psutil.Process:
+    """The supervisor the scheduler started in ``lost``'s place, once it holds the job."""
+    deadline = time.monotonic() + timeout
+    with team.api("root") as root:
+        while True:
+            pid = root.get(f"/jobs/{name}").json()["supervisor_pid"]
+            if pid not in (None, lost):
+                return psutil.Process(pid)
+            assert time.monotonic() < deadline, f"no supervisor took {name} over"
+            time.sleep(0.02)
+
+
+def test_a_cancel_right_after_a_recovery_leaves_no_uid_held(team: Team) -> None:
+    """A job recovered from a lost supervisor keeps its uid for its next supervisor. One
+    canceled before that supervisor prepared it (2 of 5 cancels in issue 36, item 12) held
+    the uid for ever. Here the successor is stopped as soon as it holds the job, so the
+    cancel lands in that window every time."""
+    claims = team.home / "server" / "accounts"
+    for round_ in range(3):
+        name = team.submit("alice", f"recovered-{round_}-{uuid.uuid4().hex[:6]}", HOLD,
+                           "retry: {max_attempts: 3}\n")  # fmt: skip
+        team.log_says(name, "up")
+        folder = team.home / "jobs" / name
+        uid = json.loads((folder / "account.json").read_text())["uid"]
+        lost = _supervisor_of(name)
+        lost.kill()  # lost, as a crash or the OOM killer would lose it
+        successor = _successor_of(team, name, lost.pid)
+        successor.suspend()
+        try:
+            with team.api("alice") as alice, ThreadPoolExecutor(1) as pool:
+                asked = pool.submit(alice.post, f"/jobs/{name}/cancel")
+                time.sleep(1.0)  # the cancel has signalled the successor, which sleeps
+                successor.resume()
+                answer = asked.result(timeout=120)
+        finally:
+            with contextlib.suppress(psutil.Error):
+                successor.resume()
+        assert answer.status_code == 200, answer.text
+        assert team.wait("alice", name)["status"] == "Canceled"
+        # Its end ended its account: no claim of its uid, here or on the machine.
+        assert not (folder / "account.json").exists(), round_
+        assert not (claims / str(uid)).exists(), round_
+        machine = Path("/run/phalanx/accounts") / str(uid)
+        assert not machine.exists() or machine.read_text() != str(folder), round_
 
 
 # The job swaps its upload-mode output folder for a link to a folder of the server's and

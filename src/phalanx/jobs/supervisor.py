@@ -139,10 +139,25 @@ class _Supervision:
         if job.target == SWEEP_TARGET:
             return self._sweep(lambda: bool(stopping))
         try:
-            return self._job(stopping)
+            code = self._job(stopping)
+            self._end_leftover_account()
+            return code
         finally:
             if job.parent is not None:  # its sweep's controller looks at once
                 ring(job_bell(ws.home, job.parent))
+
+    def _end_leftover_account(self) -> None:
+        """A job recovered from a lost supervisor keeps the uid it held for its next
+        supervisor (:func:`phalanx.jobs.control.recover_lost`), which takes it over as it
+        prepares the job. One this supervisor ended before preparing it (canceled as it
+        began, its compute gone) would hold that uid for ever: it ends with the job."""
+        if not self.ws.get_job(self.name).status.is_terminal:
+            return
+        from phalanx.jobs.accounts import release
+        from phalanx.storage.jobstores import file_for
+
+        file_for(self.ws.home, self.name).unlink(missing_ok=True)
+        release(self.ws.paths(self.name).root)
 
     def _sweep(self, stopping: Callable[[], bool]) -> int:
         from phalanx.jobs.sweeps import SweepRunner
