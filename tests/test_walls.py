@@ -652,8 +652,9 @@ def test_a_root_server_walls_jobs_off_wherever_its_python_lies(cli: Cli, tmp_pat
     line = _one_line(_start(cli.home, python=python, inside=read_only))
     assert line.startswith("error: jobs cannot be walled off: phalanx's Python"), line
     assert "and no view of it can be made at /run/phalanx/python/" in line
-    server = servers.start_phalanx_server(cli.home, cli.env, python=python)
+    server = None
     try:
+        server = servers.start_phalanx_server(cli.home, cli.env, python=python)
         assert "jobs walled off" in server.log.read_text()
         cli.env.update(PHALANX_SERVER=server.url)
         cli.write("who/main.py", WHO)
@@ -664,14 +665,16 @@ def test_a_root_server_walls_jobs_off_wherever_its_python_lies(cli: Cli, tmp_pat
         said = log.read_text().split()
         assert job["status"] == "Completed", said
     finally:
-        servers.kill_phalanx_server(server)
+        if server is not None:
+            servers.kill_phalanx_server(server)
         # This test's install goes with the test: so does its view.
         site = next((python.parents[1] / "lib").glob("*/site-packages"))
-        for shown in Path("/run/phalanx/python").glob("*/packages/0"):
+        for shown in pythonview.VIEWS.glob("*/packages/0"):
             if os.path.samefile(shown, site):
                 view = shown.parents[1]
                 subprocess.run(["umount", "--recursive", "--lazy", view], check=True)
                 view.rmdir()
+                (view.parent / f".{view.name}.lock").unlink()
     # Its own account, on the view's Python and phalanx's source shown there, read-only.
     assert DEFAULT_FIRST_UID <= int(said[said.index("uid") + 1]) < DEFAULT_FIRST_UID + DEFAULT_COUNT
     assert Path(said[said.index("python") + 1]).is_relative_to(view)
