@@ -201,8 +201,7 @@ def start_phalanx_server(
             env=server_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     try:
-        # A bound against a hang only: on a loaded machine its processes take a while.
-        _wait_port(port, proc, "phalanx server", timeout=120)
+        _wait_port(port, proc, "phalanx server")
     except RuntimeError as exc:
         raise RuntimeError(f"{exc}: {log.read_text()}") from None
     return PhalanxServer(proc, port, home, log)
