@@ -155,8 +155,6 @@ def request_stop(ws: Workspace, name: str) -> None:
     """Ask a job to stop (as ``cancel`` does) without waiting for it: its supervisor
     ends it Canceled, or the scheduler does when that supervisor is gone. A job still
     waiting in the queue has no supervisor (nor anything else) to stop: it ends here."""
-    from phalanx.scheduler.ledger import grant_of
-
     job = ws.get_job(name)
     if job.status.is_terminal:
         return
@@ -166,10 +164,24 @@ def request_stop(ws: Workspace, name: str) -> None:
     if pid is not None and supervisor_alive(job):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-    elif job.status is JobStatus.QUEUED and not grant_of(ws, name):
-        # No grant can come now (the scheduler gives none to a job asked to stop); one
-        # given just before is its supervisor's to end, once the scheduler starts it.
+    elif _never_started(ws, job):
         ws.set_status(name, JobStatus.CANCELED)
+
+
+def _never_started(ws: Workspace, job: JobRecord) -> bool:
+    """Whether ``job`` (asked to stop, its supervisor not alive) waits in the queue and
+    never ran: then nothing of it runs, and it ends at once.
+
+    No grant can come to it now (the scheduler gives none to a job asked to stop); one
+    given just before is its supervisor's to end, once the scheduler starts it.
+    """
+    from phalanx.scheduler.ledger import grant_of
+
+    return (
+        job.status is JobStatus.QUEUED
+        and not grant_of(ws, job.name)
+        and not ws.list_attempts(job.name)
+    )
 
 
 def queue_entry(ws: Workspace, spec: JobSpec) -> QueueEntry:
@@ -455,6 +467,10 @@ def cancel(ws: Workspace, name: str, *, wait_s: float = 30.0) -> JobRecord:
                 f"job {name!r} did not stop within {wait_s:.0f} s; see "
                 f"{ws.paths(name).supervisor_log}"
             )
+    elif _never_started(ws, job):
+        ws.set_status(name, JobStatus.CANCELED)  # nothing of it ever ran: nothing to stop
+        _end_account(ws, name)
+        return ws.get_job(name)
     from phalanx.compute.local import LocalCompute
 
     LocalCompute().sweep(ws.paths(name).root, None, grace_s=2.0)
