@@ -772,3 +772,59 @@ def test_jobs_of_two_workspaces_on_one_machine_never_share_an_account(
     finally:
         go.unlink(missing_ok=True)
     assert job["status"] == "Completed" and len(job["attempts"]) == 1, job
+
+
+def test_the_readme_server_as_root_keeps_its_workspace_where_jobs_reach(tmp_path: Path) -> None:
+    """The README's server block as root, PHALANX_HOME unset, HOME a closed folder (as
+    /root is): `server token create` and `server start` agree on /var/lib/phalanx, whose
+    jobs walled off can reach, instead of refusing over ~/.phalanx (issue 36)."""
+    home = Path(tempfile.mkdtemp())  # 0700, as /root
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
+    env["HOME"] = str(home)
+    log = tmp_path / "server.log"
+    # A mount namespace of its own with an empty /var/lib: nothing of this machine's is
+    # touched, and the namespace's tmpfs goes with its last process.
+    script = (
+        "mount -t tmpfs phalanx-test /var/lib && "
+        f"{PHALANX} server token create --user ada --role admin > {tmp_path / 'token'} && "
+        f"exec {PHALANX} server start --port {port}"
+    )
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd="/",
+        )  # fmt: skip
+    try:
+        servers._wait_port(port, proc, "phalanx server")
+        token = (tmp_path / "token").read_text().strip()
+        answer = httpx.get(
+            f"http://127.0.0.1:{port}/api/v1/jobs",
+            headers={"Authorization": f"Bearer {token}"}, timeout=60,
+        )  # fmt: skip
+        said = log.read_text()
+        assert answer.status_code == 200, (answer.text, said)  # the token's workspace
+        assert "workspace /var/lib/phalanx on" in said, said
+        assert "jobs walled off" in said, said
+        assert not (home / ".phalanx").exists()
+    finally:
+        servers._kill(proc)
+        shutil.rmtree(home)
+
+
+def test_a_server_workspace_defaults_by_who_starts_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from phalanx.workspace.layout import SERVICE_HOME, server_home
+
+    monkeypatch.delenv("PHALANX_HOME", raising=False)
+    closed, open_ = tmp_path / "closed", tmp_path / "open"
+    closed.mkdir(mode=0o700)
+    open_.mkdir(mode=0o755)
+    monkeypatch.setenv("HOME", str(closed))
+    assert server_home() == SERVICE_HOME  # root (these tests run as root), home closed
+    monkeypatch.setenv("HOME", str(open_))
+    assert server_home() == (open_ / ".phalanx").resolve()
+    monkeypatch.setenv("PHALANX_HOME", str(tmp_path / "chosen"))
+    monkeypatch.setenv("HOME", str(closed))
+    assert server_home() == (tmp_path / "chosen").resolve()

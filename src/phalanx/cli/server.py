@@ -26,7 +26,8 @@ def server_group() -> None:
 @click.option(
     "--workspace",
     type=click.Path(file_okay=False, path_type=Path),
-    help="The workspace folder it owns (default: PHALANX_HOME, or ~/.phalanx).",
+    help="The workspace folder it owns (default: PHALANX_HOME, or ~/.phalanx; as root whose "
+    "home other accounts cannot enter, /var/lib/phalanx).",
 )
 @click.option(
     "--db",
@@ -95,7 +96,7 @@ def start_cmd(
     import os
 
     from phalanx.server.serve import default_workers, serve
-    from phalanx.workspace.layout import phalanx_home
+    from phalanx.workspace.layout import server_home
 
     if db:
         os.environ["PHALANX_DB"] = db  # the scheduler and supervisors inherit it
@@ -104,7 +105,7 @@ def start_cmd(
     except ValueError as exc:
         raise PhalanxError(f"--max-upload: {exc}") from None
     serve(
-        home=(workspace or phalanx_home()).absolute(),
+        home=(workspace or server_home()).absolute(),
         host=host,
         port=port,
         auth=auth,

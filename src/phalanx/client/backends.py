@@ -119,8 +119,10 @@ def tokens() -> Tokens:
     if config is None:
         from phalanx.service.tokens import WorkspaceTokens
         from phalanx.workspace import Workspace
+        from phalanx.workspace.layout import server_home
 
-        return WorkspaceTokens(Workspace())
+        # The workspace `phalanx server start` owns by default, not always this user's own.
+        return WorkspaceTokens(Workspace(server_home()))
     from phalanx.client.tokens import RemoteTokens
 
     return RemoteTokens(config)

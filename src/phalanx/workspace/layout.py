@@ -33,6 +33,28 @@ def phalanx_home() -> Path:
     return (Path(value).expanduser() if value else Path.home() / ".phalanx").resolve()
 
 
+SERVICE_HOME = Path("/var/lib/phalanx")
+"""A root server's workspace when ``PHALANX_HOME`` is unset and root's home is closed."""
+
+
+def server_home() -> Path:
+    """The workspace ``phalanx server start`` and ``phalanx server token`` use by default.
+
+    ``$PHALANX_HOME`` when set, else ``~/.phalanx`` — except for root whose home other
+    accounts cannot enter (``/root`` is 0700 on most systems): a root server runs each job
+    as an account of its own, which must reach its job's folder in the workspace, so the
+    server keeps its state where a system service does, ``/var/lib/phalanx``. Opening
+    ``/root`` to every account instead would expose whatever root keeps there.
+    """
+    if os.environ.get(HOME_ENV) or os.geteuid() != 0:
+        return phalanx_home()
+    try:
+        closed = not Path.home().stat().st_mode & 0o001
+    except OSError:
+        closed = True
+    return SERVICE_HOME if closed else phalanx_home()
+
+
 @dataclass(frozen=True)
 class JobPaths:
     """The folders and files of one job."""
