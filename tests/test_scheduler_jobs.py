@@ -495,25 +495,27 @@ resources: {{cpus_per_instance: 2}}
 
 
 def test_two_local_targets_draw_cpu_slots_from_one_machine(cli: Cli) -> None:
-    """`cpu-cluster` beside `local` on a machine of 2 CPU slots: a job of each needs all
-    2; the second waits, saying which job of which target holds them (job show, the
-    queue, job stream), and starts only after the first ended. A target asking for more
-    slots than the machine has is refused at create, and so is a `local` (the machine's
-    size) smaller than a target's share."""
+    """`team` beside `local` on a machine of 2 CPU slots: a job of each needs all 2; the
+    second waits, saying which job of which target holds them (job show, the queue, job
+    stream), and starts only after the first ended, before a 1-slot job queued on
+    `local` after it (which would otherwise take the slot at once, and the next one, for
+    good: `local`'s queue is looked at first). A target asking for more slots than the
+    machine has is refused at create, and so is a `local` (the machine's size) smaller
+    than a target's share."""
     cli.run("compute", "create", "--type", "local", "--name", "local", "--gpus", "none",
             "--cpus", "2", check=True)  # fmt: skip
     big = cli.run("compute", "create", "--type", "local", "--name", "big", "--gpus", "none",
                   "--cpus", "3")  # fmt: skip
     assert big.returncode == 2 and len(big.stderr.strip().splitlines()) == 1, big.stderr
     assert "--cpus 3: this machine has 2 CPU slots" in big.stderr, big.stderr
-    cli.run("compute", "create", "--type", "local", "--name", "cpu-cluster", "--gpus", "none",
+    cli.run("compute", "create", "--type", "local", "--name", "team", "--gpus", "none",
             "--cpus", "2", check=True)  # fmt: skip
     gates = cli.home.parent / "gates"
     gates.mkdir()
     spec = cli.write("whole.yml", WHOLE_MACHINE.format(gates=gates))
     first = cli.create(spec)
     cli.wait(first, ("Running",))
-    second = cli.create(spec, "compute=cpu-cluster")
+    second = cli.create(spec, "compute=team")
     cli.env["COLUMNS"] = "200"  # the stream's waiting line whole
     stream = cli.popen("job", "stream", second)
     try:
@@ -526,24 +528,30 @@ def test_two_local_targets_draw_cpu_slots_from_one_machine(cli: Cli) -> None:
             f"needs 2 CPUs on 1 node; 0 of this machine's 2 CPU slots free, 2 held by job "
             f"{first} on compute 'local'"
         )
-        view = json.loads(cli.run("queue", "--compute", "cpu-cluster", "--json",
+        view = json.loads(cli.run("queue", "--compute", "team", "--json",
                                   check=True).stdout)[0]  # fmt: skip
         assert [(q["job"], q["reason"]) for q in view["queued"]] == [(second, reason)]
+        third = cli.create(spec, "resources.cpus_per_instance=1")
         (gates / first).touch()
+        cli.wait(second, ("Running",))
+        waits = cli.show(third)
+        assert waits["status"] == "Queued", waits
         (gates / second).touch()
+        (gates / third).touch()
         out, _ = stream.communicate(timeout=90)
     finally:
         stream.kill()
-    assert f"  #1 in the queue of cpu-cluster: {reason}" in out, out
-    ran = [cli.wait(name, ("Completed", "Failed")) for name in (first, second)]
-    assert [job["status"] for job in ran] == ["Completed", "Completed"]
-    [before], [after] = ran[0]["attempts"], ran[1]["attempts"]
+    assert f"  #1 in the queue of team: {reason}" in out, out
+    ran = [cli.wait(name, ("Completed", "Failed")) for name in (first, second, third)]
+    assert [job["status"] for job in ran] == ["Completed"] * 3
+    [before], [after], [last] = (job["attempts"] for job in ran)
     assert after["started_at"] >= before["ended_at"], (before, after)
+    assert last["started_at"] >= after["ended_at"], (after, last)
     # `local`'s settings are the machine's: it may not shrink below a share given.
     cli.run("compute", "delete", "local", check=True)
     shrink = cli.run("compute", "create", "--type", "local", "--name", "local", "--cpus", "1")
     assert shrink.returncode == 2 and len(shrink.stderr.strip().splitlines()) == 1
-    assert "--cpus 1: compute 'cpu-cluster' may hold 2" in shrink.stderr, shrink.stderr
+    assert "--cpus 1: compute 'team' may hold 2" in shrink.stderr, shrink.stderr
 
 
 # Says what its creator's shell gave it, then holds its one GPU until its gate exists.

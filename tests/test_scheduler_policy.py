@@ -571,3 +571,50 @@ def test_targets_sharing_a_machine_at_random_never_hold_more_than_it_has() -> No
                 assert sum(n.cpus for j in jobs.values() for n in j.nodes) <= shares[t]
     assert not any(queues.values()) and not any(running.values())
     assert ended > 100
+
+
+def test_a_stream_of_small_jobs_on_one_target_never_starves_another_s_big_one() -> None:
+    """`local` runs 1-slot jobs one after another on a 2-slot machine; a 2-slot job of
+    `team` waits: the slot one of them frees is held for it (as the first blocked job
+    of a target is), not taken by the next small job queued after it. A small job
+    queued before it, or one that ends before the machine is free for it, still runs."""
+    big = queued("big", Request(nodes=1, cpus=2), 5.0, target="team")
+    small = RunningJob("s1", (NodeGrant("m", cpus=1.0),), ends_by=30.0, target="local")
+
+    def local(*waiting: QueuedJob) -> Capacity:
+        machine = Machine("m", 2, 0, launchers_for(2), (), waiting)
+        return Capacity("local", (Host("m", (), 2, 0, launchers_for(2)),), machine=machine)
+
+    later = queued("s2", Request(nodes=1, cpus=1), 6.0)
+    held = decide(local(big), [small], [later], now=10)
+    assert held.admit == {}
+    assert held.waiting["s2"] == (
+        "needs 1 CPU on 1 node; 1 CPU free (what is free is held for job big on compute "
+        "'team', which is first in line)"
+    )
+    assert list(decide(local(), [small], [later], now=10).admit) == ["s2"]  # none waits
+    earlier = queued("s0", Request(nodes=1, cpus=1), 4.0)
+    assert list(decide(local(big), [small], [earlier, later], now=10).admit) == ["s0"]
+    brief = queued("s3", Request(nodes=1, cpus=1), 7.0, timeout=15.0)  # ends by 25 < 30
+    assert list(decide(local(big), [small], [later, brief], now=10).admit) == ["s3"]
+    # Played out as the scheduler's rounds go (`local` before `team`), with a new small
+    # job always queued on `local`: the big one starts once the machine is free for it.
+    running: dict[str, RunningJob] = {"s1": small}
+    queue: dict[str, QueuedJob] = {}
+    started = None
+    for tick in range(10, 60):
+        now = float(tick)
+        running = {n: r for n, r in running.items() if r.ends_by > now}
+        name = f"t{tick}"
+        queue[name] = queued(name, Request(nodes=1, cpus=1), now, timeout=20.0)
+        mine = [r for r in running.values() if r.target == "local"]
+        decision = decide(local(big), mine, list(queue.values()), now)
+        for name, nodes in decision.admit.items():
+            queue.pop(name)
+            running[name] = RunningJob(name, nodes, ends_by=now + 20.0, target="local")
+        machine = Machine("m", 2, 0, launchers_for(2), tuple(running.values()))
+        team = Capacity("team", (Host("m", (), 2, 0, launchers_for(2)),), machine=machine)
+        if decide(team, [], [big], now).admit:
+            started = now
+            break
+    assert started == 30.0  # when s1 ended: no small job queued after it took its slot

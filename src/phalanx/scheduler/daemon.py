@@ -235,7 +235,7 @@ class Scheduler:
         holding = ledger.holding(self.ws, target_name)
         if isinstance(target, LocalTarget):
             try:
-                capacity = local_capacity(target, self.ws)
+                capacity = local_capacity(target, self.ws, waiting=True)
             except PhalanxError as exc:  # nvidia-smi failing: wait, say why, try again
                 log.error("compute %s: %s", target_name, exc)
                 return None

@@ -90,6 +90,11 @@ class Machine:
     launchers: int
     elsewhere: tuple[RunningJob, ...] = ()
     """Jobs of the machine's other targets and what they hold of it now."""
+    waiting: tuple[QueuedJob, ...] = ()
+    """The first job in line of each of the machine's other targets that its own
+    target's share has room for now: only the machine keeps it out, or may. The first
+    of them in the common queue order is held for as a target's own first blocked job
+    is, so that no target's stream of small jobs keeps it waiting for good."""
 
 
 @dataclass(frozen=True)
@@ -183,6 +188,8 @@ class QueuedJob:
     """``limits.timeout`` still left, in seconds: the backfill estimate of its run time."""
     waiting_since: float | None = None
     """On an elastic cluster: when it began to wait for nodes (``None``: not yet seen)."""
+    target: str | None = None
+    """The compute target whose queue it is in (``None`` where the caller did not say)."""
 
     @property
     def key(self) -> tuple[float, float, float, str]:

@@ -40,7 +40,11 @@ The rule
    target's jobs draw from: a job fits only where both its target's share and
    what the machine has left have room. The other targets' jobs end by their
    time limits in the shadow time and the estimates, are never preempted from
-   here, and a job they keep out is told which of them hold the machine.
+   here, and a job they keep out is told which of them hold the machine. The
+   first job in line of the other targets that only the machine keeps out
+   (``machine.waiting``, first by the same order) is held for as the first
+   blocked job is (rule 3): a job behind it here starts only where it does not
+   delay it, so that no target's stream of small jobs starves another's big one.
 """
 
 from __future__ import annotations
@@ -48,13 +52,14 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from phalanx.scheduler.estimate import estimate_starts
 from phalanx.scheduler.model import (
     DEFAULT_GRACE_S,
     Capacity,
     Decision,
+    Host,
     NodeGrant,
     QueuedJob,
     Request,
@@ -79,17 +84,68 @@ class _Reservation:
     free_then: Free
     """What will be free at ``shadow``, less what later jobs were let take since."""
 
-    def lets(self, job: QueuedJob, grant: tuple[NodeGrant, ...], now: float, cap: Capacity) -> bool:
-        """Whether ``job`` may start now on ``grant`` without delaying the reserved job."""
+    def room_after(
+        self, job: QueuedJob, grant: tuple[NodeGrant, ...], now: float, cap: Capacity
+    ) -> Free | None:
+        """What will be free at the shadow time if ``job`` starts now on ``grant``;
+        ``None`` when that delays the reserved job."""
         ends = now + job.timeout if job.timeout is not None else math.inf
         if ends <= self.shadow < math.inf:
-            return True
+            return self.free_then
         after = self.free_then.copy()
         after.take(grant)
-        if after.place(self.job.request, cap.spread) is None:
+        return after if after.place(self.job.request, cap.spread) is not None else None
+
+    def lets(self, job: QueuedJob, grant: tuple[NodeGrant, ...], now: float, cap: Capacity) -> bool:
+        """Whether ``job`` may start now on ``grant`` without delaying the reserved job
+        (counted as started if it may)."""
+        after = self.room_after(job, grant, now, cap)
+        if after is None:
             return False
         self.free_then = after
         return True
+
+
+class _HeldMachine:
+    """A shared machine held for a job of another of its targets (rule 7): the first in
+    the common queue order of those that only the machine keeps out, or may
+    (``Machine.waiting``). This target's jobs behind it start only where they do not
+    delay it, by the rule a target's own first blocked job is held for; its GPUs are its
+    own target's, so only the machine's CPU slots, memory and launchers count."""
+
+    def __init__(self, capacity: Capacity) -> None:
+        machine = capacity.machine
+        assert machine is not None and machine.waiting
+        self.job = min(machine.waiting, key=lambda j: j.key)
+        self.named = f"job {self.job.name} on compute {self.job.target!r}"
+        host = Host(machine.host, (), machine.cpus, machine.memory, launchers=machine.launchers)
+        self._whole = Capacity(machine.host, (host,))
+        self._elsewhere = machine.elsewhere
+        self._reservation: _Reservation | None = None
+
+    def room_after(
+        self,
+        job: QueuedJob,
+        grant: tuple[NodeGrant, ...],
+        holding: Sequence[RunningJob],
+        now: float,
+    ) -> Free | None:
+        """:meth:`_Reservation.room_after` for the held job, on the machine as a whole."""
+        if self._reservation is None:  # what runs now: every job ahead of it has started
+            ending = [*holding, *self._elsewhere]
+            request = replace(self.job.request, gpus=0)
+            free = Free.of(self._whole, [r.nodes for r in ending])
+            if free.place(request, False) is not None:
+                shadow, then = now, free
+            else:
+                shadow, then = _shadow(self._whole, free, ending, request)
+            self._reservation = _Reservation(replace(self.job, request=request), shadow, then)
+        return self._reservation.room_after(job, grant, now, self._whole)
+
+    def take(self, after: Free) -> None:
+        """Count a job as started, with what :meth:`room_after` said is then free."""
+        assert self._reservation is not None
+        self._reservation.free_then = after
 
 
 def decide(
@@ -124,6 +180,8 @@ def decide(
     largest = ceiling(capacity)
     grower = Grower(capacity) if capacity.growth is not None else None
     growing: dict[str, int] = {}
+    machine = capacity.machine
+    held = _HeldMachine(capacity) if machine is not None and machine.waiting else None
     for job in order:
         never = never_fits(job.request, largest)
         if never is not None:
@@ -141,17 +199,29 @@ def decide(
             ahead = decision.position[job.name] - 1
             decision.waiting[job.name] = grower.behind(job, ahead)
             continue
-        if reservation is None:
+        if grant is not None and held is not None and job.key > held.job.key:
+            machine_after = held.room_after(job, grant, holding, now)
+            if machine_after is None:  # it would delay another target's job ahead of it
+                ahead = decision.position[job.name] - 1
+                decision.waiting[job.name] = _wait_reason(
+                    capacity, job.request, free, ahead, held.named
+                )
+                continue
+            if reservation is None or reservation.lets(job, grant, now, capacity):
+                held.take(machine_after)
+                _start(decision, free, holding, job, grant, now)
+                continue
+        elif reservation is None:
             if grant is not None:
                 _start(decision, free, holding, job, grant, now)
                 continue
             reservation = _reserve(decision, capacity, free, holding, job, now, grace)
             continue
-        if grant is not None and reservation.lets(job, grant, now, capacity):
+        elif grant is not None and reservation.lets(job, grant, now, capacity):
             _start(decision, free, holding, job, grant, now)
             continue
         ahead = decision.position[job.name] - 1
-        held_for = reservation.job.name if grant is not None else None
+        held_for = reservation.job.name if grant is not None and reservation is not None else None
         decision.waiting[job.name] = _wait_reason(capacity, job.request, free, ahead, held_for)
     if grower is not None:
         decision.wanted = grower.wanted(holding, reserved=reservation is not None)
@@ -331,6 +401,8 @@ def _machine_short(capacity: Capacity, request: Request, free: Free) -> str | No
     jobs hold it, when that (not the target's own share) keeps it out; else ``None``."""
     machine, left = capacity.machine, free.machine
     if machine is None or left is None or free.alone().place(request, capacity.spread) is None:
+        return None
+    if free.place(request, capacity.spread) is not None:  # it fits: held for a job ahead
         return None
     on_it = [
         (job, [node for node in job.nodes if node.host == machine.host])
