@@ -160,7 +160,10 @@ def test_a_grid_larger_than_a_sweep_runs_needs_a_limit() -> None:
 def test_an_environment_variable_names_only_the_search_space() -> None:
     for value, message in (
         ("${{search_space.y}}", "${{search_space.y}} names nothing in search_space"),
-        ("${{inputs.x}}", "an environment variable takes only ${{search_space.<name>}}"),
+        (
+            "${{inputs.x}}",
+            "an environment variable takes only ${{search_space.<name>}} and ${{secrets.<name>}}",
+        ),
     ):
         text = BASE.replace("trial:\n", f"trial:\n  environment_variables: {{A: '{value}'}}\n")
         with pytest.raises(SpecError) as caught:
@@ -175,6 +178,14 @@ def test_an_environment_variable_gets_the_value_itself() -> None:
     )
     trial = sweep(text).trial_spec({"x": 0.5})
     assert trial.environment_variables == {"LR": "lr=0.5"}
+
+
+def test_an_environment_variable_may_name_a_secret_left_for_the_job() -> None:
+    text = BASE.replace(
+        "trial:\n", "trial:\n  environment_variables: {TOK: '${{secrets.hf_token}}'}\n"
+    )
+    trial = sweep(text).trial_spec({"x": 0.5})  # resolved only as each trial starts
+    assert trial.environment_variables == {"TOK": "${{secrets.hf_token}}"}
 
 
 def test_a_trial_gets_its_values_as_literal_inputs() -> None:
