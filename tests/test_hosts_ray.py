@@ -6,8 +6,8 @@ address), a server host (``phalanx server start``, with a compute target of
 type ray at the head's Ray Client address), a client host with only the CLI and
 the job's folder, Azurite on a host of its own (the object store), and a second
 client host that a test switches off. Ray's processes end with their hosts: the
-bed switches every host off (never ``ray stop``, which would end every Ray process
-of this machine).
+bed switches every host off (never ``ray stop`` on this machine, which would end
+every Ray process of it; on a host it sees only the host's own).
 
 Needs root (CI runs as root); the bed refuses to start otherwise.
 """
@@ -90,12 +90,23 @@ def _wait_nodes(head: Host, count: int, timeout: float = 120.0) -> None:
         time.sleep(1)
 
 
+def _ray_start(host: Host, args: list[str], env: dict[str, str], tries: int = 3) -> None:
+    """``ray start`` on ``host``, tried again as an operator would where it gave up: Ray
+    bounds a node's start-up at 30 s of its own (its raylet's agents), which a busy
+    machine outlasts. What a try left is stopped first (``ray stop`` on the host sees
+    only the host's processes)."""
+    for attempt in range(1, tries + 1):
+        if host.run(["ray", "start", *args], env, timeout=180, check=attempt == tries).returncode:
+            host.run(["ray", "stop", "--force"], env, timeout=120, check=False)
+        else:
+            return
+
+
 def start_ray_worker(bed: HostBed, name: str) -> None:
     """``ray start --address`` on host ``name``: it joins the head's cluster."""
     host, head = bed[name], bed["head"]
-    host.run(["ray", "start", f"--address={head.address}:{GCS_PORT}",
-              f"--node-ip-address={host.address}", "--num-cpus=1", *RAY_COMMON],
-             _ray_env(host), timeout=180)  # fmt: skip
+    _ray_start(host, [f"--address={head.address}:{GCS_PORT}", f"--node-ip-address={host.address}",
+                      "--num-cpus=1", *RAY_COMMON], _ray_env(host))  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -116,10 +127,9 @@ def team() -> Iterator[Team]:
         # up to a minute), as an operator who wants lost nodes noticed sooner sets it.
         head_env = _ray_env(head)
         head_env.update(RAY_health_check_period_ms="2000", RAY_health_check_timeout_ms="2000")
-        head.run(["ray", "start", "--head", f"--node-ip-address={head.address}",
-                  f"--port={GCS_PORT}", f"--ray-client-server-port={CLIENT_PORT}",
-                  "--num-cpus=0", "--include-dashboard=false", *RAY_COMMON],
-                 head_env, timeout=180)  # fmt: skip
+        _ray_start(head, ["--head", f"--node-ip-address={head.address}", f"--port={GCS_PORT}",
+                          f"--ray-client-server-port={CLIENT_PORT}", "--num-cpus=0",
+                          "--include-dashboard=false", *RAY_COMMON], head_env)  # fmt: skip
         for name in ("w1", "w2"):
             start_ray_worker(bed, name)
         _wait_nodes(head, 3)
