@@ -127,7 +127,8 @@ def test_a_build_shows_its_step_a_second_job_waits_for_it_and_cancel_stops_it(
     with silent_index() as index:
         cli.write("src/env_job.py", SCRIPT)
         url = index.url.replace("http://", f"http://build:{secret}@")
-        cli.write("requirements.txt", f"--index-url {url}\n{PACKAGE}\n")
+        # pyyaml is phalanx's own: pip says where it found it before it waits on the index.
+        cli.write("requirements.txt", f"--index-url {url}\npyyaml\n{PACKAGE}\n")
         spec = _job(cli, "{pip_file: requirements.txt}")
         name = cli.create(spec)
         stream = subprocess.Popen(
@@ -144,11 +145,19 @@ def test_a_build_shows_its_step_a_second_job_waits_for_it_and_cancel_stops_it(
             # The build's output is the job's system log; its last line is the progress.
             log_path = cli.home / "jobs" / name / "system_logs" / "environment.txt"
             building = "building environment from requirements.txt (pip, first use)"
-            shown = _shown(cli, name, f"its log {log_path}")
+            shown = _shown(cli, name, "Requirement already satisfied: pyyaml in")
+            assert f"its log {log_path}" in shown, shown
             log = log_path.read_text()
             assert "Looking in indexes" in log
             step = shown[shown.index(building) :].split(" its log ")[0]
-            assert step.split(" · ")[2] == log.strip().splitlines()[-1].strip()
+            # The record every member and viewer of a server reads names no path of the
+            # machine's disk (the log keeps them).
+            last = log.strip().splitlines()[-1].strip()
+            assert last.startswith("Requirement already satisfied: pyyaml in /"), last
+            progress = step.split(" · ")[2]
+            assert progress.startswith("Requirement already satisfied: pyyaml in …/site-packages")
+            assert "/requirements.txt (line 2)" in last and "…/requirements.txt" in progress
+            assert sys.prefix not in progress and str(cli.home) not in progress, progress
 
             waiting = cli.create(spec)  # the same environment: it waits for the first's build
             whose = f"being built by job {name}"

@@ -16,6 +16,7 @@ written to (``system_logs/environment.txt``, ``image_build.txt``).
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from pathlib import Path
@@ -120,14 +121,27 @@ class PreparingNote:
         self._shown = note
 
 
+# A path of this machine's disk: ``/`` (or ``file:///``) after a space or a bracket, not
+# the path of a URL (``https://host/path``) nor a relative one (``./pkg``, ``~/x``).
+_PATH = re.compile(r"(?<![\w:/.~-])(?:file://)?/[^\s'\"()]*")
+
+
 def last_line(output: Path | None) -> str | None:
-    """The last line of a step's output that says something, credentials masked; the
-    command lines phalanx writes there (``$ pip install …``) are not progress."""
+    """The last line of a step's output that says something, credentials masked and each
+    path of this machine's disk cut to its last part (``Requirement already satisfied:
+    numpy in …/site-packages``): the job's record is read by every member and viewer of a
+    server, who are never shown where its folders or Python are; the log keeps it whole.
+    The command lines phalanx writes there (``$ pip install …``) are not progress."""
     if output is None:
         return None
     for line in reversed(tail(output, 20).splitlines()):
         line = line.strip()
         if line and not line.startswith("$ "):
-            line = redact(line)
+            line = _PATH.sub(_last_part, redact(line))
             return line if len(line) <= PROGRESS_CHARS else "…" + line[-PROGRESS_CHARS:]
     return None
+
+
+def _last_part(path: re.Match[str]) -> str:
+    """``…/site-packages`` for ``/srv/venv/lib/python3.11/site-packages``."""
+    return "…/" + path[0].rstrip("/").rpartition("/")[2]
