@@ -236,6 +236,16 @@ def test_a_100_kb_name_is_never_echoed_back_whole(cli: Cli) -> None:
         cli.write("job.yml", spec)
         proc = cli.run("job", "validate", "-f", "job.yml")
         assert "Traceback" not in proc.stderr and len(proc.stderr) < 2000, proc.stderr[:300]
+    # A value with spaces is no long word: quoted short all the same, in a spec and a --set.
+    spaced = "ab " * 40_000
+    cli.write("job.yml", f"command: echo\ncompute: '{spaced}'\n")
+    for args, says in (
+        (("job", "validate", "-f", "job.yml"), "compute target 'ab ab"),
+        (("job", "create", "-f", "job.yml", "--set", f"compute={spaced}"), "or a target name"),
+        (("job", "create", "-f", "job.yml", "--set", f"experiment_name={spaced}"), "at most 256"),
+    ):
+        line = _one_error(cli, *args)
+        assert len(line) < 1000 and says in line, line[:300]
     if cli.server is not None:
         body = {"spec": f"command: echo\ncompute: {huge}\n", "validate_only": True}
         answer = httpx.post(f"{cli.server.url}/api/v1/jobs", json=body, timeout=60)

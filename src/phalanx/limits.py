@@ -127,13 +127,24 @@ LONGEST_WORD = 500
 """Characters of a message between two spaces: a message may quote what a user gave (a
 name, a path, a URL), never 100 KB of it. Longer than any path a user writes."""
 _WORD = re.compile(rf"\S{{{LONGEST_WORD + 1},}}")
+LONGEST_LINE = 1000
+"""Characters of one line of a message: a value of 100 KB with spaces in it (``--set
+compute='a b …'``) is no word, and is not echoed whole either."""
+_TAIL = 300
+"""What a line cut short keeps of its end: where its fix is said."""
 
 
 def bounded(message: str) -> str:
     """``message`` with each run of more than :data:`LONGEST_WORD` characters but spaces
-    cut to that many, ending in ``…``: what the CLI prints and a server answers, whatever
-    a message quotes."""
-    return _WORD.sub(lambda word: word[0][: LONGEST_WORD - 1] + "…", message)
+    cut to that many, ending in ``…``, and each line longer than :data:`LONGEST_LINE`
+    cut in its middle (its start says what, its end the fix): what the CLI prints and a
+    server answers, whatever a message quotes."""
+    message = _WORD.sub(lambda word: word[0][: LONGEST_WORD - 1] + "…", message)
+    return "\n".join(
+        line if len(line) <= LONGEST_LINE else
+        line[: LONGEST_LINE - _TAIL - 1] + "…" + line[-_TAIL:]
+        for line in message.split("\n")
+    )  # fmt: skip
 
 
 def clip(text: str, limit: int = 80) -> str:

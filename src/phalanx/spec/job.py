@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from phalanx.errors import SpecError
+from phalanx.errors import SpecError, quote
 from phalanx.limits import MAX_DESCRIPTION, MAX_NAME
 from phalanx.spec.environment import EnvironmentSpec
 from phalanx.spec.interpolate import reference_problem
@@ -351,7 +351,7 @@ class JobSpec(LocatedSpec):
                 return COMPUTE_TARGETS[value]
             if not _COMPUTE_RE.match(value):
                 raise user_error(
-                    f"compute target '{value}' is not local, a Ray address "
+                    f"compute target {quote(value)} is not local, a Ray address "
                     "(ray://HOST:PORT, HOST:PORT) or a target name (azureml:NAME)"
                 )
         return value

@@ -47,6 +47,9 @@ from phalanx.spec.sweep import (
 from phalanx.spec.values import USER_ERROR_TYPE, show
 from phalanx.spec.yamldoc import LineMap
 
+SET_ITEM_CHARS = 200
+"""Characters of a ``--set KEY=VALUE`` item a problem quotes back (a value may be 100 KB)."""
+
 _BLOCKS: dict[str, type[BaseModel]] = {
     "resources": Resources,
     "limits": Limits,
@@ -186,7 +189,11 @@ def _place(
     field = ".".join(one.path) or None
     for set_path, item in overrides.items():
         if one.path[: len(set_path)] == set_path:
-            return SpecProblem(f"{one.message} (from --set {item})", field=field, source="--set")
+            return SpecProblem(
+                f"{one.message} (from --set {clip(item, SET_ITEM_CHARS)})",
+                field=field,
+                source="--set",
+            )
     return SpecProblem(one.message, field=field, source=source, line=_line(one.path, lines))
 
 
