@@ -395,7 +395,7 @@ start = int(mark.read_text()) if mark.exists() else 0
 for step in range(start, 12):
     log_metric("score", a.x, step=step)
     mark.write_text(str(step + 1))
-    time.sleep(0.4)
+    time.sleep(0.4 if start or step < 3 else 120)  # the first attempt waits to be preempted
 print("started at", start)
 """
 
