@@ -35,7 +35,7 @@ from pydantic import (
 
 from phalanx.errors import SpecError
 from phalanx.limits import MAX_DESCRIPTION, MAX_NAME
-from phalanx.spec.interpolate import SECRET_RE
+from phalanx.spec.interpolate import REFERENCE_RE, SECRET_RE, quote_within, quoting_contexts
 from phalanx.spec.job import (
     BUILTIN_OUTPUTS,
     COMPUTE_TARGETS,
@@ -815,8 +815,6 @@ def _with_values(command: str, params: dict[str, Any]) -> str:
     (``hello world``, a quote, a ``$``), quoted for where it sits as a path phalanx made
     is (:mod:`phalanx.spec.interpolate`). ``${{inputs.x}}`` of a searched ``x`` is its
     value too; every other reference is left for the job's own interpolation."""
-    from phalanx.spec.interpolate import REFERENCE_RE, quote_within, quoting_contexts
-
     text = _SEARCH_RE.sub(lambda m: "${{inputs." + m[1] + "}}", command)
     contexts = quoting_contexts(text)
 
