@@ -4,9 +4,9 @@ One scheduler runs per workspace: it holds an exclusive ``flock`` on
 ``$PHALANX_HOME/scheduler.lock`` for as long as it lives, so the kernel frees
 the lock the moment it dies, however it dies. Nobody starts it by hand:
 ``job create``, the job commands that read state, every supervisor (once a
-few seconds) and a guard whose supervisor died call :func:`ensure_running`, which starts one when the lock is
-free. It ends by itself once the workspace has had nothing queued or running
-for a while.
+few seconds) and a guard whose supervisor died call :func:`ensure_running`,
+which starts one when the lock is free. It ends by itself once the workspace
+has had nothing queued or running for a while.
 """
 
 from __future__ import annotations
