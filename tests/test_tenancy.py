@@ -542,9 +542,12 @@ def test_a_sweep_and_its_trials_are_their_owners(team: Team) -> None:
     assert not [j for j in jobs if j["name"].startswith("bobs-sweep")]
 
 
-SHOW_TOP = """import hashlib, os
+SHOW_TOP = """import os
 print("top:", sorted(os.listdir(os.environ["PHALANX_INPUT_TOP"])), flush=True)
-print("sha:", hashlib.sha256(os.environ.get("SECRET", "").encode()).hexdigest(), flush=True)
+raise RuntimeError("failed on purpose")  # a root cause naming its log and its code
+"""
+SHOW_SECRET = """import hashlib, os
+print("sha:", hashlib.sha256(os.environ["SECRET"].encode()).hexdigest(), flush=True)
 """
 
 
@@ -585,10 +588,9 @@ def test_variables_are_their_owners_and_the_servers_paths_an_admins(team: Team) 
     team.write(f"{env_name}/conda.yml", "dependencies: [python]\n")
     env_file = team.write(f"{env_name}/env.yml", f"name: {env_name}\nconda_file: conda.yml\n")
     assert team.cli("alice", "environment", "create", "-f", str(env_file)).returncode == 0
-    job = _wait_ended(team, name)
-    assert job["status"] == "Completed", job
+    assert _wait_ended(team, name)["status"] == "Failed"
     log = (team.home / "jobs" / name / "user_logs" / "std_log_process_0.txt").read_text()
-    assert f"{name}.marker" in log, log
+    assert f"{name}.marker" in log and "failed on purpose" in log, log
 
     server_paths = (str(team.home), str(team.data_root))
     asked = [
@@ -629,6 +631,8 @@ def test_variables_are_their_owners_and_the_servers_paths_an_admins(team: Team) 
             everything += "".join(api.get(url).content.decode(errors="replace") for url in contents)
         assert shown["job_dir"] is None and shown["spec"]["code"] == "(a path on the server)"
         assert shown["logs"]["user_logs"] == ["user_logs/std_log_process_0.txt"]
+        assert shown["error"]["log_file"] == "user_logs/std_log_process_0.txt", shown["error"]
+        assert 'File "code/main.py"' in shown["error"]["traceback"], shown["error"]
         if user == "alice":  # the owner reads her values
             assert shown["spec"]["environment_variables"] == {"HF_TOKEN": token, "SET_TOKEN": token}
             assert token in spec_answer["submitted"] and files.status_code == 200
@@ -647,8 +651,6 @@ SECRET_JOB = """name: {name}
 code: {code}
 command: python main.py
 environment_variables: {{SECRET: '${{{{secrets.hf_token}}}}'}}
-inputs:
-  top: {{type: uri_folder, path: 'azureml://datastores/default/paths/', mode: download}}
 """
 
 
@@ -660,7 +662,7 @@ def test_a_secret_reference_reaches_the_ranks_and_nothing_else(team: Team) -> No
     assert team.cli("alice", "secret", "list").stdout.split() == ["hf_token"]
     assert team.cli("bob", "secret", "list").stdout.split() == []
     name = team.unique("alices-secret")
-    team.write(f"{name}/main.py", SHOW_TOP)
+    team.write(f"{name}/main.py", SHOW_SECRET)
     spec = team.write(f"{name}.yml", SECRET_JOB.format(name=name, code=name))
     # Bob names a secret he has not stored (alice's is hers): refused at create.
     _cli_refused(
