@@ -81,7 +81,7 @@ log = logging.getLogger("phalanx.scheduler")
 ROUND_S = 1.0
 IDLE_EXIT_S = 30.0
 # A supervisor started records itself within moments (seconds on a loaded machine): a
-# job given one is not given another before this long.
+# job given one is not given another before this long, nor while its guard runs.
 SPAWN_AFTER_S = 10.0
 # A job created while this scheduler listened has its environment handed over within
 # moments of its creation: it is not started without it before this long.
@@ -103,8 +103,8 @@ class Scheduler:
         self.desk = desk
         """The environments submitters handed over (``None``: every job runs in this
         process's)."""
-        self._spawned: dict[str, float] = {}
-        """Jobs this process started a supervisor for → when (monotonic)."""
+        self._spawned: dict[str, tuple[float, int]] = {}
+        """Jobs this process started a supervisor for → when (monotonic), its guard's pid."""
         self._probe_started: dict[str, float] = {}
         self._waiting_since: dict[str, dict[str, float]] = {}
         """Elastic target → its jobs waiting for nodes → since when (this process's view)."""
@@ -313,13 +313,14 @@ class Scheduler:
         if self.keeper.supervisor_alive(job):
             ring(job_bell(self.ws.home, name))
             return
-        if time.monotonic() - self._spawned.get(name, -math.inf) < SPAWN_AFTER_S:
-            return  # one is starting
+        spawned = self._spawned.get(name)
+        if spawned is not None and _on_its_way(name, *spawned):
+            return
         ready, env = self._handed(job)
         if not ready:
             return  # a later round (the submitter rings once it has handed it over)
-        self._spawned[name] = time.monotonic()
-        self.keeper.spawn_supervisor(self.ws, name, env)
+        pid = self.keeper.spawn_supervisor(self.ws, name, env)
+        self._spawned[name] = (time.monotonic(), pid)
 
     def _handed(self, job: JobRecord) -> tuple[bool, dict[str, str] | None]:
         """Whether ``job``'s supervisor may start now, and in what environment: the one
@@ -342,8 +343,7 @@ class Scheduler:
 
     def _forget_ended(self) -> None:
         """Drop the environments (and start times) of jobs that ended."""
-        now = time.monotonic()
-        self._spawned = {n: t for n, t in self._spawned.items() if now - t < SPAWN_AFTER_S}
+        self._spawned = {n: s for n, s in self._spawned.items() if _on_its_way(n, *s)}
         if self.desk is None:
             return
         for name in self.desk.jobs():
@@ -366,6 +366,26 @@ class Scheduler:
             except Exception as exc:
                 log.exception("starting a supervisor for %s failed", name)
                 self._fail(name, f"phalanx could not start the job's supervisor: {exc}")
+
+
+def _on_its_way(job: str, started: float, guard: int) -> bool:
+    """Whether the supervisor started for ``job`` (``started``: when, monotonic) may still
+    record itself: it was started moments ago, or its guard still runs (a guard ends
+    soon after its supervisor)."""
+    import psutil
+
+    if time.monotonic() - started < SPAWN_AFTER_S:
+        return True
+    try:
+        proc = psutil.Process(guard)
+        cmdline = proc.cmdline()
+        return (
+            proc.status() != psutil.STATUS_ZOMBIE
+            and "phalanx.jobs.guard" in cmdline
+            and job in cmdline
+        )
+    except psutil.Error:
+        return False
 
 
 def _growth(ws: Workspace, target: RayTarget, hosts: tuple[Host, ...]) -> Growth:
