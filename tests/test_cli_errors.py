@@ -189,6 +189,7 @@ def test_a_wrong_name_says_did_you_mean_and_a_fix_any_member_can_run(cli: Cli) -
     uses = "inputs:\n  d: {type: uri_folder, path: '%s'}\n"
     wrong = [
         (("compute", "show", "locla"), "compute target 'locla'", "local", "compute"),
+        (("compute", "delete", "locla"), "compute target 'locla'", "local", "compute"),
         (("datastore", "show", "defualt"), "datastore 'defualt'", "default", "datastore"),
         (("environment", "show", "torch_cpu"), "environment 'torch_cpu'", "torch-cpu",
          "environment"),
@@ -211,6 +212,11 @@ def test_a_wrong_name_says_did_you_mean_and_a_fix_any_member_can_run(cli: Cli) -
         assert line.endswith(f"`phalanx {group} list` shows them{_where(cli)}"), line
         assert "create" not in line and "ray" not in line.lower(), line
         assert str(cli.home) not in line or cli.server is None, line
+    # A right name is never "not found; did you mean" itself: the built-in local, never
+    # registered, is what deleting it leaves (before: "'local' not found; did you mean
+    # 'local'?").
+    deleted = cli.run("compute", "delete", "local")
+    assert deleted.returncode == 0 and deleted.stderr == "", deleted.stderr
     assert json.loads(cli.run("job", "list", "--json", check=True).stdout) == []
 
 

@@ -347,8 +347,14 @@ def list_targets(ws: Workspace) -> list[Target]:
 
 
 def delete_target(ws: Workspace, name: str) -> None:
-    """Forget a target and its stored token."""
-    get_target(ws, name)
+    """Forget a target and its stored token; the built-in ``local`` is then what it is
+    when nothing was registered for it (so deleting it again does nothing).
+
+    Raises:
+        UnknownName: no such target.
+    """
+    if name != LOCAL:
+        get_target(ws, name)
     with ws.transaction() as tx:
         tx.execute("DELETE FROM computes WHERE name = :name", {"name": name})
         # What its probe read and asked: a target made again under the name starts afresh.
