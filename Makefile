@@ -76,24 +76,18 @@ demo: $(STAMP)
 ## test: lint, type-check and the whole test suite
 test: lint typecheck pytest
 
-# The tests that start no job, no server (PostgreSQL included) and no container.
-UNIT_TESTS := tests/test_access.py tests/test_cache.py tests/test_eviction.py tests/test_images.py \
-	tests/test_logpages.py tests/test_logs.py tests/test_migrations.py tests/test_nets.py \
-	tests/test_redact.py tests/test_rootcause.py tests/test_scheduler_policy.py \
-	tests/test_ship.py tests/test_spec.py tests/test_store.py tests/test_sweep_search.py \
-	tests/test_tracking.py tests/test_columns.py tests/test_gpudecode.py tests/test_nccl.py
-
 ## check: the edit-test loop: lint, type-check and the unit tests (a few minutes at most)
+# tests/unit holds the tests that start no job, no server (PostgreSQL aside) and no container.
 check: lint typecheck
 	$(BIN)/python tools/sqlcount.py --check
-	$(BIN)/python -m pytest -q -p no:cacheprovider -k "not postgresql" $(UNIT_TESTS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -k "not postgresql" tests/unit
 
 ## test-hosts: the tests on separate hosts (network, mount, PID namespaces; root)
 # What they run on the hosts: Azurite (the blob host), PostgreSQL (the server's), Open MPI
 # (an MPI job) and the test image (a job in an image built on the worker hosts).
 test-hosts: $(STAMP) $(AZURITE) mpi postgresql test-image
 	PHALANX_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m pytest -q -p no:cacheprovider \
-	  tests/test_hosts.py tests/test_hosts_ray.py
+	  tests/system/hosts
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests examples benchmarks tools

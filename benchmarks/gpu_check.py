@@ -37,7 +37,7 @@ Without a GPU it says so in one line and runs ``--dry-run`` instead: every
 stage's code path with tiny sizes on the CPU (a stand-in ``nvidia-smi`` that
 lists one GPU, so the capacity stage's queue and ordering checks run too), to
 show that the script itself is sound; it exits 0 when every stage passed.
-``tests/test_gpu_check.py`` runs that path.
+``tests/system/cli/test_gpu_check.py`` runs that path.
 
 Usage (``benchmarks/gpu_check.sh`` sets up the environment first)::
 

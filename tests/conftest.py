@@ -19,14 +19,23 @@ from typing import Any
 import psutil
 import pytest
 
-import jobpython
-import pg
-import servers
-from phalanx.bench import raycluster
+# The suites: tests/unit/<package>/ (no job, no server, no container: `make check`) and
+# tests/system/<suite>/. Their modules keep unique names and share scripts and helpers by
+# importing one another by name (``from test_distributions import TF_SCRIPT``): every
+# suite's folder is on the path, as the folder of a module pytest collects is.
+TESTS = Path(__file__).resolve().parent
+for _suite in sorted(TESTS.glob("*/*/")):
+    if _suite.is_dir() and str(_suite) not in sys.path:
+        sys.path.append(str(_suite))
+
+import jobpython  # noqa: E402
+import pg  # noqa: E402
+import servers  # noqa: E402
+from phalanx.bench import raycluster  # noqa: E402
 
 BIN = Path(sys.executable).parent
 PHALANX = str(BIN / "phalanx")
-REPO = Path(__file__).resolve().parents[1]
+REPO = TESTS.parent
 
 
 # What a launcher sets; a test's own process must not pass them on by accident.
@@ -164,7 +173,7 @@ class Cli:
         """``job show --json``; through a server, with the job's paths on the server.
 
         Through a server ``job show`` names no path of the server's disk
-        (tests/test_job_download.py checks that); a test that looks into the job's
+        (tests/system/jobs/test_job_download.py checks that); a test that looks into the job's
         folder finds it where this test's server keeps it."""
         shown: dict[str, Any] = json.loads(
             self.run("job", "show", name, "--json", check=True).stdout

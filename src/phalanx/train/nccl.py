@@ -17,7 +17,7 @@ runs for gloo or a one-process run. The variables set for NCCL are removed again
 once the group exists (NCCL reads them once), so no child process inherits them.
 
 Untested on a GPU: no GPU machine has run this yet. The parser is tested on
-NCCL INFO lines written from NCCL's documented format (``tests/test_nccl.py``).
+NCCL INFO lines written from NCCL's documented format (``tests/unit/train/test_nccl.py``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ connection that already holds the write lock, handed over in
 A new schema version is a new file in ``versions/``: revision ``NNNN`` (the
 next number), ``down_revision`` the one before, the same change made to
 :mod:`phalanx.workspace.schema`, and ``SCHEMA_VERSION`` raised. Write the
-revision to run on SQLite and PostgreSQL alike; ``tests/test_migrations.py``
+revision to run on SQLite and PostgreSQL alike; ``tests/unit/workspace/test_migrations.py``
 checks that the revisions build exactly the tables of ``schema.py`` on both.
 """
 

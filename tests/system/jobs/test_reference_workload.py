@@ -13,7 +13,7 @@ import torch
 from conftest import REPO, Cli, clean_env
 from phalanx.launch.ports import free_port
 
-TRAIN = Path(__file__).resolve().parents[1] / "examples" / "imagenet" / "train.py"
+TRAIN = REPO / "examples" / "imagenet" / "train.py"
 TINY = [
     "--arch", "resnet18", "--num-classes", "10", "--image-size", "32", "--batch-size", "8",
     "--epochs", "2", "--steps-per-epoch", "8", "--log-interval", "4",

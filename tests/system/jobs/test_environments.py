@@ -211,8 +211,8 @@ def _note(cli: Cli, name: str, ready: Callable[[dict[str, Any]], bool]) -> dict[
 
 
 def test_image_that_cannot_be_pulled_is_refused_at_create(cli: Cli) -> None:
-    # An image runs the job in a container (tests/test_containers.py); one that is not
-    # on the machine and cannot be pulled (no registry is reachable here) is refused.
+    # An image runs the job in a container (tests/system/containers/test_containers.py);
+    # one that is not on the machine and cannot be pulled (no registry here) is refused.
     cli.write("src/env_job.py", "print('ran')\n")
     spec = _job(cli, "{image: 'mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04:latest'}")
     proc = cli.run("job", "create", "-f", str(spec))

@@ -21,7 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from conftest import REPO
+
 SCRIPT = REPO / "benchmarks" / "gpu_check.py"
 STAGES = (
     "machine", "nccl", "capacity", "batch", "synthetic", "shards", "decode", "checkpoint",
