@@ -101,11 +101,17 @@ format: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# The slowest tests are listed at the end: what to look at when the suite grows.
-PYTEST_ARGS ?= --durations=25
+# The slowest tests, and each suite's time against its budget (tests/budgets.toml), are
+# listed at the end: what to look at when the suite grows.
+PYTEST_ARGS ?= --durations=30
+# pytest-xdist workers, each given a whole test file at a time (its tests keep their order
+# and share their module's fixtures). A test mostly waits on the processes it started, so
+# more workers than cores pay: 4 on 2 cores.
+PYTEST_WORKERS ?= 4
 
 pytest: $(STAMP) $(AZURITE) fuse mpi postgresql chromium test-image
-	PHALANX_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m pytest $(PYTEST_ARGS)
+	PHALANX_AZURITE=$(abspath $(AZURITE)) $(BIN)/python -m pytest \
+	  -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 ## bench: phalanx's launch overhead against bare torchrun
 bench: $(STAMP)

@@ -33,6 +33,8 @@ import pg  # noqa: E402
 import servers  # noqa: E402
 from phalanx.bench import raycluster  # noqa: E402
 
+pytest_plugins = ("budgets",)  # time per suite against its budget, after every run
+
 BIN = Path(sys.executable).parent
 PHALANX = str(BIN / "phalanx")
 REPO = TESTS.parent

@@ -18,9 +18,12 @@ from pathlib import Path
 
 import psutil
 
+from phalanx.jobs.walls import DEFAULT_FIRST_UID
 from phalanx.launch.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
+_WORKER_UIDS = 4096
+"""Job accounts per pytest-xdist worker (see :func:`_worker_job_uids`)."""
 # Azurite's documented development account; public, not a secret.
 AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = (
@@ -191,6 +194,7 @@ def start_phalanx_server(
     jobpython.workspace_home) and run ``python``, wherever it lies, through a view
     the server makes (:mod:`phalanx.jobs.pythonview`)."""
     port = port or free_port()
+    args = (*args, *_worker_job_uids(args))
     log = home.parent / f"server-{port}.log"
     server_env = {k: v for k, v in env.items() if k not in ("PHALANX_SERVER", "PHALANX_TOKEN")}
     server_env["PHALANX_HOME"] = str(home)
@@ -205,6 +209,17 @@ def start_phalanx_server(
     except RuntimeError as exc:
         raise RuntimeError(f"{exc}: {log.read_text()}") from None
     return PhalanxServer(proc, port, home, log)
+
+
+def _worker_job_uids(args: tuple[str, ...]) -> tuple[str, ...]:
+    """Under pytest-xdist, each worker's servers take their jobs' accounts from a range of
+    their own inside the default one: a test that checks nothing runs as its job's uid once
+    the job is gone never sees another worker's job that took the uid it freed."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or "--job-uids" in args:
+        return ()
+    first = DEFAULT_FIRST_UID + (int(worker[2:]) + 1) * _WORKER_UIDS
+    return ("--job-uids", f"{first}-{first + _WORKER_UIDS - 1}")
 
 
 def serving_processes(server: PhalanxServer) -> list[psutil.Process]:
