@@ -10,11 +10,11 @@ slowest tests (``--durations``), before a suite grows further.
 
 from __future__ import annotations
 
-import tomllib
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+import tomllib
 
 BUDGETS = Path(__file__).with_name("budgets.toml")
 _spent: dict[str, float] = defaultdict(float)
