@@ -17,7 +17,6 @@ from rich.console import Console
 
 from phalanx.client.backends import targets
 from phalanx.compute.registry import kind_of
-from phalanx.compute.registry import names as kind_names
 from phalanx.errors import PhalanxError
 from phalanx.service.targets import TargetCreate, check_request
 from phalanx.terminal.columns import print_table
@@ -43,10 +42,12 @@ def compute_group() -> None:
 @click.option(
     "--type",
     "kind",
-    type=click.Choice(kind_names()),
+    metavar="KIND",
     default="ray",
     show_default=True,
-    help="The compute kind (phalanx's own, and any a plug-in registers).",
+    # Checked against the registry when used, not when every command starts: reading
+    # the entry points costs a scan of the installed packages.
+    help="The compute kind: local, ray, or one an installed plug-in registers.",
 )
 @click.option("--address", help="Ray: ray://HOST:PORT (Ray Client) or HOST:PORT (GCS).")
 @click.option(
