@@ -163,3 +163,33 @@ def test_a_built_in_target_s_name_is_its_kind_s(ws: Workspace) -> None:
         target = kind.build({**request_of(kind, "x").options(), "name": "local"})
         with pytest.raises(PhalanxError, match="invalid or reserved"):
             create_target(ws, target)
+
+
+def test_no_code_outside_a_kind_s_package_asks_which_kind_a_target_is() -> None:
+    """Only a kind's own package imports it or names its settings class: everything
+    else goes through the registry (what keeps a new kind to its own files)."""
+    import ast
+
+    import phalanx
+
+    root = Path(phalanx.__file__).parent
+    kinds_root = root / "kinds"
+    own = {cls.__name__ for cls in (k.settings for k in registry.kinds().values())}
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if kinds_root in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("phalanx.kinds"):
+                found.append(f"{path.relative_to(root)}:{node.lineno} imports {node.module}")
+            elif isinstance(node, ast.Import):
+                found += [
+                    f"{path.relative_to(root)}:{node.lineno} imports {a.name}"
+                    for a in node.names
+                    if a.name.startswith("phalanx.kinds")
+                ]
+            elif isinstance(node, ast.Name | ast.Attribute):
+                name = node.id if isinstance(node, ast.Name) else node.attr
+                if name in own:
+                    found.append(f"{path.relative_to(root)}:{node.lineno} names {name}")
+    assert not found, found
