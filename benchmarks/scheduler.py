@@ -168,10 +168,10 @@ def long_queue(root: Path, count: int) -> dict[str, float]:
     assert shown["queue"] and shown["queue"]["position"], shown
     # One round of the scheduler and one decision, in this process, over that queue.
     os.environ["PHALANX_HOME"] = str(home)
+    from phalanx.compute.registry import kind_of
     from phalanx.compute.targets import resolve_target
     from phalanx.jobs import control
     from phalanx.scheduler import ledger
-    from phalanx.scheduler.capacity import local_capacity
     from phalanx.scheduler.daemon import Scheduler
     from phalanx.scheduler.policy import decide
     from phalanx.workspace import Workspace
@@ -185,7 +185,9 @@ def long_queue(root: Path, count: int) -> dict[str, float]:
         rounds.append(time.perf_counter() - t0)
         queued = ledger.queued(ws, "local")
         holding = ledger.holding(ws, "local")
-        capacity = local_capacity(resolve_target("local", ws))  # type: ignore[arg-type]
+        target = resolve_target("local", ws)
+        capacity = kind_of(target).capacity(ws, target)
+        assert capacity is not None  # this machine's is always known
         t0 = time.perf_counter()
         decide(capacity, holding, queued, time.time())
         decisions.append(time.perf_counter() - t0)

@@ -16,6 +16,7 @@ from pydantic import SecretStr, ValidationError
 from rich.console import Console
 
 from phalanx.client.backends import targets
+from phalanx.compute.registry import kind_of
 from phalanx.errors import PhalanxError
 from phalanx.service.targets import TargetCreate, check_request
 from phalanx.terminal.columns import print_table
@@ -39,7 +40,14 @@ def compute_group() -> None:
     "idle_time_before_scale_down; phalanx's: address, node_cpus, node_gpus, ...).",
 )
 @click.option(
-    "--type", "kind", type=click.Choice(["ray", "local"]), default="ray", show_default=True
+    "--type",
+    "kind",
+    metavar="KIND",
+    default="ray",
+    show_default=True,
+    # Checked against the registry when used, not when every command starts: reading
+    # the entry points costs a scan of the installed packages.
+    help="The compute kind: local, ray, or one an installed plug-in registers.",
 )
 @click.option("--address", help="Ray: ray://HOST:PORT (Ray Client) or HOST:PORT (GCS).")
 @click.option(
@@ -162,8 +170,8 @@ def create_cmd(
         field = ".".join(str(p) for p in first["loc"])
         raise PhalanxError(f"--{field.replace('_', '-')}: {first['msg']}") from None
     name = req.name
-    check_request(req)
-    if store_token and not token_env and kind == "ray":
+    target = check_request(req)
+    if store_token and not token_env and kind_of(target).capabilities(target).takes_token:
         token = sys.stdin.readline().strip()
         if not token:
             raise PhalanxError("--store-token: no token on stdin (or in --token-env); pipe it in")
@@ -184,15 +192,8 @@ def list_cmd(as_json: bool) -> int:
     rows = []
     for t in listed:
         settings = t["settings"]
-        if settings["type"] == "local":
-            rows.append((settings["name"], "local", "-", "-", "-", t["where"]))
-            continue
-        most = settings.get("max_nodes")
-        nodes = f"{settings.get('min_nodes', 0)}-{most} (elastic)" if most else "-"
-        if settings.get("tier") == "low_priority":
-            nodes = f"{nodes} low-priority"
-        rows.append((settings["name"], settings["type"], settings["placement"], nodes,
-                     settings["token"] or "none", t["where"]))  # fmt: skip
+        rows.append((settings["name"], settings["type"], t["placement"], t["nodes"], t["token"],
+                     t["where"]))  # fmt: skip
     # Where a target is (a long sentence) goes under its row when the terminal is narrow.
     headers = ("NAME", "TYPE", "PLACEMENT", "NODES", "TOKEN", "WHERE")
     print_table(console, headers, rows, optional=("PLACEMENT",), under="WHERE")

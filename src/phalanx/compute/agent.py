@@ -1,6 +1,6 @@
 """The node agent: a Ray actor, one per node of an attempt, that runs that node's launcher.
 
-:class:`~phalanx.compute.ray.RayCompute` places one agent in each bundle of the
+:class:`~phalanx.kinds.ray.compute.RayCompute` places one agent in each bundle of the
 attempt's placement group. The agent starts the same per-node launcher local
 compute does (torchrun, or ``mpirun`` on node 0) from a
 :class:`~phalanx.launch.node.NodeLaunch`, answers polls, forwards signals and

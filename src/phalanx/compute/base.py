@@ -1,7 +1,7 @@
 """The compute contract: what the runner asks of any place a job's nodes run.
 
 :class:`~phalanx.compute.local.LocalCompute` (this machine) and
-:class:`~phalanx.compute.ray.RayCompute` (a Ray cluster) implement it; a target
+:class:`~phalanx.kinds.ray.compute.RayCompute` (a Ray cluster) implement it; a target
 that grows and shrinks its nodes (an autoscaled cluster) implements it the same
 way, its waiting for nodes told through ``allocate``'s ``on_wait``.
 :func:`phalanx.compute.targets.open_compute` maps a target to its compute. The

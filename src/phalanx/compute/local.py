@@ -26,7 +26,6 @@ from phalanx.tracking.sidecar import Endpoint, add_to
 if TYPE_CHECKING:
     from phalanx.compute.base import Node
     from phalanx.compute.plan import JobPlan
-    from phalanx.compute.targets import LocalTarget
     from phalanx.workspace.layout import JobPaths
 
 
@@ -74,8 +73,8 @@ class LocalCompute:
     """Runs nodes as processes of this machine.
 
     Args:
-        target: The part of this machine the job was scheduled on (its GPUs decide
-            whether a node given none has them hidden); ``None``: the whole of it.
+        gpus: The GPUs of the part of this machine the job was scheduled on (they decide
+            whether a node given none has them hidden); ``None``: every GPU found.
     """
 
     name = "local"
@@ -87,8 +86,8 @@ class LocalCompute:
     low_priority = False
     """This machine is not taken away."""
 
-    def __init__(self, target: LocalTarget | None = None) -> None:
-        self.target = target
+    def __init__(self, gpus: tuple[str, ...] | None = None) -> None:
+        self.gpus = gpus
         self.account: JobAccount | None = None
         self.datastores_file: Path | None = None
         self._paths: JobPaths | None = None
@@ -146,7 +145,7 @@ class LocalCompute:
             from phalanx.compute.machine import detect_gpus
 
             try:
-                gpus = self.target.gpus if self.target is not None else None
+                gpus = self.gpus
                 self._has_gpus = bool(gpus if gpus is not None else detect_gpus())
             except PhalanxError:
                 self._has_gpus = True  # nvidia-smi fails now: hide what the job was not given

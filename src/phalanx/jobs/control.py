@@ -34,7 +34,6 @@ from phalanx.workspace.snapshot import LIMIT_ENV
 
 if TYPE_CHECKING:
     from phalanx.compute.targets import Target
-    from phalanx.scheduler.model import Capacity
     from phalanx.spec import JobSpec, SweepSpec
 
 
@@ -190,18 +189,13 @@ def queue_entry(ws: Workspace, spec: JobSpec) -> QueueEntry:
     Raises:
         PhalanxError: the target is unknown, or the job can never fit it.
     """
-    from phalanx.compute.targets import LocalTarget, resolve_target
-    from phalanx.scheduler.capacity import local_capacity
-    from phalanx.scheduler.request import priority_of, request_for
-    from phalanx.scheduler.scaling import largest
+    from phalanx.compute.registry import kind_of
+    from phalanx.compute.targets import resolve_target
+    from phalanx.scheduler.request import priority_of
 
     target = resolve_target(spec.compute, ws)
-    capacity: Capacity | None
-    if isinstance(target, LocalTarget):
-        capacity = local_capacity(target, ws)
-    else:  # an elastic cluster at its largest; another Ray cluster's size is unknown
-        capacity = largest(target) if target.elastic else None
-    request = request_for(spec, target, capacity)
+    kind = kind_of(target)
+    request = kind.request(spec, target, kind.capacity(ws, target))
     priority, tier = priority_of(spec)
     check_tier(ws, target, tier)
     return QueueEntry(
@@ -219,28 +213,15 @@ def queue_entry(ws: Workspace, spec: JobSpec) -> QueueEntry:
 
 
 def check_tier(ws: Workspace, target: Target, tier: int) -> None:
-    """A job that is not ``job_tier: spot`` never runs where nodes may be taken away: on a
-    low-priority target, or on its cluster under another name (its address).
+    """Refuse a job of ``tier`` that ``target`` must not run (one that is not ``job_tier:
+    spot`` where nodes may be taken away): its kind decides.
 
     Raises:
         PhalanxError: in one line, naming ``queue_settings.job_tier`` and the fix.
     """
-    from phalanx.compute.targets import RayTarget, low_priority_at
-    from phalanx.scheduler.model import TIERS
+    from phalanx.compute.registry import kind_of
 
-    if not isinstance(target, RayTarget) or tier <= TIERS["spot"]:
-        return
-    owner = target if target.low_priority else low_priority_at(ws, target.address)
-    if owner is None:
-        return
-    where = f"compute {owner.name!r} is low-priority"
-    if owner is not target:
-        where = f"compute {target.name!r} is the cluster of {where}"
-    raise PhalanxError(
-        f"queue_settings.job_tier: {where} (its nodes may be taken away) and runs only "
-        "job_tier: spot jobs; set queue_settings: {job_tier: spot} (the job resumes from its "
-        "checkpoints when a node goes), or choose a dedicated compute"
-    )
+    kind_of(target).admit(ws, target, tier)
 
 
 def fill_queue_entry(ws: Workspace, name: str) -> None:

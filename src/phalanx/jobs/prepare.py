@@ -44,8 +44,6 @@ from phalanx.workspace.layout import JobPaths
 log = logging.getLogger(__name__)
 
 UPLOAD_INTERVAL_S = 60.0
-MAX_LOCAL_HOSTS = 254
-"""Loopback addresses local compute gives MPI/TensorFlow nodes (127.0.0.1 … 127.0.0.254)."""
 
 
 @dataclass
@@ -364,20 +362,23 @@ def runtime_env_for(spec: JobSpec) -> dict[str, Any] | None:
 
 
 def check_compute(spec: JobSpec, ws: Workspace) -> bool:
-    """Refuse an unknown compute target, or one whose token cannot be read.
+    """Refuse an unknown compute target, or one that cannot be opened (its token
+    cannot be read).
 
     Returns:
-        Whether the job runs on a Ray cluster.
+        Whether the job's nodes make its environment ready themselves, on machines of
+        their own (a Ray cluster's), rather than its supervisor here.
 
     Raises:
         PhalanxError: naming the target.
     """
-    from phalanx.compute.targets import target_for
+    from phalanx.compute.registry import kind_of
+    from phalanx.compute.targets import resolve_target
 
-    target = target_for(spec.compute, ws)
-    if target is not None:
-        target.token_value(ws)
-    return target is not None
+    target = resolve_target(spec.compute, ws)
+    kind = kind_of(target)
+    kind.check_open(ws, target)
+    return kind.capabilities(target).prepares_on_nodes
 
 
 def check_launcher(spec: JobSpec) -> None:
@@ -390,12 +391,6 @@ def check_launcher(spec: JobSpec) -> None:
         from phalanx.launch.mpi import mpirun_path
 
         mpirun_path()
-    per_node_hosts = spec.distribution_type in ("mpi", "tensorflow")
-    if per_node_hosts and spec.compute == "local" and spec.instance_count > MAX_LOCAL_HOSTS:
-        raise PhalanxError(
-            f"local compute gives each node of an {spec.distribution_type} job a loopback "
-            f"address, at most {MAX_LOCAL_HOSTS}; lower resources.instance_count"
-        )
     own_environment = spec.inline_environment is not None and spec.inline_environment.builds
     # An image's TensorFlow (its own, or phalanx's lent) is checked with the image.
     if spec.distribution_type == "tensorflow" and not own_environment and not has_image(spec):

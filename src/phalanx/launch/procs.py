@@ -38,7 +38,7 @@ _DAEMONS = frozenset(
         "phalanx.jobs.supervisor",
         "phalanx.jobs.guard",
         "phalanx.jobs.schedulerd",
-        "phalanx.scheduler.rayprobe",
+        "phalanx.kinds.ray.probe",
     }
 )
 

@@ -36,42 +36,28 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
-import math
 import os
 import subprocess
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from phalanx.compute.targets import (
-    LocalTarget,
-    RayTarget,
-    Target,
-    list_targets,
-    low_priority_at,
-    resolve_target,
-)
+from phalanx.compute.registry import kind_of
+from phalanx.compute.targets import list_targets, resolve_target
 from phalanx.errors import DatabaseUnavailable, PhalanxError
 from phalanx.scheduler import ledger
 from phalanx.scheduler.bell import Bell, job_bell, probe_bell, ring, scheduler_bell
-from phalanx.scheduler.capacity import local_capacity
 from phalanx.scheduler.handoff import Desk
 from phalanx.scheduler.keeper import JobKeeper
 from phalanx.scheduler.model import (
     DEFAULT_GRACE_S,
-    TIERS,
     Capacity,
     Decision,
-    Growth,
-    Host,
-    QueuedJob,
     RunningJob,
 )
 from phalanx.scheduler.policy import decide
 from phalanx.scheduler.process import LOCK_FILE
-from phalanx.scheduler.rayprobe import FRESH_S
-from phalanx.scheduler.scaling import is_node, node_shape, of_tier, waits_for_nodes
+from phalanx.scheduler.scaling import is_node, waits_for_nodes
 from phalanx.workspace import JobRecord, JobStatus, RootCause, Workspace
 from phalanx.workspace.layout import phalanx_home
 from phalanx.workspace.leases import GIVE_UP_S, Holder, LeaseWatch
@@ -105,7 +91,6 @@ class Scheduler:
         process's)."""
         self._spawned: dict[str, tuple[float, int]] = {}
         """Jobs this process started a supervisor for → when (monotonic), its guard's pid."""
-        self._probe_started: dict[str, float] = {}
         self._waiting_since: dict[str, dict[str, float]] = {}
         """Elastic target → its jobs waiting for nodes → since when (this process's view)."""
         self._rounds = 0
@@ -148,47 +133,17 @@ class Scheduler:
         return bool(targets)
 
     def _watch_idle_scalers(self, busy: set[str]) -> None:
-        """An elastic target without work whose cluster is asked for other than its
-        minimum gets a probe if it has none: one still asked for more (its probe died, or
-        ended with its server) has the request withdrawn after the idle time rather than
-        never; one never asked for its ``min_nodes`` (just made) gets them."""
+        """Every target without work gets its kind's look (an elastic one still asked for
+        nodes has the request withdrawn after its idle time, rather than never)."""
         for target in list_targets(self.ws):
-            if not isinstance(target, RayTarget) or not target.elastic or target.name in busy:
-                continue
-            scaling = ledger.scaling_of(self.ws, target.name)
-            asked = scaling.requested if scaling is not None else None
-            if (asked or 0) > target.min_nodes or (asked is None and target.min_nodes > 0):
-                self._ray_capacity(target)  # starts a probe where no fresh reading is
+            if target.name not in busy:
+                kind_of(target).idle(self.ws, target)
 
     def _fail(self, name: str, message: str) -> None:
         try:
             self.ws.set_status(name, JobStatus.FAILED, error=RootCause(message=message))
         except Exception:
             log.exception("marking job %s Failed failed too", name)
-
-    def _without_dedicated_on_low_priority(
-        self, target: Target, queued: list[QueuedJob]
-    ) -> list[QueuedJob]:
-        """The queue less the jobs that are not spot on a cluster whose nodes may be taken
-        away (its target became low-priority after they were queued), which fail."""
-        if not isinstance(target, RayTarget):
-            return queued
-        owner = target if target.low_priority else low_priority_at(self.ws, target.address)
-        if owner is None:
-            return queued
-        kept = []
-        for job in queued:
-            if job.tier <= TIERS["spot"]:
-                kept.append(job)
-                continue
-            self._fail(
-                job.name,
-                f"queue_settings.job_tier: compute {owner.name!r} became low-priority (its "
-                "nodes may be taken away) while the job was queued, and runs only job_tier: "
-                "spot jobs; submit it again with queue_settings: {job_tier: spot}, or to a "
-                "dedicated compute",
-            )
-        return kept
 
     def _jobs_to_watch(self, waiting_too: bool) -> list[tuple[JobRecord, bool]]:
         """Jobs whose supervisor is lost, each with whether by its lease's expiry (one of
@@ -228,27 +183,17 @@ class Scheduler:
             for job in queued:
                 self.ws.set_status(job.name, JobStatus.FAILED, error=RootCause(message=str(exc)))
             return None
-        queued = self._without_dedicated_on_low_priority(target, queued)
-        elastic = isinstance(target, RayTarget) and target.elastic
-        if not queued and not elastic:
+        kind = kind_of(target)
+        refused = kind.screen(self.ws, target, queued)
+        for name, why in refused.items():
+            self._fail(name, why)
+        queued = [job for job in queued if job.name not in refused]
+        if not queued and not kind.capabilities(target).elastic:
             return None
         holding = ledger.holding(self.ws, target_name)
-        if isinstance(target, LocalTarget):
-            try:
-                capacity = local_capacity(target, self.ws, waiting=True)
-            except PhalanxError as exc:  # nvidia-smi failing: wait, say why, try again
-                log.error("compute %s: %s", target_name, exc)
-                return None
-        else:
-            # A Ray cluster's nodes, as its probe last read them; until a fresh reading
-            # exists, its jobs start in queue order (Ray queues what it cannot place).
-            reading = self._ray_capacity(target)
-            if reading is None and isinstance(target, RayTarget) and target.elastic:
-                # Its probe is starting: nothing is given before it reads the nodes, but
-                # what the queue wants is ready for the probe's first request.
-                spread = target.placement == "spread"
-                reading = Capacity(target_name, (), spread, _growth(self.ws, target, ()))
-            capacity = reading or _unbounded(target_name, queued)
+        capacity = kind.capacity_now(self.ws, target, queued)
+        if capacity is None:  # the kind cannot tell now (it said why): the next round
+            return None
         if capacity.growth is not None:
             capacity = _without_nodes_let_go(capacity, holding)
         now = time.time()
@@ -280,27 +225,6 @@ class Scheduler:
         if started:
             log.info("started %s on %s", ", ".join(started), target_name)
         return decision
-
-    def _ray_capacity(self, target: RayTarget) -> Capacity | None:
-        """The cluster's nodes from a fresh probe reading; starts a probe when there is none."""
-        reading = ledger.capacity_reading(self.ws, target.name)
-        if reading is not None and time.time() - reading[1] < FRESH_S:
-            hosts = tuple(
-                Host(
-                    h["host"],
-                    tuple(str(i) for i in range(int(h["gpus"]))),
-                    float(h["cpus"]),
-                    int(h.get("memory", 0)),
-                )
-                for h in of_tier(reading[0], target)
-            )
-            growth = _growth(self.ws, target, hosts) if target.elastic else None
-            return Capacity(target.name, hosts, target.placement == "spread", growth)
-        last = self._probe_started.get(target.name, -math.inf)
-        if time.monotonic() - last > FRESH_S:
-            self._probe_started[target.name] = time.monotonic()
-            _start_probe(self.ws, target.name)
-        return None
 
     def _grace(self, name: str) -> float:
         """A running job's ``retry.preemption_grace`` (asked only of the jobs a pass preempts)."""
@@ -388,23 +312,6 @@ def _on_its_way(job: str, started: float, guard: int) -> bool:
         return False
 
 
-def _growth(ws: Workspace, target: RayTarget, hosts: tuple[Host, ...]) -> Growth:
-    """What an elastic target's cluster may still add, and what its autoscaler said."""
-    assert target.max_nodes is not None
-    node = node_shape(target)
-    scaling = ledger.scaling_of(ws, target.name)
-    report = scaling.report if scaling is not None else {}
-    return Growth(
-        max_nodes=target.max_nodes,
-        min_nodes=target.min_nodes,
-        node=node,
-        live=sum(1 for h in hosts if is_node(h, node)),
-        requested=scaling.requested if scaling is not None else None,
-        requested_at=scaling.requested_at if scaling is not None else None,
-        trouble=report.get("trouble"),
-    )
-
-
 def _without_nodes_let_go(capacity: Capacity, holding: list[RunningJob]) -> Capacity:
     """An elastic cluster less the idle nodes its autoscaler was told it may remove (the
     request is below the nodes up): they may be gone before a job given them starts."""
@@ -421,34 +328,6 @@ def _without_nodes_let_go(capacity: Capacity, holding: list[RunningJob]) -> Capa
             surplus -= 1
     live = sum(1 for h in hosts if is_node(h, growth.node))
     return replace(capacity, hosts=tuple(hosts), growth=replace(growth, live=live))
-
-
-def _unbounded(target: str, queued: list[QueuedJob]) -> Capacity:
-    """A capacity every queued job fits at once (for targets that queue by themselves)."""
-    nodes = sum(j.request.nodes for j in queued)
-    gpus = max((j.request.gpus for j in queued), default=0)
-    cpus = max((j.request.cpus for j in queued), default=0.0)
-    memory = max((j.request.memory for j in queued), default=0)
-    hosts = tuple(
-        Host(f"{target}#{i}", tuple(str(g) for g in range(gpus)), cpus, memory)
-        for i in range(nodes)
-    )
-    return Capacity(target, hosts, spread=True)
-
-
-def _start_probe(ws: Workspace, target: str) -> None:
-    """A reader of a Ray cluster's nodes (:mod:`phalanx.scheduler.rayprobe`), detached."""
-    with open(ws.home / "scheduler.log", "ab") as log_file:
-        subprocess.Popen(
-            [sys.executable, "-m", "phalanx.scheduler.rayprobe", target],
-            env={**os.environ, **ws.child_env()},
-            cwd=ws.home,
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-        )
 
 
 def _reap_children() -> None:

@@ -10,8 +10,9 @@
   than being refused: torchrun would run it so); none counted on a GPU target.
 - Memory per node: ``resources.memory_per_instance`` when given (``64G``);
   none counted otherwise.
-- A Ray target's nodes ask for what its bundles reserve (``--gpus-per-node``,
-  ``--cpus-per-node`` or one CPU per process).
+- A kind may ask otherwise (a Ray target's nodes ask for what its bundles reserve:
+  ``--gpus-per-node``, ``--cpus-per-node`` or one CPU per process); each kind's
+  :meth:`~phalanx.compute.kind.ComputeKind.request` says.
 
 Before any of that, the counts are checked against what the target could ever
 run (:func:`check_counts`), so nothing later loops over a number a user typed:
@@ -28,10 +29,8 @@ run (:func:`check_counts`), so nothing later loops over a number a user typed:
 
 from __future__ import annotations
 
-import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from phalanx.compute.targets import RayTarget, Target
 from phalanx.errors import PhalanxError
 from phalanx.scheduler.model import (
     DEFAULT_PRIORITY,
@@ -44,6 +43,9 @@ from phalanx.scheduler.model import (
 from phalanx.scheduler.placement import never_fits
 from phalanx.spec import JobSpec
 
+if TYPE_CHECKING:
+    from phalanx.compute.kind import TargetSettings
+
 MAX_NODES = 1024
 """Nodes of one job on a target whose size is not known when it is created (Ray)."""
 MAX_PROCESSES_PER_NODE = 1024
@@ -52,7 +54,7 @@ PROCESSES_PER_SLOT = 4
 """A job's processes on a local target's machine, per CPU slot it declares."""
 
 
-def check_counts(spec: JobSpec, target: Target, capacity: Capacity | None) -> None:
+def check_counts(spec: JobSpec, target: TargetSettings, capacity: Capacity | None) -> None:
     """Refuse node and process counts beyond what ``target`` could ever run.
 
     Raises:
@@ -96,59 +98,42 @@ def check_counts(spec: JobSpec, target: Target, capacity: Capacity | None) -> No
         )
 
 
-def request_for(spec: JobSpec, target: Target, capacity: Capacity | None) -> Request:
-    """The nodes, GPUs and CPU slots ``spec`` needs on ``target``.
+def on_hosts(spec: JobSpec, capacity: Capacity) -> Request:
+    """What each of ``spec``'s nodes asks of a target whose hosts are known (``capacity``):
+    the spec's ``resources``, else a GPU per process where there are GPUs, else a CPU slot
+    per process (at most a host's share, on a target that packs nodes on one host)."""
+    nodes = spec.instance_count
+    procs = spec.process_count_per_instance
+    resources = spec.resources
+    has_gpus = capacity.gpus > 0
+    given_gpus = resources.gpus_per_instance
+    gpus = given_gpus if given_gpus is not None else (procs if has_gpus else 0)
+    if resources.cpus_per_instance is not None:
+        cpus = float(resources.cpus_per_instance)
+    elif has_gpus:
+        cpus = 0.0
+    else:
+        host = max((h.cpus for h in capacity.hosts), default=0.0)
+        cpus = min(float(procs), host / nodes) if not capacity.spread else float(procs)
+    memory = resources.memory_per_instance or 0
+    return Request(nodes=nodes, gpus=gpus, cpus=cpus, memory=memory)
+
+
+def refuse_unfit(request: Request, capacity: Capacity | None, hint: str = "") -> Request:
+    """``request``, if ``capacity`` (``None``: not known) could ever hold it.
 
     Args:
-        capacity: What the target has; ``None`` when it is not known (a Ray
-            cluster, which may also grow), and then nothing is refused.
+        hint: What the target is at its largest, for the message (``" at its largest
+            (...)"``); the default advice is to choose a larger target.
 
     Raises:
         PhalanxError: the job can never fit the target (both numbers named).
     """
-    check_counts(spec, target, capacity)
-    nodes = spec.instance_count
-    procs = spec.process_count_per_instance
-    resources = spec.resources
-    if isinstance(target, RayTarget):
-        asked = (
-            resources.gpus_per_instance,
-            resources.cpus_per_instance,
-            resources.memory_per_instance,
-        )
-        if any(value is not None for value in asked):
-            raise PhalanxError(
-                "resources.gpus_per_instance / cpus_per_instance / memory_per_instance: a Ray "
-                "target's nodes get what its bundles reserve; set --gpus-per-node / "
-                "--cpus-per-node on the target"
-            )
-        gpus = math.ceil(target.gpus_per_node)
-        cpus = target.cpus_per_node if target.cpus_per_node is not None else float(procs)
-    elif capacity is None:
-        raise ValueError("a local target's capacity is always known")
-    else:
-        has_gpus = capacity.gpus > 0
-        given_gpus = resources.gpus_per_instance
-        gpus = given_gpus if given_gpus is not None else (procs if has_gpus else 0)
-        if resources.cpus_per_instance is not None:
-            cpus = float(resources.cpus_per_instance)
-        elif has_gpus:
-            cpus = 0.0
-        else:
-            host = max((h.cpus for h in capacity.hosts), default=0.0)
-            cpus = min(float(procs), host / nodes) if not capacity.spread else float(procs)
-    memory = resources.memory_per_instance or 0 if not isinstance(target, RayTarget) else 0
-    request = Request(nodes=nodes, gpus=gpus, cpus=cpus, memory=memory)
     if capacity is None:
         return request
     reason = never_fits(request, capacity)
-    if reason is not None and isinstance(target, RayTarget) and target.elastic:
-        node_gpus = f" + {target.node_gpus:g} GPUs" if target.node_gpus else ""
-        raise PhalanxError(
-            f"the job {reason} at its largest ({target.max_nodes} nodes of "
-            f"{target.node_cpus:g} CPUs{node_gpus}: --max-nodes, --node-cpus); ask for less or "
-            "raise the target's --max-nodes"
-        )
+    if reason is not None and hint:
+        raise PhalanxError(f"the job {reason}{hint}")
     if reason is not None:
         raise PhalanxError(f"the job {reason}; ask for less or choose a larger compute target")
     return request

@@ -1,8 +1,8 @@
 """What an elastic cluster's queue wants of its autoscaler, and what its jobs are told.
 
-An elastic Ray target (``max_nodes``) grows by its cluster's own autoscaler, which
-phalanx asks for whole worker nodes of the target's node shape
-(:mod:`phalanx.scheduler.rayprobe` sends the request). The scheduler still gives a
+An elastic target (``max_nodes``: a Ray cluster's) grows by its cluster's own
+autoscaler, which phalanx asks for whole worker nodes of the target's node shape
+(the Ray kind's :mod:`phalanx.kinds.ray.probe` sends the request). The scheduler still gives a
 job only nodes that exist, so a job never holds what it cannot use, and the
 queue's order, backfill and preemption stay its own. Within one pass
 (:func:`phalanx.scheduler.policy.decide`):
@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Sequence
 
 from phalanx.scheduler.model import (
     Capacity,
@@ -38,11 +37,6 @@ from phalanx.scheduler.model import (
     RunningJob,
 )
 
-if TYPE_CHECKING:
-    from phalanx.compute.targets import RayTarget
-
-
-_Reading = TypeVar("_Reading", bound=Mapping[str, Any])
 _WAITS_FOR_NODES = re.compile(r"waiting for \d+ nodes?: cluster ")
 
 
@@ -65,20 +59,6 @@ def ceiling(capacity: Capacity) -> Capacity:
     return Capacity(capacity.target, hosts, capacity.spread)
 
 
-def node_shape(target: RayTarget) -> Host:
-    """One machine of an elastic target's node type."""
-    assert target.node_cpus is not None
-    return Host("node", tuple(str(i) for i in range(int(target.node_gpus))), target.node_cpus)
-
-
-def largest(target: RayTarget) -> Capacity:
-    """An elastic target at its largest: ``max_nodes`` machines of its node shape."""
-    assert target.max_nodes is not None
-    growth = Growth(target.max_nodes, target.min_nodes, node_shape(target), live=0)
-    spread = target.placement == "spread"
-    return ceiling(Capacity(target.name, (), spread, growth))
-
-
 def nodes_for(request: Request, node: Host, spread: bool) -> int:
     """Machines of shape ``node`` that ``request`` needs: one a node when spread, else
     as few as hold its nodes whole (a node's bundle is never split across machines)."""
@@ -97,24 +77,6 @@ def is_node(host: Host, node: Host) -> bool:
     """Whether ``host`` is a machine of the target's node shape (one its autoscaler adds;
     a head with CPUs of its own, or another node type, is not)."""
     return abs(host.cpus - node.cpus) < 1e-9 and len(host.gpus) == len(node.gpus)
-
-
-def of_tier(reading: Iterable[_Reading], target: RayTarget) -> list[_Reading]:
-    """The machines of a probe's reading that are the target's: a low-priority target's
-    carry the low-priority resource, and a dedicated target's do not (no dedicated job is
-    ever given a node that may be taken away)."""
-    return [h for h in reading if bool(h.get("low_priority")) == target.low_priority]
-
-
-def count_nodes(reading: Iterable[Mapping[str, Any]], target: RayTarget) -> int:
-    """The machines of a probe's reading (``cpus``, ``gpus`` counts) that are of an
-    elastic target's node shape and tier."""
-    node = node_shape(target)
-    return sum(
-        1
-        for h in of_tier(reading, target)
-        if is_node(Host("", tuple(map(str, range(int(h["gpus"])))), float(h["cpus"])), node)
-    )
 
 
 class Grower:

@@ -32,7 +32,7 @@ from phalanx.bench.raycluster import (
     take_worker,
     worker_nodes,
 )
-from phalanx.compute.targets import LOW_PRIORITY_RESOURCE
+from phalanx.kinds.ray.settings import LOW_PRIORITY_RESOURCE
 from phalanx.workspace import Workspace
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

@@ -423,8 +423,8 @@ def test_a_low_priority_target_counts_only_the_nodes_that_carry_its_marker() -> 
     import pytest
     from pydantic import ValidationError
 
-    from phalanx.compute.targets import LOW_PRIORITY_RESOURCE, RayTarget
-    from phalanx.scheduler.scaling import count_nodes, of_tier
+    from phalanx.kinds.ray.scaling import count_nodes, of_tier
+    from phalanx.kinds.ray.settings import LOW_PRIORITY_RESOURCE, RayTarget
 
     reading = [
         {"host": "a", "cpus": 1.0, "gpus": 0},

@@ -13,8 +13,6 @@ import pytest
 from sqlalchemy.exc import IntegrityError
 
 from phalanx.compute.targets import (
-    LocalTarget,
-    RayTarget,
     create_target,
     delete_target,
     get_target,
@@ -23,6 +21,8 @@ from phalanx.compute.targets import (
 )
 from phalanx.errors import PhalanxError
 from phalanx.jobs.control import fill_queue_entry
+from phalanx.kinds.local.settings import LocalTarget
+from phalanx.kinds.ray.settings import RayTarget
 from phalanx.registry import get_model, list_models, register_model
 from phalanx.scheduler import ledger
 from phalanx.scheduler.model import Decision, NodeGrant

@@ -179,9 +179,14 @@ class JobOperations:
 
     def _check_compute(self, job: AnyJob, source: str = COMMAND) -> None:
         """A compute target named in the job exists, with the fix in Python if not."""
-        compute = (job.compute or "local").removeprefix("azureml:")
-        if compute == "local" or ":" in compute or "/" in compute:
-            return  # this machine, or a Ray address
+        from phalanx.compute.registry import kinds
+        from phalanx.compute.targets import builtins
+
+        given = job.compute or "local"
+        compute = given.removeprefix("azureml:")
+        inline = any(kind.inline(given) is not None for kind in kinds().values())
+        if compute in builtins() or inline or "/" in compute:
+            return  # this machine, or a target a kind names inline (a Ray address)
         known = [t["settings"]["name"] for t in self._targets().list_all()]
         if compute in known:
             return

@@ -1,4 +1,4 @@
-"""A Ray cluster's nodes, read for the scheduler: ``python -m phalanx.scheduler.rayprobe NAME``.
+"""A Ray cluster's nodes, read for the scheduler: ``python -m phalanx.kinds.ray.probe NAME``.
 
 The scheduler process never imports Ray (one Ray connection per process, and a
 cluster that hangs must not stall the other targets' queues). For a Ray target
@@ -40,10 +40,8 @@ autoscaler then goes out at once, not after a new connection."""
 CHANGING_EVERY_S = 1.0
 """How often an elastic cluster is read while its nodes are not those asked for."""
 IDLE_EXIT_S = 60.0
-# A reading older than this is not trusted (the probe died, or the cluster does not answer).
-FRESH_S = 30.0
 
-log = logging.getLogger("phalanx.scheduler.rayprobe")
+log = logging.getLogger("phalanx.kinds.ray.probe")
 
 
 def lock_path(home: Path, target: str) -> Path:
@@ -56,7 +54,7 @@ def read_nodes() -> list[dict[str, Any]]:
     "low_priority": whether it carries the low-priority node type's resource}``."""
     import ray
 
-    from phalanx.compute.targets import LOW_PRIORITY_RESOURCE
+    from phalanx.kinds.ray.settings import LOW_PRIORITY_RESOURCE
 
     nodes = []
     for node in ray.nodes():
@@ -77,7 +75,7 @@ def read_nodes() -> list[dict[str, Any]]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m phalanx.scheduler.rayprobe TARGET", file=sys.stderr)
+        print("usage: python -m phalanx.kinds.ray.probe TARGET", file=sys.stderr)
         return 2
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s rayprobe[%(process)d] %(message)s"
@@ -91,11 +89,12 @@ def main(argv: list[str]) -> int:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return 0  # another probe reads this target
-    from phalanx.compute.ray import RayCompute
-    from phalanx.compute.targets import RayTarget, resolve_target
+    from phalanx.compute.targets import resolve_target
+    from phalanx.kinds.ray.compute import RayCompute
+    from phalanx.kinds.ray.scaling import count_nodes
+    from phalanx.kinds.ray.settings import RayTarget
     from phalanx.scheduler import ledger
     from phalanx.scheduler.bell import Bell, probe_bell, ring, scheduler_bell
-    from phalanx.scheduler.scaling import count_nodes
 
     try:
         target = resolve_target(name, ws)
@@ -179,7 +178,7 @@ def _changed(ws: Workspace, target: Any) -> bool:
 def _reconnect(target: Any, ws: Workspace) -> bool:
     import ray
 
-    from phalanx.compute.ray import RayCompute
+    from phalanx.kinds.ray.compute import RayCompute
 
     with contextlib.suppress(Exception):
         ray.shutdown()
@@ -214,7 +213,7 @@ class Requester:
     def step(self, busy: bool, now: float) -> bool:
         """Ask for what the queue wants now (grow at once, shrink after the idle time) and
         record the autoscaler's report; whether the request is down to ``min_nodes``."""
-        from phalanx.compute.autoscaler import ask
+        from phalanx.kinds.ray.autoscaler import ask
         from phalanx.scheduler import ledger
 
         target = self.target
@@ -254,7 +253,7 @@ class Requester:
 
     def withdraw(self) -> None:
         """Ask the autoscaler for nothing (the target is gone)."""
-        from phalanx.compute.autoscaler import ask
+        from phalanx.kinds.ray.autoscaler import ask
 
         ask([])
         log.info("compute %s: withdrew its request of the autoscaler", self.target.name)

@@ -50,9 +50,9 @@ from typing import TYPE_CHECKING, Any
 from phalanx.archives import pack_folder
 from phalanx.compute.nodejob import NodeJob
 from phalanx.compute.ship import apply
-from phalanx.compute.targets import RayTarget, check_driver_here
 from phalanx.environments.containers.nodebuild import NodeBuildError
 from phalanx.errors import PhalanxError
+from phalanx.kinds.ray.settings import RayTarget, check_driver_here
 from phalanx.launch import procs
 from phalanx.launch.node import NodeLaunch
 from phalanx.launch.stacks import dump_stacks

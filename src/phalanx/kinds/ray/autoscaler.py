@@ -1,6 +1,6 @@
 """Asking a Ray cluster's autoscaler for nodes, and reading what it says back.
 
-Called by an elastic target's probe (:mod:`phalanx.scheduler.rayprobe`), which
+Called by an elastic target's probe (:mod:`phalanx.kinds.ray.probe`), which
 is connected to the cluster. The request and the reading run as one small task
 on the head node (no CPU asked), because Ray's autoscaler API needs a process
 of the cluster's own: through Ray Client the call would not reach it.

@@ -28,16 +28,29 @@ from __future__ import annotations
 from dataclasses import replace
 
 from phalanx.compute.machine import detect_cpus, detect_gpus, detect_memory
-from phalanx.compute.targets import LOCAL, LocalTarget, list_targets, resolve_target
+from phalanx.compute.targets import list_targets, resolve_target
+from phalanx.kinds.local.settings import LOCAL, LocalTarget
 from phalanx.scheduler import ledger
 from phalanx.scheduler.model import Capacity, Host, Machine, QueuedJob, launchers_for
 from phalanx.scheduler.placement import Free
 from phalanx.workspace import Workspace
 
-__all__ = ["LOCAL_HOST", "local_capacity", "local_machine"]
+__all__ = ["LOCAL_HOST", "local_capacity", "local_machine", "local_targets", "own_settings"]
 
 LOCAL_HOST = "localhost"
 """The host of every local target's allocations: one machine, whatever its name."""
+
+
+def local_targets(ws: Workspace) -> list[LocalTarget]:
+    """The registered local targets (the built-in ``local`` among them when registered)."""
+    return [t for t in list_targets(ws) if isinstance(t, LocalTarget)]
+
+
+def own_settings(ws: Workspace) -> LocalTarget:
+    """The built-in ``local``'s settings: this machine's, as registered or found."""
+    own = resolve_target(LOCAL, ws)
+    assert isinstance(own, LocalTarget)  # create_target keeps 'local' a local target
+    return own
 
 
 def local_machine(ws: Workspace, *, besides: str | None = None, waiting: bool = False) -> Machine:
@@ -46,8 +59,7 @@ def local_machine(ws: Workspace, *, besides: str | None = None, waiting: bool = 
     and, with ``besides``, the jobs of local targets other than ``besides`` that hold
     part of it now; with ``waiting`` too, the first job in line of each of those targets
     that its target's own share has room for (:attr:`Machine.waiting`)."""
-    own = resolve_target(LOCAL, ws)
-    assert isinstance(own, LocalTarget)  # create_target keeps 'local' a local target
+    own = own_settings(ws)
     cpus = own.cpus if own.cpus is not None else detect_cpus()
     memory = own.memory if own.memory is not None else detect_memory()
     elsewhere = () if besides is None else tuple(ledger.holding_elsewhere(ws, LOCAL_HOST, besides))
@@ -59,7 +71,7 @@ def _heads_elsewhere(ws: Workspace, besides: str) -> tuple[QueuedJob, ...]:
     """The first job in line of each local target but ``besides`` that fits what its
     target's own jobs leave of its share now (a job that does not is held for by its
     own target, or can never start)."""
-    names = {LOCAL, *(t.name for t in list_targets(ws) if isinstance(t, LocalTarget))}
+    names = {LOCAL, *(t.name for t in local_targets(ws))}
     heads = []
     for name in sorted(names - {besides}):
         queue = ledger.queued(ws, name)
@@ -67,7 +79,7 @@ def _heads_elsewhere(ws: Workspace, besides: str) -> tuple[QueuedJob, ...]:
             continue
         head = min(queue, key=lambda job: job.key)
         target = resolve_target(name, ws)
-        assert isinstance(target, LocalTarget)
+        assert isinstance(target, LocalTarget)  # a local target's queue has its name
         capacity = local_capacity(target, ws)
         own = Free.of(capacity, [job.nodes for job in ledger.holding(ws, name)], elsewhere=False)
         if own.place(head.request, capacity.spread) is not None:
@@ -91,8 +103,8 @@ def local_capacity(target: LocalTarget, ws: Workspace, *, waiting: bool = False)
     else:
         taken = {
             gpu
-            for other in list_targets(ws)
-            if isinstance(other, LocalTarget) and other.name != target.name and other.gpus
+            for other in local_targets(ws)
+            if other.name != target.name and other.gpus
             for gpu in other.gpus
         }
         gpus = tuple(g for g in detect_gpus() if g not in taken)
