@@ -12,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,21 @@ import psutil
 from phalanx.launch.ports import free_ports
 
 RAY = str(Path(sys.executable).with_name("ray"))
+RAY_TEMP_ROOM = 40
+"""The longest ``--temp-dir`` Ray can take: its sockets lie about 62 characters deeper
+(``session_<time>_<pid>/sockets/plasma_store.N``) and a Unix socket's path holds 107."""
+
+
+def ray_temp_dir(temp_dir: Path) -> Path | None:
+    """A short folder of its own for Ray's sessions when ``temp_dir`` is too long to hold
+    them (a pytest-xdist worker's temporary folders are), linked as ``temp_dir/ray-temp``;
+    ``None`` when ``temp_dir`` itself will do."""
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    if len(str(temp_dir)) <= RAY_TEMP_ROOM:
+        return None
+    short = Path(tempfile.mkdtemp(prefix="phx-ray-"))
+    (temp_dir / "ray-temp").symlink_to(short)
+    return short
 
 
 @dataclass
@@ -34,6 +51,9 @@ class RayCluster:
     client_address: str
     temp_dir: Path
     env: dict[str, str] = field(default_factory=dict)
+    ray_temp: Path | None = None
+    """Ray's own temp folder (``--temp-dir``) where ``temp_dir`` is too long for it
+    (:func:`ray_temp_dir`); ``temp_dir/ray-temp`` links to it."""
 
     def node_home(self, resource: str) -> Path:
         """The node's own phalanx folder (``PHALANX_NODE_HOME``): its cache, its job folders."""
@@ -90,14 +110,17 @@ def start_cluster(temp_dir: Path, *, workers: int = 1, token: str | None = None)
     if token is not None:
         env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
     head_env = {**env, "PHALANX_NODE_HOME": str(temp_dir / "nodes" / "node_a")}
+    ray_temp = ray_temp_dir(temp_dir)
     _ray(["start", "--head", f"--port={gcs_port}", f"--ray-client-server-port={client_port}",
           "--num-cpus=2", '--resources={"node_a": 1}', "--include-dashboard=false",
-          f"--temp-dir={temp_dir}", "--disable-usage-stats"], head_env)  # fmt: skip
+          f"--temp-dir={ray_temp or temp_dir}", "--disable-usage-stats"], head_env)  # fmt: skip
     head_ip = subprocess.run(
         [sys.executable, "-c", "import ray; print(ray.util.get_node_ip_address())"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
-    cluster = RayCluster(f"{head_ip}:{gcs_port}", f"ray://127.0.0.1:{client_port}", temp_dir, env)
+    cluster = RayCluster(
+        f"{head_ip}:{gcs_port}", f"ray://127.0.0.1:{client_port}", temp_dir, env, ray_temp
+    )
     if workers:
         cluster.start_worker("node_b")
     return cluster
@@ -113,6 +136,8 @@ def stop_cluster(cluster: RayCluster, timeout: float = 30.0) -> None:
     """
     port = cluster.gcs_address.rpartition(":")[2]
     marks = (str(cluster.temp_dir), cluster.gcs_address, f"127.0.0.1:{port}")
+    if cluster.ray_temp is not None:
+        marks += (str(cluster.ray_temp),)
     found: dict[int, psutil.Process] = {}
     for proc in psutil.process_iter(["cmdline"]):
         args = proc.info["cmdline"] or []
@@ -126,6 +151,8 @@ def stop_cluster(cluster: RayCluster, timeout: float = 30.0) -> None:
     _, alive = psutil.wait_procs(list(found.values()), timeout=timeout)
     if alive:
         raise RuntimeError(f"Ray processes of {cluster.temp_dir} still alive: {alive}")
+    if cluster.ray_temp is not None:
+        shutil.rmtree(cluster.ray_temp, ignore_errors=True)
 
 
 HEAD_TYPE = "ray.head.default"
@@ -207,11 +234,12 @@ def start_autoscaling_cluster(
         **(node_env or {}),
     }
 
+    ray_temp = ray_temp_dir(temp_dir)
     _ray(["start", "--head", f"--port={gcs_port}", f"--ray-client-server-port={client_port}",
           "--num-cpus=0", f"--autoscaling-config={config_path}", "--include-dashboard=false",
-          f"--temp-dir={temp_dir}", "--disable-usage-stats"], head_env)  # fmt: skip
+          f"--temp-dir={ray_temp or temp_dir}", "--disable-usage-stats"], head_env)  # fmt: skip
     _wait_listening(client_port, timeout=60)  # Ray Client's server starts after `ray start`
-    return RayCluster(gcs, f"ray://127.0.0.1:{client_port}", temp_dir, env)
+    return RayCluster(gcs, f"ray://127.0.0.1:{client_port}", temp_dir, env, ray_temp)
 
 
 def _wait_listening(port: int, timeout: float) -> None:

@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from conftest import LAUNCH_VARS
+from conftest import LAUNCH_VARS, TESTS
 from phalanx.data.sampling import (
     EpochSpec,
     LoaderShape,
@@ -446,9 +446,12 @@ def test_bad_arguments_are_refused(root: Path, tmp_path: Path) -> None:
         dataset(tmp_path)
 
 
+# A script that imports this module (and so conftest) from a process of its own.
+_TEST_PATHS = [str(Path(__file__).parent), str(TESTS)]
+
 PREEMPT_SCRIPT = """
 import os, signal, sys
-sys.path.insert(0, {tests!r})
+sys.path[:0] = {tests!r}
 from test_stream import dataset
 from phalanx.data.stream import StatefulLoader
 
@@ -468,7 +471,7 @@ print(len(seen), sorted(seen) == list(range(len(seen))), got[:1])
 
 def test_a_preemption_notice_reaches_the_main_process_not_the_workers(root: Path) -> None:
     """Workers ignore SIGTERM (else the DataLoader raises before the emergency checkpoint)."""
-    script = PREEMPT_SCRIPT.format(tests=str(Path(__file__).parent), root=str(root))
+    script = PREEMPT_SCRIPT.format(tests=_TEST_PATHS, root=str(root))
     proc = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
         start_new_session=True,
@@ -493,7 +496,7 @@ class _Broken:
 
 FAILING_SCRIPT = """
 import sys
-sys.path.insert(0, {tests!r})
+sys.path[:0] = {tests!r}
 from pathlib import Path
 from test_stream import _Broken, sample_id
 from phalanx.data.stream import ShardDataset, StatefulLoader
@@ -505,7 +508,7 @@ for batch in StatefulLoader(ds, batch_size=4, num_workers=2):
 
 
 def test_a_failing_worker_fails_the_process_instead_of_hanging_it(root: Path) -> None:
-    script = FAILING_SCRIPT.format(tests=str(Path(__file__).parent), root=str(root))
+    script = FAILING_SCRIPT.format(tests=_TEST_PATHS, root=str(root))
     proc = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
         start_new_session=True,
