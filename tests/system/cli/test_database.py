@@ -140,7 +140,11 @@ def test_a_database_gone_after_open_is_one_line_not_a_traceback(
     name = cli.create(cli.write("job.yml", "command: python wait.py\ncode: src\n"))
     cli.wait(name, ("Running",))
     stream = cli.popen("job", "stream", name)
-    time.sleep(1)
+    assert stream.stdout is not None
+    # The stream has the database open once it shows the rank's first line (after its
+    # heading and the job's state); the rank sleeps 6 s, so it comes within 3 lines.
+    seen = [stream.stdout.readline() for _ in range(3)]
+    assert "up\n" in seen, seen
     postgres.drop_database(pg_url)  # connections ended, the database gone
     _, err = stream.communicate(timeout=60)
     assert stream.returncode == 2

@@ -265,7 +265,8 @@ def _steps_job(cli: Cli, steps: int) -> str:
 
 
 def test_preemption_reaches_the_ranks_inside_and_loses_no_step(cli: Cli, engine: Engine) -> None:
-    name = _steps_job(cli, 120)
+    # 400 steps of 0.05 s: the preemption at step 20 comes well before the job's end.
+    name = _steps_job(cli, 400)
     assert len(_containers(engine, cli.home / "jobs" / name)) == 2  # one per node, labelled
     cli.run("job", "preempt", name, "--node", "1", check=True)
     job = cli.wait(name, ("Completed", "Failed", "Canceled"), timeout=180)
@@ -276,7 +277,7 @@ def test_preemption_reaches_the_ranks_inside_and_loses_no_step(cli: Cli, engine:
     ]
     for rank in (0, 1):
         done = _steps_done(Path(job["job_dir"]), rank)
-        assert sorted(step for _, step in done) == list(range(120))  # none lost, none redone
+        assert sorted(step for _, step in done) == list(range(400))  # none lost, none redone
         ended = json.loads(
             (Path(job["job_dir"]) / "system_logs" / "attempt_1" / f"rank_{rank}.json").read_text()
         )
@@ -593,13 +594,14 @@ def test_prune_removes_the_built_images_no_job_uses(cli: Cli, engine: Engine) ->
         assert time.monotonic() < deadline, "the job's container never started"
         time.sleep(0.2)
     pruned = json.loads(cli.run("environment", "prune", "--all", "--json", check=True).stdout)
-    assert pruned["removed"] == [] and list(pruned["kept"]) == [tag]
+    # (An image of the same content that another test's job holds at once is kept too.)
+    assert tag in pruned["kept"] and tag not in pruned["removed"]
     assert image_id(engine, tag) is not None
     cli.run("job", "cancel", running, check=True)
     cli.wait(running, ("Canceled",), timeout=60)
     # Unused now: removed; the next job needing it builds it again.
     out = cli.run("environment", "prune", "--all", check=True).stdout
-    assert out.strip() == f"removed {tag}" and image_id(engine, tag) is None
+    assert f"removed {tag}" in out.splitlines() and image_id(engine, tag) is None
     cli.write("src/probe.py", PROBE)
     again = cli.create(_probe_job(cli, "{build: {path: ctx}}"))
     assert str(_found(cli, again)["marker"]).startswith("pruned")

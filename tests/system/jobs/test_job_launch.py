@@ -143,7 +143,9 @@ def test_one_failing_rank_fails_the_job_and_stops_every_process(cli: Cli) -> Non
     assert job["attempts"][0]["exit_code"] == 1
 
     raised_at = float((Path(job["outputs_dir"]) / "raised_at").read_text())
-    assert ended - raised_at < 10, "the job took more than 10 s to stop after the failure"
+    # Stopped by phalanx, not by the others' 600 s sleep (a bound against a hang, not a
+    # speed check: a busy machine takes seconds to notice and stop four processes).
+    assert ended - raised_at < 60, "the job took more than 60 s to stop after the failure"
     assert job_processes_under(cli.home) == []
 
     shown = cli.run("job", "show", name, check=True).stdout

@@ -807,6 +807,8 @@ p.add_argument("gate")
 a = p.parse_args()
 number = int(os.environ["PHALANX_JOB_NAME"].rsplit("_", 1)[1])
 score = {0: 0.5, 1: 0.9, 2: 0.1, 3: 0.7}[number]
+# Something to register: a sweep names the command only for a trial that wrote a file.
+Path(os.environ["PHALANX_CHECKPOINT_DIR"], "model.txt").write_text(str(score))
 steps, pause = (40, 0.5) if number == 2 else (3, 0.05)
 deadline = time.time() + 120
 for step in range(steps):
