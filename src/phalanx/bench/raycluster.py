@@ -135,7 +135,7 @@ def stop_cluster(cluster: RayCluster, timeout: float = 30.0) -> None:
     workers and agents, which rename theirs, are their children.
     """
     port = cluster.gcs_address.rpartition(":")[2]
-    marks = (str(cluster.temp_dir), cluster.gcs_address, f"127.0.0.1:{port}")
+    marks: tuple[str, ...] = (str(cluster.temp_dir), cluster.gcs_address, f"127.0.0.1:{port}")
     if cluster.ray_temp is not None:
         marks += (str(cluster.ray_temp),)
     found: dict[int, psutil.Process] = {}
