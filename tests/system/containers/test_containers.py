@@ -589,13 +589,14 @@ def test_prune_removes_the_built_images_no_job_uses(cli: Cli, engine: Engine) ->
     cli.write("src/probe.py", "import time\ntime.sleep(120)\n")
     running = cli.create(_probe_job(cli, "{build: {path: ctx}}"))
     job_dir = cli.home / "jobs" / running
-    deadline = time.monotonic() + 60
-    while not _containers(engine, job_dir):
-        assert time.monotonic() < deadline, "the job's container never started"
+    deadline = time.monotonic() + 120
+    running_filter = ["--filter", f"label=phalanx.job_dir={job_dir}", "--filter", "status=running"]
+    while not engine.run(["ps", "-q", *running_filter]).stdout.split():
+        assert time.monotonic() < deadline, "the job's container never ran"
         time.sleep(0.2)
     pruned = json.loads(cli.run("environment", "prune", "--all", "--json", check=True).stdout)
     # (An image of the same content that another test's job holds at once is kept too.)
-    assert tag in pruned["kept"] and tag not in pruned["removed"]
+    assert tag in pruned["kept"] and tag not in pruned["removed"], pruned
     assert image_id(engine, tag) is not None
     cli.run("job", "cancel", running, check=True)
     cli.wait(running, ("Canceled",), timeout=60)

@@ -44,7 +44,10 @@ def test_hosts_share_nothing_but_the_network(tmp_path: Path) -> None:
         # Processes: b's table does not hold a's sleeper; /proc shows a host's own only.
         sleeper = a.popen(["sleep", "300"], stdout=subprocess.DEVNULL)
         try:
-            ps_a = a.run(["ps", "-e", "-o", "comm="]).stdout.split()
+            deadline = time.monotonic() + 30  # the sleeper has run sleep, on a busy machine
+            while "sleep" not in (ps_a := a.run(["ps", "-e", "-o", "comm="]).stdout.split()):
+                assert time.monotonic() < deadline, ps_a
+                time.sleep(0.2)
             ps_b = b.run(["ps", "-e", "-o", "comm="]).stdout.split()
             assert "sleep" in ps_a and "sleep" not in ps_b
             assert "pytest" not in " ".join(ps_a) and len(ps_a) < 10, ps_a

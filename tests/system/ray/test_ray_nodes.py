@@ -184,6 +184,8 @@ open(os.path.join(os.environ["PHALANX_OUTPUTS_DIR"], "env.json"), "w").write(jso
 """
 
 
+# Two jobs that each build an environment (pip) on a node, beside the other suites.
+@pytest.mark.timeout(900)
 def test_environment_is_built_by_ray_on_the_node(cli: Cli, ray_cluster: RayCluster) -> None:
     cli.write("src/env_job.py", ENV_SCRIPT)
     cli.write("requirements.txt", "-r common.txt\n")

@@ -5,6 +5,7 @@ of its own. Real jobs, a real server, the real ``mlflow`` client in subprocesses
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -22,6 +23,10 @@ import servers
 from conftest import PHALANX, Cli
 from phalanx.launch.ports import free_port
 from phalanx.tracking.runfiles import metric_history
+
+# The server answers in seconds beside the other suites on 2 cores, past httpx's 5 s.
+_get = functools.partial(httpx.get, timeout=60)
+_post = functools.partial(httpx.post, timeout=60)
 
 pytestmark = pytest.mark.slow
 
@@ -72,6 +77,7 @@ DELETE = """
 import json, sys, mlflow
 from mlflow import MlflowClient
 from mlflow.entities import ViewType
+
 name, client = sys.argv[1], MlflowClient()
 def found(view):
     runs = client.search_runs(["0", client.get_run(name).info.experiment_id], run_view_type=view)
@@ -203,7 +209,7 @@ def _refusals(cli: Cli, server: servers.PhalanxServer, tokens: dict[str, str]) -
     assert proc.returncode != 0 and "UNAUTHENTICATED: a valid API token" in proc.stderr
     assert "vision" not in proc.stdout + proc.stderr and "0.1" not in proc.stdout
     for headers in ({}, {"Authorization": "Bearer phx_wrong"}):
-        answer = httpx.post(f"{server.url}/api/2.0/mlflow/runs/search",
+        answer = _post(f"{server.url}/api/2.0/mlflow/runs/search",
                             json={"experiment_ids": ["0"]}, headers=headers)  # fmt: skip
         assert answer.status_code == 401 and name not in answer.text
 
@@ -242,7 +248,7 @@ def test_a_notebook_makes_a_run_of_its_own_and_only_its_maker_logs_to_it(
     assert "an MLflow run logged from outside a job" in shown
     listed = cli.run("job", "list", check=True).stdout
     assert run in listed
-    files = httpx.get(f"{server.url}/api/v1/jobs/{run}/files/outputs/confusion.csv",
+    files = _get(f"{server.url}/api/v1/jobs/{run}/files/outputs/confusion.csv",
                       params={"raw": "true"},
                       headers={"Authorization": f"Bearer {tokens['alice']}"})  # fmt: skip
     assert files.status_code == 200 and files.text == "a,b\n1,2\n"
@@ -344,7 +350,7 @@ def test_the_sdk_gives_the_tracking_uri_the_way_azure_ml_does(
     def uri_and_token(env: dict[str, str]) -> list[str]:
         env = {k: v for k, v in env.items() if not k.startswith("MLFLOW_")}
         proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                              text=True, timeout=60)  # fmt: skip
+                              text=True)  # fmt: skip
         assert proc.returncode == 0, proc.stderr
         return proc.stdout.split()
 
@@ -362,7 +368,7 @@ def test_bad_calls_are_refused_with_a_clear_4xx_and_nothing_kept(
     server, tokens = team
     bob = {"Authorization": f"Bearer {tokens['bob']}", "content-type": "application/json"}
     api = f"{server.url}/api/2.0/mlflow"
-    made = httpx.post(f"{api}/runs/create", json={"experiment_id": "0"}, headers=bob)
+    made = _post(f"{api}/runs/create", json={"experiment_id": "0"}, headers=bob)
     assert made.status_code == 200, made.text
     run = made.json()["run"]["info"]["run_id"]
     search = {"experiment_ids": ["0"]}
@@ -378,7 +384,7 @@ def test_bad_calls_are_refused_with_a_clear_4xx_and_nothing_kept(
         ("runs/log-metric", {"run_id": run, "key": "k", "value": 1, "step": 2**70}),
     ]
     for route, body in refused:
-        answer = httpx.post(f"{api}/{route}", content=json.dumps(body), headers=bob)
+        answer = _post(f"{api}/{route}", content=json.dumps(body), headers=bob)
         assert answer.status_code == 400, (route, body, answer.text)
         assert answer.json()["error_code"] == "INVALID_PARAMETER_VALUE", answer.text
     unreadable = [
@@ -386,10 +392,10 @@ def test_bad_calls_are_refused_with_a_clear_4xx_and_nothing_kept(
         ("runs/search", "[" * 100_000),
     ]
     for route, text in unreadable:
-        answer = httpx.post(f"{api}/{route}", content=text, headers=bob)
+        answer = _post(f"{api}/{route}", content=text, headers=bob)
         assert answer.status_code == 400, (route, text[:40], answer.text)
         assert answer.json()["error_code"] in ("INVALID_PARAMETER_VALUE", "MALFORMED_REQUEST")
-    got = httpx.get(f"{api}/runs/get", params={"run_id": run}, headers=bob).json()
+    got = _get(f"{api}/runs/get", params={"run_id": run}, headers=bob).json()
     assert got["run"]["data"]["metrics"] == [], got
 
     # An artifact over a file's path, or onto a folder: refused, what is there kept.
@@ -402,7 +408,7 @@ def test_bad_calls_are_refused_with_a_clear_4xx_and_nothing_kept(
         assert answer.status_code == 400, (path, answer.text)
         assert answer.json()["error_code"] == "INVALID_PARAMETER_VALUE"
     for path in ("a.txt", "dir/b.txt"):
-        assert httpx.get(f"{files}/{path}", headers=put).content == b"kept"
+        assert _get(f"{files}/{path}", headers=put).content == b"kept"
 
 
 WILD_LINES = """
@@ -436,20 +442,20 @@ def test_a_jobs_wild_metrics_lines_break_no_reader_of_its_run(
 
     carol = {"Authorization": f"Bearer {tokens['carol']}"}  # a viewer reads every run
     api = f"{server.url}/api/2.0/mlflow"
-    experiment = httpx.get(f"{api}/experiments/get-by-name", params={"experiment_name": "wild"},
+    experiment = _get(f"{api}/experiments/get-by-name", params={"experiment_name": "wild"},
                            headers=carol).json()["experiment"]["experiment_id"]  # fmt: skip
     for body in ({}, {"filter": "metrics.fine > 0.1", "order_by": ["metrics.fine DESC"]}):
-        found = httpx.post(f"{api}/runs/search", json={"experiment_ids": [experiment], **body},
+        found = _post(f"{api}/runs/search", json={"experiment_ids": [experiment], **body},
                            headers=carol)  # fmt: skip
         assert found.status_code == 200, found.text
         assert [r["info"]["run_id"] for r in found.json()["runs"]] == [name]
-    got = httpx.get(f"{api}/runs/get", params={"run_id": name}, headers=carol)
+    got = _get(f"{api}/runs/get", params={"run_id": name}, headers=carol)
     assert got.status_code == 200, got.text
     metrics = {m["key"]: m for m in got.json()["run"]["data"]["metrics"]}
     assert metrics["fine"]["value"] == 0.5 and metrics["fine"]["step"] == 3
     assert "long_step" not in metrics  # no int64 step: no reader could take it
     for key in ("nan_time", "inf_time", "far_time", "long_time", "long_value"):
-        history = httpx.get(f"{api}/metrics/get-history", params={"run_id": name,
+        history = _get(f"{api}/metrics/get-history", params={"run_id": name,
                             "metric_key": key}, headers=carol)  # fmt: skip
         assert history.status_code == 200, (key, history.text)
         assert all(abs(m["timestamp"]) < 2**63 for m in history.json()["metrics"])
@@ -496,7 +502,7 @@ def test_a_run_name_that_looks_like_markup_breaks_no_listing(
     # MarkupError in `job list` and `job show` for the whole team.
     server, tokens = team
     name = "[/x] [red]not red"
-    made = httpx.post(f"{server.url}/api/2.0/mlflow/runs/create",
+    made = _post(f"{server.url}/api/2.0/mlflow/runs/create",
                       json={"experiment_id": "0", "run_name": name},
                       headers={"Authorization": f"Bearer {tokens['bob']}"})  # fmt: skip
     assert made.status_code == 200, made.text
