@@ -402,7 +402,10 @@ def test_a_spot_job_is_preempted_for_a_higher_one_and_resumes_losing_nothing(
 
     cli.run("compute", "create", "--type", "local", "--name", "local", "--gpus", "none",
             "--cpus", "2", check=True)  # fmt: skip
-    spec = cli.write("job.yml", JOB.format(code=REPO / "examples" / "imagenet",
+    # 4 epochs (40 steps), preempted at step 6: the urgent job's preemption reaches the
+    # spot job mid-run even where a busy machine takes seconds to place it.
+    four_epochs = JOB.replace("--epochs 2", "--epochs 4")
+    spec = cli.write("job.yml", four_epochs.format(code=REPO / "examples" / "imagenet",
                                            data=_shards(tmp_path)))  # fmt: skip
     baseline = cli.wait(cli.create(spec), ("Completed", "Failed"), timeout=180)
     assert baseline["status"] == "Completed", baseline
